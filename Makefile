@@ -1,0 +1,48 @@
+# kvgate — see README.md. Two commands matter to a newcomer: `make run` and `make test`.
+GO        ?= go
+BIN       := bin/kvgate
+PKGS      := ./...
+FUZZTIME  ?= 10s
+# Each fuzz target, as package:FuzzName, run briefly by `make test` and at
+# length by `make fuzz FUZZTIME=10m`.
+FUZZ_TARGETS := \
+	./cmd/kvgate:FuzzHashInput
+
+.PHONY: all build run test unit fuzz bench lint e2e models golden clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN) ./cmd/kvgate
+
+# A working local demo on embedded defaults: no Redis, no network.
+run: build
+	$(BIN) demo
+
+test: unit fuzz
+
+unit:
+	$(GO) vet $(PKGS)
+	$(GO) test -count=1 $(PKGS)
+
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; \
+		echo "fuzz $$pkg $$name ($(FUZZTIME))"; \
+		$(GO) test -run='^$$' -fuzz="^$$name\$$" -fuzztime=$(FUZZTIME) $$pkg; \
+	done
+
+bench: build
+	$(BIN) bench --out BENCHMARKS.md
+
+lint:
+	$(GO) vet $(PKGS)
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@2025.1.1 $(PKGS)
+
+e2e: build
+	$(GO) test -count=1 -tags e2e ./e2e/...
+
+clean:
+	rm -rf bin
+models:
+	@echo "no models yet"

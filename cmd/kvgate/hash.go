@@ -1,0 +1,68 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/kvgate/kvgate/indexer/blockhash"
+)
+
+func init() {
+	register("hash", command{
+		summary: "hash token blocks as Dynamo does: JSON {tokens,block_size,lora?,namespace?} on stdin",
+		run:     runHash,
+	})
+}
+
+// maxHashInput bounds what `kvgate hash` reads: 64 MiB is ~10 M tokens.
+const maxHashInput = 64 << 20
+
+func runHash(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) != 0 {
+		fmt.Fprintf(stderr, "kvgate hash: takes no arguments, got %q\n", args)
+		return 2
+	}
+	res, err := hashInput(stdin)
+	if err != nil {
+		fmt.Fprintf(stderr, "kvgate hash: %v\n", err)
+		return 2
+	}
+	if err := json.NewEncoder(stdout).Encode(res); err != nil {
+		fmt.Fprintf(stderr, "kvgate hash: writing output: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func hashInput(r io.Reader) (blockhash.Result, error) {
+	data, err := io.ReadAll(io.LimitReader(r, maxHashInput+1))
+	if err != nil {
+		return blockhash.Result{}, fmt.Errorf("reading stdin: %w", err)
+	}
+	if len(data) > maxHashInput {
+		return blockhash.Result{}, fmt.Errorf("input larger than %d bytes", maxHashInput)
+	}
+	var req struct {
+		Tokens    *[]uint32 `json:"tokens"`
+		BlockSize *int      `json:"block_size"`
+		LoRA      string    `json:"lora"`
+		Namespace string    `json:"namespace"`
+	}
+	dec := json.NewDecoder(bytesReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return blockhash.Result{}, describeJSONError(err)
+	}
+	if dec.More() {
+		return blockhash.Result{}, errors.New("trailing data after the JSON object")
+	}
+	if req.Tokens == nil {
+		return blockhash.Result{}, errors.New(`missing field "tokens"`)
+	}
+	if req.BlockSize == nil {
+		return blockhash.Result{}, errors.New(`missing field "block_size"`)
+	}
+	return blockhash.Compute(blockhash.Request{Tokens: *req.Tokens, BlockSize: *req.BlockSize, LoRA: req.LoRA, Namespace: req.Namespace})
+}

@@ -1,0 +1,112 @@
+// Package blockhash computes KV block identities exactly as NVIDIA Dynamo's
+// KV router does, so that kvgate's index and Dynamo-compatible engines agree
+// on which prefix a block stands for.
+//
+// Source: ai-dynamo/dynamo lib/kv-router/src/protocols.rs and
+// lib/kv-hashing/src/salt.rs (see ../shared/notes/wire-formats.md §1).
+package blockhash
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/zeebo/xxh3"
+)
+
+// BaseSeed is Dynamo's XXH3 seed for block hashing.
+const BaseSeed uint64 = 1337
+
+// Seed returns the XXH3 seed for a LoRA adapter and a cache namespace.
+// Empty strings leave the seed unchanged; additions wrap as in Rust's
+// wrapping_add.
+func Seed(lora, namespace string) uint64 {
+	seed := BaseSeed
+	if lora != "" {
+		seed += xxh3.HashStringSeed(lora, 0)
+	}
+	if namespace != "" {
+		seed += xxh3.HashStringSeed(namespace, 1)
+	}
+	return seed
+}
+
+// LocalHashes hashes each complete block of tokens (u32 little-endian,
+// concatenated) with XXH3-64 under seed. A trailing partial block is
+// dropped: its KV is never shareable.
+func LocalHashes(tokens []uint32, blockSize int, seed uint64) []uint64 {
+	if blockSize <= 0 {
+		return nil
+	}
+	n := len(tokens) / blockSize
+	out := make([]uint64, n)
+	buf := make([]byte, 4*blockSize)
+	for b := 0; b < n; b++ {
+		block := tokens[b*blockSize : (b+1)*blockSize]
+		for i, t := range block {
+			binary.LittleEndian.PutUint32(buf[4*i:], t)
+		}
+		out[b] = xxh3.HashSeed(buf, seed)
+	}
+	return out
+}
+
+// Chain returns the hash of the sequence ending in a block whose local hash
+// is local, given the sequence hash of its parent.
+func Chain(parent, local uint64, seed uint64) uint64 {
+	var buf [16]byte
+	binary.LittleEndian.PutUint64(buf[0:8], parent)
+	binary.LittleEndian.PutUint64(buf[8:16], local)
+	return xxh3.HashSeed(buf[:], seed)
+}
+
+// SequenceHashes chains local hashes into prefix identities: seq[0] =
+// local[0] and seq[i] = XXH3(le64(seq[i-1]) ‖ le64(local[i])).
+func SequenceHashes(local []uint64, seed uint64) []uint64 {
+	return ContinueSequence(nil, local, seed)
+}
+
+// ContinueSequence chains local hashes onto an existing parent sequence
+// hash (nil = the chain starts here). It is how an engine event that names
+// a parent block extends a known prefix.
+func ContinueSequence(parent *uint64, local []uint64, seed uint64) []uint64 {
+	out := make([]uint64, len(local))
+	for i, l := range local {
+		switch {
+		case i > 0:
+			out[i] = Chain(out[i-1], l, seed)
+		case parent != nil:
+			out[i] = Chain(*parent, l, seed)
+		default:
+			out[i] = l
+		}
+	}
+	return out
+}
+
+// Request bundles the inputs of `kvgate hash`.
+type Request struct {
+	Tokens    []uint32 `json:"tokens"`
+	BlockSize int      `json:"block_size"`
+	LoRA      string   `json:"lora,omitempty"`
+	Namespace string   `json:"namespace,omitempty"`
+}
+
+// Result is the output of `kvgate hash`.
+type Result struct {
+	Local    []uint64 `json:"local"`
+	Sequence []uint64 `json:"sequence"`
+}
+
+// MaxBlockSize bounds block_size so that a hostile input cannot make the
+// hasher allocate unbounded scratch space.
+const MaxBlockSize = 1 << 16
+
+// Compute validates r and returns its local and sequence hashes.
+func Compute(r Request) (Result, error) {
+	if r.BlockSize <= 0 || r.BlockSize > MaxBlockSize {
+		return Result{}, fmt.Errorf("block_size must be in 1..%d, got %d", MaxBlockSize, r.BlockSize)
+	}
+	seed := Seed(r.LoRA, r.Namespace)
+	local := LocalHashes(r.Tokens, r.BlockSize, seed)
+	return Result{Local: local, Sequence: SequenceHashes(local, seed)}, nil
+}
