@@ -1,0 +1,317 @@
+// Package config is kvgate's configuration file: one YAML document shared
+// by every kvgate process (each reads the sections it needs). It sits at the
+// top level because the indexer, extproc and later the planner all read it.
+//
+// Decoding is strict (unknown keys are errors) and every value is validated,
+// so that a typo fails at start with the path of the offending key instead
+// of silently running on a default.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// MaxFileBytes bounds the configuration file.
+const MaxFileBytes = 4 << 20
+
+// Config is the whole file.
+type Config struct {
+	Index   Index    `yaml:"index"`
+	Indexer Indexer  `yaml:"indexer"`
+	Models  []Model  `yaml:"models"`
+	Engines []Engine `yaml:"engines"`
+}
+
+// Index selects and tunes the fleet KV index backend.
+type Index struct {
+	// Backend is "memory" (default, embedded) or "redis".
+	Backend string      `yaml:"backend"`
+	Memory  MemoryIndex `yaml:"memory"`
+	Redis   RedisIndex  `yaml:"redis"`
+}
+
+// MemoryIndex tunes the embedded index.
+type MemoryIndex struct {
+	// MaxEntries bounds (block, worker, tier) entries; least recently used
+	// blocks are evicted beyond it.
+	MaxEntries int64 `yaml:"max_entries"`
+	Shards     int   `yaml:"shards"`
+}
+
+// RedisIndex points at a standalone Redis or a Redis Cluster.
+type RedisIndex struct {
+	// Addrs: one address = standalone unless Cluster is set; several = Cluster seeds.
+	Addrs   []string `yaml:"addrs"`
+	Cluster bool     `yaml:"cluster"`
+	// PasswordEnv names the environment variable holding the password, so
+	// that secrets stay out of the file.
+	PasswordEnv string   `yaml:"password_env"`
+	DB          int      `yaml:"db"`
+	Prefix      string   `yaml:"prefix"`
+	BlockTTL    Duration `yaml:"block_ttl"`
+	WorkerTTL   Duration `yaml:"worker_ttl"`
+}
+
+// Indexer configures the `kvgate indexer` process.
+type Indexer struct {
+	// Listen is the HTTP address for /metrics, /healthz and /readyz.
+	Listen        string   `yaml:"listen"`
+	ReplayTimeout Duration `yaml:"replay_timeout"`
+}
+
+// Model is one served model as the router sees it.
+type Model struct {
+	Name      string `yaml:"name"`
+	BlockSize int    `yaml:"block_size"`
+	// Namespace salts block hashes (Dynamo's cache_salt), isolating tenants.
+	Namespace string `yaml:"namespace"`
+	// Tokenizer is a Hugging Face model directory (tokenizer.json, tokenizer_config.json).
+	Tokenizer string `yaml:"tokenizer"`
+	// LoRAs lists adapter names served under this base model; requests
+	// address them by model name.
+	LoRAs []string `yaml:"loras"`
+}
+
+// Engine is one inference engine (vLLM/SGLang) publishing KV events.
+type Engine struct {
+	// Endpoint is the engine's HTTP ip:port: what requests are routed to,
+	// and (with the DP rank) the worker's identity in the index.
+	Endpoint string `yaml:"endpoint"`
+	Model    string `yaml:"model"`
+	// Events is the ZMQ PUB endpoint (tcp://host:port) of DP rank 0; rank r
+	// publishes on port+r, as vLLM does.
+	Events string `yaml:"events"`
+	// Replay is the ZMQ ROUTER replay endpoint of rank 0 (optional; port+r likewise).
+	Replay  string `yaml:"replay"`
+	DPRanks int    `yaml:"dp_ranks"`
+	Topic   string `yaml:"topic"`
+}
+
+// Duration is a time.Duration written as "250ms", "30s", "1h".
+type Duration time.Duration
+
+// UnmarshalYAML parses Go duration syntax.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	var s string
+	if err := n.Decode(&s); err != nil {
+		return fmt.Errorf("line %d: want a duration like \"30s\"", n.Line)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil || v < 0 {
+		return fmt.Errorf("line %d: bad duration %q (want e.g. \"250ms\", \"30s\")", n.Line, s)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// D returns the duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// Default is the embedded configuration `make run` uses: in-memory index,
+// no engines (the demo brings its own).
+func Default() Config {
+	c := Config{}
+	c.applyDefaults()
+	return c
+}
+
+// Load reads and validates a configuration file.
+func Load(path string) (Config, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("config: %w", err)
+	}
+	defer f.Close()
+	c, err := Parse(f)
+	if err != nil {
+		return Config{}, fmt.Errorf("config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Parse decodes and validates a configuration document.
+func Parse(r io.Reader) (Config, error) {
+	data, err := io.ReadAll(io.LimitReader(r, MaxFileBytes+1))
+	if err != nil {
+		return Config{}, err
+	}
+	if len(data) > MaxFileBytes {
+		return Config{}, fmt.Errorf("larger than %d bytes", MaxFileBytes)
+	}
+	var c Config
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
+		return Config{}, err
+	}
+	c.applyDefaults()
+	if err := c.Validate(); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+func (c *Config) applyDefaults() {
+	if c.Index.Backend == "" {
+		c.Index.Backend = "memory"
+	}
+	if c.Index.Memory.MaxEntries == 0 {
+		c.Index.Memory.MaxEntries = 1 << 24
+	}
+	if c.Index.Redis.Prefix == "" {
+		c.Index.Redis.Prefix = "kvgate:"
+	}
+	if c.Index.Redis.BlockTTL == 0 {
+		c.Index.Redis.BlockTTL = Duration(time.Hour)
+	}
+	if c.Index.Redis.WorkerTTL == 0 {
+		c.Index.Redis.WorkerTTL = Duration(30 * time.Second)
+	}
+	if c.Indexer.Listen == "" {
+		c.Indexer.Listen = "127.0.0.1:9400"
+	}
+	if c.Indexer.ReplayTimeout == 0 {
+		c.Indexer.ReplayTimeout = Duration(2 * time.Second)
+	}
+	for i := range c.Engines {
+		if c.Engines[i].DPRanks == 0 {
+			c.Engines[i].DPRanks = 1
+		}
+	}
+}
+
+// Validate reports the first invalid value, naming its path in the file.
+func (c *Config) Validate() error {
+	switch c.Index.Backend {
+	case "memory":
+		if c.Index.Memory.MaxEntries < 0 {
+			return errors.New("index.memory.max_entries: must be positive")
+		}
+		if c.Index.Memory.Shards < 0 || c.Index.Memory.Shards > 4096 {
+			return errors.New("index.memory.shards: must be in 0..4096 (0 = default)")
+		}
+	case "redis":
+		r := c.Index.Redis
+		if len(r.Addrs) == 0 {
+			return errors.New("index.redis.addrs: at least one host:port is required with backend redis")
+		}
+		for i, a := range r.Addrs {
+			if err := checkHostPort(a); err != nil {
+				return fmt.Errorf("index.redis.addrs[%d]: %w", i, err)
+			}
+		}
+		if r.WorkerTTL.D() < time.Second {
+			return errors.New("index.redis.worker_ttl: must be at least 1s")
+		}
+		if r.PasswordEnv != "" {
+			if _, ok := os.LookupEnv(r.PasswordEnv); !ok {
+				return fmt.Errorf("index.redis.password_env: environment variable %s is not set", r.PasswordEnv)
+			}
+		}
+	default:
+		return fmt.Errorf("index.backend: %q is not one of memory, redis", c.Index.Backend)
+	}
+	if err := checkHostPort(c.Indexer.Listen); err != nil {
+		return fmt.Errorf("indexer.listen: %w", err)
+	}
+	models := map[string]bool{}
+	for i, m := range c.Models {
+		p := fmt.Sprintf("models[%d]", i)
+		if m.Name == "" {
+			return fmt.Errorf("%s.name: required", p)
+		}
+		if models[m.Name] {
+			return fmt.Errorf("%s.name: duplicate model %q", p, m.Name)
+		}
+		models[m.Name] = true
+		if m.BlockSize <= 0 || m.BlockSize > 1<<16 {
+			return fmt.Errorf("%s.block_size: must be in 1..65536, got %d", p, m.BlockSize)
+		}
+		for j, l := range m.LoRAs {
+			if l == "" || models[l] {
+				return fmt.Errorf("%s.loras[%d]: empty or duplicate name %q", p, j, l)
+			}
+			models[l] = true
+		}
+	}
+	seen := map[string]bool{}
+	for i, e := range c.Engines {
+		p := fmt.Sprintf("engines[%d]", i)
+		if err := checkHostPort(e.Endpoint); err != nil {
+			return fmt.Errorf("%s.endpoint: %w", p, err)
+		}
+		if seen[e.Endpoint] {
+			return fmt.Errorf("%s.endpoint: duplicate engine %s", p, e.Endpoint)
+		}
+		seen[e.Endpoint] = true
+		if !models[e.Model] || c.Model(e.Model) == nil {
+			return fmt.Errorf("%s.model: %q is not a base model listed under models", p, e.Model)
+		}
+		if e.DPRanks < 1 || e.DPRanks > 1024 {
+			return fmt.Errorf("%s.dp_ranks: must be in 1..1024", p)
+		}
+		if _, _, err := ZMQEndpoint(e.Events, 0); err != nil {
+			return fmt.Errorf("%s.events: %w", p, err)
+		}
+		if e.Replay != "" {
+			if _, _, err := ZMQEndpoint(e.Replay, 0); err != nil {
+				return fmt.Errorf("%s.replay: %w", p, err)
+			}
+		}
+	}
+	return nil
+}
+
+// Model returns the base model named name, or nil.
+func (c *Config) Model(name string) *Model {
+	for i := range c.Models {
+		if c.Models[i].Name == name {
+			return &c.Models[i]
+		}
+	}
+	return nil
+}
+
+// ZMQEndpoint validates a tcp://host:port endpoint and returns it with the
+// port offset by rank (vLLM offsets data-parallel ranks' ports by dp_rank).
+func ZMQEndpoint(ep string, rank int) (string, int, error) {
+	u, err := url.Parse(ep)
+	if err != nil || u.Scheme != "tcp" || u.Host == "" || u.Path != "" {
+		return "", 0, fmt.Errorf("%q: want tcp://host:port", ep)
+	}
+	host, portStr, err := net.SplitHostPort(u.Host)
+	if err != nil {
+		return "", 0, fmt.Errorf("%q: %v", ep, err)
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil || port <= 0 || port+rank > 65535 {
+		return "", 0, fmt.Errorf("%q: bad port", ep)
+	}
+	return "tcp://" + net.JoinHostPort(host, strconv.Itoa(port+rank)), port + rank, nil
+}
+
+func checkHostPort(s string) error {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return fmt.Errorf("%q: want host:port", s)
+	}
+	if strings.ContainsAny(host, "/ ") {
+		return fmt.Errorf("%q: bad host", s)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p < 0 || p > 65535 {
+		return fmt.Errorf("%q: bad port", s)
+	}
+	return nil
+}
