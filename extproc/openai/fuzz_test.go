@@ -1,0 +1,85 @@
+package openai
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+)
+
+func checkRejection(t *testing.T, err error) {
+	t.Helper()
+	var e *Error
+	if !errors.As(err, &e) {
+		t.Fatalf("error %v (%T) is not *Error", err, err)
+	}
+	if e.Status != 400 && e.Status != 413 {
+		t.Fatalf("status %d for %q", e.Status, e.Message)
+	}
+	if e.Type != "invalid_request_error" || e.Message == "" {
+		t.Fatalf("error shape %+v", e)
+	}
+}
+
+// fuzzLimits are small so the fuzzer reaches every limit.
+var fuzzLimits = Limits{MaxBodyBytes: 1 << 16, MaxDepth: 8, MaxStringBytes: 512, MaxMessages: 8, MaxPrompts: 4, MaxPromptTokens: 16, MaxKeptValues: 64}
+
+func FuzzParseChat(f *testing.F) {
+	for _, s := range []string{
+		`{"model":"m","messages":[{"role":"user","content":"hi"}]}`,
+		`{"messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url","image_url":{"url":"u"}}]}],"tools":[{"type":"function","function":{"name":"f"}}]}`,
+		`{"messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"1","type":"function","function":{"name":"f","arguments":"{\"a\":1}"}}]}],"chat_template_kwargs":{"enable_thinking":false}}`,
+		`{"messages":[{"role":"tool","tool_call_id":"1","content":"x","reasoning":"r"}],"max_tokens":5,"stream":true}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		orig := bytes.Clone(body)
+		r, err := ParseChat(body, fuzzLimits)
+		if !bytes.Equal(body, orig) {
+			t.Fatal("ParseChat modified its input")
+		}
+		if err != nil {
+			checkRejection(t, err)
+			return
+		}
+		if !bytes.Equal(r.Body, orig) || len(r.Messages) == 0 || len(r.Messages) > fuzzLimits.MaxMessages {
+			t.Fatalf("accepted request breaks invariants: %d messages", len(r.Messages))
+		}
+		// A mutation of an accepted body stays parseable with the new value.
+		out, err := SetField(body, "kv_transfer_params", []byte(`{"x":1}`), Limits{})
+		if err != nil {
+			t.Fatalf("SetField on an accepted body: %v", err)
+		}
+		if _, err := ParseChat(out, Limits{}); err != nil {
+			t.Fatalf("SetField output no longer parses: %v\n%s", err, out)
+		}
+	})
+}
+
+func FuzzParseCompletion(f *testing.F) {
+	for _, s := range []string{
+		`{"model":"m","prompt":"hi"}`,
+		`{"prompt":["a","b"],"max_tokens":3}`,
+		`{"prompt":[1,2,3]}`,
+		`{"prompt":[[1],[2,3]],"stream":false}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		r, err := ParseCompletion(body, fuzzLimits)
+		if err != nil {
+			checkRejection(t, err)
+			return
+		}
+		tokens := 0
+		for _, p := range r.Prompts {
+			tokens += len(p.TokenIDs)
+			if p.IsTokens && len(p.TokenIDs) == 0 {
+				t.Fatal("empty token prompt accepted")
+			}
+		}
+		if len(r.Prompts) == 0 || tokens > fuzzLimits.MaxPromptTokens {
+			t.Fatalf("accepted request breaks invariants: %d prompts, %d tokens", len(r.Prompts), tokens)
+		}
+	})
+}

@@ -1,0 +1,59 @@
+package ingest
+
+// RejectReason says why an event was dropped without touching the index.
+type RejectReason uint8
+
+const (
+	// RejectBlockSize: the event's block_size differs from Config.BlockSize;
+	// its blocks would hash to ids no request ever produces.
+	RejectBlockSize RejectReason = iota
+	// RejectUnknownParent: the parent engine hash is not known (lost event,
+	// or it was removed); the chain cannot be continued, as in Dynamo.
+	RejectUnknownParent
+	// RejectTokenCount: len(token_ids) != len(block_hashes)*block_size.
+	RejectTokenCount
+	// RejectUnknownMedium: the medium maps to no tier.
+	RejectUnknownMedium
+	// RejectLoRAWithoutName: a LoRA id without lora_name (older engines);
+	// the salt cannot be computed, and storing under the base model's seed
+	// would match requests for the wrong model.
+	RejectLoRAWithoutName
+	// RejectCapacity: storing would exceed Config.MaxBlocks.
+	RejectCapacity
+	NumRejectReasons
+)
+
+func (r RejectReason) String() string {
+	switch r {
+	case RejectBlockSize:
+		return "block_size_mismatch"
+	case RejectUnknownParent:
+		return "unknown_parent"
+	case RejectTokenCount:
+		return "token_count_mismatch"
+	case RejectUnknownMedium:
+		return "unknown_medium"
+	case RejectLoRAWithoutName:
+		return "lora_without_name"
+	case RejectCapacity:
+		return "capacity"
+	}
+	return "unknown"
+}
+
+// Stats is a snapshot of a Worker's counters (monotonic unless noted).
+type Stats struct {
+	Batches          uint64 // batches applied
+	StoredEvents     uint64 // BlockStored events applied
+	RemovedEvents    uint64 // BlockRemoved events applied
+	ClearedEvents    uint64 // AllBlocksCleared events applied
+	BlocksStored     uint64 // (engine block, tier) pairs added
+	BlocksRemoved    uint64 // (engine block, tier) pairs dropped by BlockRemoved
+	RemovedUnknown   uint64 // BlockRemoved hashes not known on that tier (counted, not an error)
+	HashConflicts    uint64 // engine hash re-stored with a different sequence hash
+	Rejected         [NumRejectReasons]uint64
+	Resets           uint64 // Reset calls that succeeded
+	EngineHashes     int64  // gauge: engine hashes currently tracked
+	SequenceEntries  int64  // gauge: (sequence hash, tier) pairs this worker holds in the index
+	NeedsResetReason string // non-empty while an index error has left state unknown
+}

@@ -1,0 +1,376 @@
+// Package ingest applies decoded KV events of one engine worker to the
+// fleet index, the way NVIDIA Dynamo's KV router does
+// (ai-dynamo/dynamo lib/kv-router, shared/notes/wire-formats.md §1): block
+// identities are recomputed from each BlockStored's token_ids
+// (blockhash.LocalHashes under the seed of the event's LoRA and the
+// configured namespace) and chained onto the parent's sequence hash. The
+// engine's own block hashes are opaque ids, used only to find a parent and
+// to know what a BlockRemoved refers to.
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"github.com/kvgate/kvgate/indexer/blockhash"
+	"github.com/kvgate/kvgate/indexer/index"
+	"github.com/kvgate/kvgate/indexer/kvevents"
+)
+
+// DefaultMaxBlocks bounds the engine-hash map when Config.MaxBlocks is 0:
+// 4M blocks is more than any single engine's GPU plus host cache holds.
+const DefaultMaxBlocks = 1 << 22
+
+// Config describes the engine behind a worker.
+type Config struct {
+	// BlockSize is the engine's KV block size in tokens (vLLM --block-size).
+	BlockSize int
+	// Namespace is the cache namespace mixed into the hash seed (Dynamo's
+	// cache_salt); "" for none. Requests must be hashed with the same one.
+	Namespace string
+	// MaxBlocks bounds the engine hashes tracked for this worker; 0 means
+	// DefaultMaxBlocks. The map mirrors the engine's cache, so size it from
+	// the engine's block count (GPU + offload tiers) with headroom.
+	MaxBlocks int
+}
+
+// Validate reports a configuration that would reject every event.
+func (c Config) Validate() error {
+	if c.BlockSize <= 0 || c.BlockSize > blockhash.MaxBlockSize {
+		return fmt.Errorf("ingest: block size must be in 1..%d, got %d", blockhash.MaxBlockSize, c.BlockSize)
+	}
+	if c.MaxBlocks < 0 {
+		return fmt.Errorf("ingest: max blocks must not be negative, got %d", c.MaxBlocks)
+	}
+	return nil
+}
+
+// ErrNeedsReset is returned by Apply after an index operation failed part
+// way: what the index holds for the worker is then unknown, and only Reset
+// makes it known (empty) again.
+var ErrNeedsReset = errors.New("ingest: worker state unknown after an index error; Reset it")
+
+// engineBlock is what kvgate knows about one engine block hash.
+type engineBlock struct {
+	seq   uint64 // Dynamo sequence hash of the block's prefix
+	tiers uint8  // bit t set: held on index.Tier(t)
+}
+
+// seqRefs counts, per tier, the engine hashes standing for one sequence
+// hash. Distinct engine hashes can share a sequence hash (engine-side
+// salts, multimodal inputs, per-group events of hybrid models); the index
+// entry must live until the last of them is removed.
+// Counts cannot overflow: they are bounded by len(blocks) <= MaxBlocks,
+// which NewWorker clamps to maxMaxBlocks.
+type seqRefs [index.NumTiers]uint32
+
+const maxMaxBlocks = 1 << 31
+
+// Worker turns one engine's event stream into Index operations. Apply and
+// Reset serialise on a mutex (the Index contract wants one writer per
+// worker); Stats may be called concurrently.
+type Worker struct {
+	id  index.WorkerID
+	idx index.Index
+	cfg Config
+
+	mu      sync.Mutex
+	blocks  map[uint64]engineBlock // engine hash -> identity and tiers
+	refs    map[uint64]seqRefs     // sequence hash -> holders per tier
+	entries int64                  // (sequence hash, tier) pairs with a holder
+	broken  error                  // set when the index may disagree with blocks
+	scratch []uint64
+
+	batches, storedEv, removedEv, clearedEv atomic.Uint64
+	blocksStored, blocksRemoved             atomic.Uint64
+	removedUnknown, conflicts, resets       atomic.Uint64
+	rejected                                [NumRejectReasons]atomic.Uint64
+	engineHashes, seqEntries                atomic.Int64
+	brokenReason                            atomic.Pointer[string]
+}
+
+// NewWorker returns a Worker for w that writes to idx. cfg should pass
+// Validate; with a bad BlockSize every BlockStored is rejected and counted.
+func NewWorker(w index.WorkerID, idx index.Index, cfg Config) *Worker {
+	if cfg.MaxBlocks <= 0 {
+		cfg.MaxBlocks = DefaultMaxBlocks
+	}
+	cfg.MaxBlocks = min(cfg.MaxBlocks, maxMaxBlocks)
+	return &Worker{
+		id:     w,
+		idx:    idx,
+		cfg:    cfg,
+		blocks: make(map[uint64]engineBlock),
+		refs:   make(map[uint64]seqRefs),
+	}
+}
+
+// ID returns the worker this Worker writes for.
+func (w *Worker) ID() index.WorkerID { return w.id }
+
+// Apply applies a batch's events in order. Events that cannot be applied
+// faithfully are counted (Stats.Rejected) and skipped; the index is never
+// given a block whose identity is uncertain. An error means the batch was
+// not (fully) applied: a dp-rank mismatch (nothing applied), or an index
+// error, after which Apply keeps returning ErrNeedsReset until Reset.
+func (w *Worker) Apply(ctx context.Context, b kvevents.Batch) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.broken != nil {
+		return fmt.Errorf("%w (cause: %v)", ErrNeedsReset, w.broken)
+	}
+	// vLLM offsets each DP rank's publisher port and stamps its rank; a
+	// batch from another rank describes another cache.
+	if b.HasDPRank && b.DPRank != w.id.DPRank {
+		return fmt.Errorf("ingest: batch from dp rank %d delivered to worker %s", b.DPRank, w.id)
+	}
+	for i := range b.Events {
+		ev := &b.Events[i]
+		var err error
+		switch ev.Kind {
+		case kvevents.BlockStored:
+			err = w.stored(ctx, ev)
+		case kvevents.BlockRemoved:
+			err = w.removed(ctx, ev)
+		case kvevents.AllBlocksCleared:
+			err = w.clear(ctx)
+			if err == nil {
+				w.clearedEv.Add(1)
+			}
+		default:
+			err = fmt.Errorf("unknown event kind %v", ev.Kind)
+		}
+		if err != nil {
+			w.broken = err
+			reason := err.Error()
+			w.brokenReason.Store(&reason)
+			w.publishSizes()
+			return fmt.Errorf("ingest: worker %s: event %d (%v): %w", w.id, i, ev.Kind, err)
+		}
+	}
+	w.batches.Add(1)
+	w.publishSizes()
+	return nil
+}
+
+// Reset forgets everything known about the worker, in the index and here.
+// Use it when the event stream has a gap that replay cannot fill.
+func (w *Worker) Reset(ctx context.Context) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := w.clear(ctx); err != nil {
+		w.broken = err
+		reason := err.Error()
+		w.brokenReason.Store(&reason)
+		w.publishSizes()
+		return fmt.Errorf("ingest: reset worker %s: %w", w.id, err)
+	}
+	w.broken = nil
+	w.brokenReason.Store(nil)
+	w.resets.Add(1)
+	w.publishSizes()
+	return nil
+}
+
+// clear drops the worker's index entries first: if that fails, the local
+// maps still describe a superset of what the index may hold.
+func (w *Worker) clear(ctx context.Context) error {
+	if err := w.idx.Clear(ctx, w.id); err != nil {
+		return fmt.Errorf("index clear: %w", err)
+	}
+	// Fresh maps rather than clear(): a cleared map keeps its buckets, and
+	// an engine that restarted may come back with a smaller cache.
+	w.blocks = make(map[uint64]engineBlock)
+	w.refs = make(map[uint64]seqRefs)
+	w.entries = 0
+	return nil
+}
+
+func (w *Worker) reject(r RejectReason, ev *kvevents.Event, detail string) {
+	w.rejected[r].Add(1)
+	slog.Debug("kv event rejected", "worker", w.id.String(), "kind", ev.Kind.String(), "reason", r.String(), "detail", detail)
+}
+
+func (w *Worker) stored(ctx context.Context, ev *kvevents.Event) error {
+	if ev.BlockSize != w.cfg.BlockSize {
+		w.reject(RejectBlockSize, ev, fmt.Sprintf("event block size %d, configured %d", ev.BlockSize, w.cfg.BlockSize))
+		return nil
+	}
+	// vLLM only publishes full blocks, one engine hash per block.
+	if len(ev.TokenIDs) != len(ev.BlockHashes)*ev.BlockSize {
+		w.reject(RejectTokenCount, ev, fmt.Sprintf("%d tokens for %d blocks of %d", len(ev.TokenIDs), len(ev.BlockHashes), ev.BlockSize))
+		return nil
+	}
+	tier, err := index.TierFromMedium(ev.Medium)
+	if err != nil {
+		w.reject(RejectUnknownMedium, ev, err.Error())
+		return nil
+	}
+	if ev.HasLoRAID && ev.LoRAID != 0 && ev.LoRAName == "" {
+		w.reject(RejectLoRAWithoutName, ev, fmt.Sprintf("lora_id %d", ev.LoRAID))
+		return nil
+	}
+	var parent *uint64
+	if ev.HasParent {
+		p, ok := w.blocks[ev.ParentHash]
+		if !ok {
+			w.reject(RejectUnknownParent, ev, fmt.Sprintf("parent %#x", ev.ParentHash))
+			return nil
+		}
+		parent = &p.seq
+	}
+	newHashes := 0
+	for _, h := range ev.BlockHashes {
+		if _, ok := w.blocks[h]; !ok {
+			newHashes++
+		}
+	}
+	if len(w.blocks)+newHashes > w.cfg.MaxBlocks {
+		w.reject(RejectCapacity, ev, fmt.Sprintf("%d tracked + %d new > %d", len(w.blocks), newHashes, w.cfg.MaxBlocks))
+		return nil
+	}
+
+	seed := blockhash.Seed(ev.LoRAName, w.cfg.Namespace)
+	seqs := blockhash.ContinueSequence(parent, blockhash.LocalHashes(ev.TokenIDs, ev.BlockSize, seed), seed)
+	bit := uint8(1) << tier
+	add := w.scratch[:0]
+	for i, h := range ev.BlockHashes {
+		b, ok := w.blocks[h]
+		if ok && b.seq != seqs[i] {
+			// The engine reused an id for other content (its hashes are
+			// opaque to us). Retire the old identity on every tier first.
+			w.conflicts.Add(1)
+			if err := w.dropAll(ctx, h, b); err != nil {
+				return err
+			}
+			b, ok = engineBlock{}, false
+		}
+		if ok && b.tiers&bit != 0 {
+			continue // re-announcement of a block already held there
+		}
+		b.seq, b.tiers = seqs[i], b.tiers|bit
+		w.blocks[h] = b
+		r := w.refs[b.seq]
+		r[tier]++
+		w.refs[b.seq] = r
+		if r[tier] == 1 {
+			w.entries++
+			add = append(add, b.seq)
+		}
+		w.blocksStored.Add(1)
+	}
+	w.scratch = add
+	w.storedEv.Add(1)
+	if len(add) == 0 {
+		return nil
+	}
+	if err := w.idx.Store(ctx, w.id, tier, add); err != nil {
+		return fmt.Errorf("index store: %w", err)
+	}
+	return nil
+}
+
+func (w *Worker) removed(ctx context.Context, ev *kvevents.Event) error {
+	tier, err := index.TierFromMedium(ev.Medium)
+	if err != nil {
+		w.reject(RejectUnknownMedium, ev, err.Error())
+		return nil
+	}
+	bit := uint8(1) << tier
+	drop := w.scratch[:0]
+	for _, h := range ev.BlockHashes {
+		b, ok := w.blocks[h]
+		if !ok || b.tiers&bit == 0 {
+			w.removedUnknown.Add(1)
+			continue
+		}
+		b.tiers &^= bit
+		w.setOrDelete(h, b)
+		if w.unref(b.seq, tier) {
+			drop = append(drop, b.seq)
+		}
+		w.blocksRemoved.Add(1)
+	}
+	w.scratch = drop
+	w.removedEv.Add(1)
+	if len(drop) == 0 {
+		return nil
+	}
+	if err := w.idx.Remove(ctx, w.id, tier, drop); err != nil {
+		return fmt.Errorf("index remove: %w", err)
+	}
+	return nil
+}
+
+// dropAll retires engine hash h (held as b) from every tier.
+func (w *Worker) dropAll(ctx context.Context, h uint64, b engineBlock) error {
+	delete(w.blocks, h)
+	for t := index.Tier(0); t < index.NumTiers; t++ {
+		if b.tiers&(1<<t) == 0 {
+			continue
+		}
+		if w.unref(b.seq, t) {
+			if err := w.idx.Remove(ctx, w.id, t, []uint64{b.seq}); err != nil {
+				return fmt.Errorf("index remove: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// unref drops one holder of (seq, tier) and reports whether it was the last.
+func (w *Worker) unref(seq uint64, t index.Tier) bool {
+	r := w.refs[seq]
+	r[t]--
+	if r == (seqRefs{}) {
+		delete(w.refs, seq)
+	} else {
+		w.refs[seq] = r
+	}
+	if r[t] == 0 {
+		w.entries--
+		return true
+	}
+	return false
+}
+
+func (w *Worker) setOrDelete(h uint64, b engineBlock) {
+	if b.tiers == 0 {
+		delete(w.blocks, h)
+	} else {
+		w.blocks[h] = b
+	}
+}
+
+func (w *Worker) publishSizes() {
+	w.engineHashes.Store(int64(len(w.blocks)))
+	w.seqEntries.Store(w.entries)
+}
+
+// Stats returns a snapshot of the worker's counters.
+func (w *Worker) Stats() Stats {
+	s := Stats{
+		Batches:         w.batches.Load(),
+		StoredEvents:    w.storedEv.Load(),
+		RemovedEvents:   w.removedEv.Load(),
+		ClearedEvents:   w.clearedEv.Load(),
+		BlocksStored:    w.blocksStored.Load(),
+		BlocksRemoved:   w.blocksRemoved.Load(),
+		RemovedUnknown:  w.removedUnknown.Load(),
+		HashConflicts:   w.conflicts.Load(),
+		Resets:          w.resets.Load(),
+		EngineHashes:    w.engineHashes.Load(),
+		SequenceEntries: w.seqEntries.Load(),
+	}
+	for i := range s.Rejected {
+		s.Rejected[i] = w.rejected[i].Load()
+	}
+	if r := w.brokenReason.Load(); r != nil {
+		s.NeedsResetReason = *r
+	}
+	return s
+}
