@@ -1,0 +1,66 @@
+package kvstream
+
+import (
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+)
+
+// guardedEndpoint validates a tcp:// or ipc:// endpoint and rewrites it to
+// the matching guarded transport. The wildcard host "*" is refused: it is
+// a bind address (vLLM's default tcp://*:5557), not one to dial.
+func guardedEndpoint(ep string) (string, error) {
+	scheme, addr, ok := strings.Cut(ep, "://")
+	if !ok {
+		return "", fmt.Errorf("endpoint %q: want tcp://host:port or ipc://path", ep)
+	}
+	switch scheme {
+	case "tcp":
+		host, port, err := net.SplitHostPort(addr)
+		if err != nil {
+			return "", fmt.Errorf("endpoint %q: %w", ep, err)
+		}
+		if host == "" || host == "*" {
+			return "", fmt.Errorf("endpoint %q: host %q is a bind address; name the engine's host", ep, host)
+		}
+		p, err := strconv.Atoi(port)
+		if err != nil || p < 1 || p > 65535 {
+			return "", fmt.Errorf("endpoint %q: port %q is not in 1..65535", ep, port)
+		}
+		return guardedTCP + "://" + addr, nil
+	case "ipc":
+		if addr == "" {
+			return "", fmt.Errorf("endpoint %q: empty ipc path", ep)
+		}
+		return guardedIPC + "://" + addr, nil
+	default:
+		return "", fmt.Errorf("endpoint %q: unsupported transport %q (want tcp or ipc)", ep, scheme)
+	}
+}
+
+// OffsetEndpointPort returns the endpoint a data-parallel rank publishes
+// on: vLLM's ZmqEventPublisher.offset_endpoint_port adds the rank to the
+// TCP port (rank 0 keeps the endpoint as configured). vLLM refuses other
+// transports for ranks above 0, and so does this.
+func OffsetEndpointPort(endpoint string, dpRank int) (string, error) {
+	if dpRank < 0 {
+		return "", fmt.Errorf("endpoint %q: negative data-parallel rank %d", endpoint, dpRank)
+	}
+	if endpoint == "" || dpRank == 0 {
+		return endpoint, nil
+	}
+	scheme, addr, ok := strings.Cut(endpoint, "://")
+	if !ok || scheme != "tcp" {
+		return "", fmt.Errorf("endpoint %q: only tcp endpoints can be offset by data-parallel rank %d", endpoint, dpRank)
+	}
+	i := strings.LastIndexByte(addr, ':')
+	if i < 0 {
+		return "", fmt.Errorf("endpoint %q: no port to offset", endpoint)
+	}
+	port, err := strconv.Atoi(addr[i+1:])
+	if err != nil || port < 0 || port+dpRank > 65535 {
+		return "", fmt.Errorf("endpoint %q: port %q plus rank %d is not a valid port", endpoint, addr[i+1:], dpRank)
+	}
+	return "tcp://" + addr[:i+1] + strconv.Itoa(port+dpRank), nil
+}

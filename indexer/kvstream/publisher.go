@@ -1,0 +1,213 @@
+package kvstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+
+	"github.com/go-zeromq/zmq4"
+)
+
+// PublisherConfig configures a Publisher.
+type PublisherConfig struct {
+	// Endpoint is bound for the PUB socket, e.g. tcp://127.0.0.1:5557
+	// (port 0 picks a free port; read it back with Addr).
+	Endpoint string
+	// ReplayEndpoint, if set, is bound for the ROUTER replay socket.
+	ReplayEndpoint string
+	// Topic is sent as the first frame of every message (vLLM default "").
+	Topic string
+	// BufferSteps is how many recent batches replay can return
+	// (vLLM buffer_steps). Default 10,000.
+	BufferSteps int
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+const defaultBufferSteps = 10_000
+
+// Publisher speaks vLLM's ZmqEventPublisher protocol: a PUB socket sending
+// [topic, seq, payload] with seq counting from 0, and an optional ROUTER
+// answering replay requests from a ring of the last BufferSteps batches.
+// It is meant for tests and the engine simulator.
+type Publisher struct {
+	cfg    PublisherConfig
+	log    *slog.Logger
+	pub    zmq4.Socket
+	router zmq4.Socket // nil without a replay endpoint
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu      sync.Mutex
+	closed  bool
+	nextSeq uint64
+	ring    []bufferedBatch // ring buffer, len == BufferSteps once full
+	head    int             // index of the oldest entry once full
+}
+
+type bufferedBatch struct {
+	seq     uint64
+	payload []byte
+}
+
+// NewPublisher binds the sockets and starts serving replay requests.
+func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
+	if cfg.BufferSteps < 0 {
+		return nil, fmt.Errorf("kvstream publisher config: BufferSteps is negative (%d)", cfg.BufferSteps)
+	}
+	setDefault(&cfg.BufferSteps, defaultBufferSteps)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &Publisher{cfg: cfg, log: cfg.Logger.With("endpoint", cfg.Endpoint), cancel: cancel}
+	logOpt := zmq4.WithLogger(slog.NewLogLogger(p.log.Handler(), slog.LevelDebug))
+	p.pub = zmq4.NewPub(ctx, logOpt)
+	if err := p.pub.Listen(cfg.Endpoint); err != nil {
+		p.Close()
+		return nil, fmt.Errorf("kvstream publisher: bind PUB %s: %w", cfg.Endpoint, err)
+	}
+	if cfg.ReplayEndpoint != "" {
+		p.router = zmq4.NewRouter(ctx, logOpt)
+		if err := p.router.Listen(cfg.ReplayEndpoint); err != nil {
+			p.Close()
+			return nil, fmt.Errorf("kvstream publisher: bind ROUTER %s: %w", cfg.ReplayEndpoint, err)
+		}
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			p.serveReplay(ctx)
+		}()
+	}
+	return p, nil
+}
+
+// Addr is the bound PUB address (useful with port 0).
+func (p *Publisher) Addr() net.Addr { return p.pub.Addr() }
+
+// ReplayAddr is the bound ROUTER address, nil without a replay endpoint.
+func (p *Publisher) ReplayAddr() net.Addr {
+	if p.router == nil {
+		return nil
+	}
+	return p.router.Addr()
+}
+
+// Publish assigns the next seq, keeps the batch for replay and sends it.
+func (p *Publisher) Publish(payload []byte) (uint64, error) {
+	return p.publish(payload, true)
+}
+
+// PublishSkippingLive assigns the next seq and keeps the batch for replay
+// but does not send it live: subscribers see a gap that replay can repair.
+// A test hook; a real engine never does this.
+func (p *Publisher) PublishSkippingLive(payload []byte) (uint64, error) {
+	return p.publish(payload, false)
+}
+
+// PublishRawFrames sends frames live as one message, bypassing seq and
+// replay buffer. A test hook for malformed input.
+func (p *Publisher) PublishRawFrames(frames ...[]byte) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return errors.New("kvstream publisher: closed")
+	}
+	if len(frames) == 0 {
+		return errors.New("kvstream publisher: no frames")
+	}
+	return p.pub.Send(zmq4.NewMsgFrom(frames...))
+}
+
+func (p *Publisher) publish(payload []byte, live bool) (uint64, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return 0, errors.New("kvstream publisher: closed")
+	}
+	seq := p.nextSeq
+	p.nextSeq++
+	// Buffered before it is sent, under the same lock the replay server
+	// takes: any seq a subscriber has seen live is also replayable.
+	b := bufferedBatch{seq: seq, payload: append([]byte(nil), payload...)}
+	if len(p.ring) < p.cfg.BufferSteps {
+		p.ring = append(p.ring, b)
+	} else {
+		p.ring[p.head] = b
+		p.head = (p.head + 1) % len(p.ring)
+	}
+	if !live {
+		return seq, nil
+	}
+	if err := p.pub.Send(zmq4.NewMsgFrom([]byte(p.cfg.Topic), encodeSeq(seq), b.payload)); err != nil {
+		return seq, fmt.Errorf("kvstream publisher: send seq %d: %w", seq, err)
+	}
+	return seq, nil
+}
+
+// buffered returns the buffered batches with seq >= start, oldest first.
+func (p *Publisher) buffered(start uint64) []bufferedBatch {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []bufferedBatch
+	for i := range p.ring {
+		b := p.ring[(p.head+i)%len(p.ring)]
+		if b.seq >= start {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+func (p *Publisher) serveReplay(ctx context.Context) {
+	for {
+		msg, err := p.router.Recv()
+		if err != nil {
+			if ctx.Err() == nil {
+				p.log.Warn("replay receive failed", "err", err)
+			}
+			return
+		}
+		if msg.Type == zmq4.CmdMsg {
+			continue
+		}
+		id, start, err := parseReplayRequest(msg.Frames)
+		if err != nil {
+			// vLLM logs and ignores requests of the wrong shape.
+			p.log.Warn("ignoring invalid replay request", "err", err)
+			continue
+		}
+		for _, b := range p.buffered(start) {
+			if err := p.router.Send(zmq4.NewMsgFrom(id, []byte{}, encodeSeq(b.seq), b.payload)); err != nil {
+				p.log.Warn("replay send failed", "seq", b.seq, "err", err)
+				break
+			}
+		}
+		if err := p.router.Send(zmq4.NewMsgFrom(id, []byte{}, encodeSeq(endOfReplaySeq), []byte{})); err != nil {
+			p.log.Warn("replay end marker send failed", "err", err)
+		}
+	}
+}
+
+// Close stops the replay server and closes both sockets. Safe to call
+// more than once.
+func (p *Publisher) Close() error {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	p.cancel()
+	var errs []error
+	for _, sock := range []zmq4.Socket{p.pub, p.router} {
+		// A connection the peer closed first is not a failure to close.
+		if sock != nil {
+			if err := sock.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	p.wg.Wait()
+	return errors.Join(errs...)
+}

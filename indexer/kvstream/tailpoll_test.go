@@ -1,0 +1,49 @@
+package kvstream
+
+import (
+	"testing"
+	"time"
+)
+
+// Batches published before the subscription reached the publisher (ZMQ's
+// slow joiner) arrive through the tail poll even if the engine then stays
+// silent.
+func TestTailPollCatchesUpAnIdlePublisher(t *testing.T) {
+	p := startPublisher(t, "tcp://127.0.0.1:0", "tcp://127.0.0.1:0", 100)
+	for _, payload := range []string{"a", "b", "c"} {
+		p.publish(t, true, payload) // nobody subscribed yet: lost live
+	}
+	r := newRecorder()
+	s := runSubscriber(t, Config{Endpoint: p.endpoint(), ReplayEndpoint: p.replayEndpoint(), TailPoll: 50 * time.Millisecond}, r)
+	ev := r.waitForSeq(t, 2)
+	checkContiguous(t, p, ev, 0, 2)
+	if st := s.Stats(); st.Resets != 0 || st.TailPolls == 0 || st.BatchesReplayed != 3 {
+		t.Fatalf("stats %+v: want 3 replayed batches via tail polls and no reset", st)
+	}
+}
+
+// A lost final batch (say a BlockRemoved) of an engine that then goes idle
+// must not stay unknown until the engine's next event.
+func TestTailPollRepairsALostFinalBatch(t *testing.T) {
+	p := startPublisher(t, "tcp://127.0.0.1:0", "tcp://127.0.0.1:0", 100)
+	r := newRecorder()
+	s := runSubscriber(t, Config{Endpoint: p.endpoint(), ReplayEndpoint: p.replayEndpoint(), TailPoll: 50 * time.Millisecond}, r)
+	anchor := waitConnected(t, p, r)
+	lost := p.publish(t, false, "final-remove")
+	ev := r.waitForSeq(t, lost)
+	checkContiguous(t, p, after(t, ev, anchor-1), anchor, lost)
+	st := s.Stats()
+	if st.Resets != 0 || st.GapsRepaired == 0 {
+		t.Fatalf("stats %+v: want the lost batch repaired without a reset", st)
+	}
+}
+
+func TestTailPollDisabled(t *testing.T) {
+	p := startPublisher(t, "tcp://127.0.0.1:0", "tcp://127.0.0.1:0", 100)
+	r := newRecorder()
+	s := runSubscriber(t, Config{Endpoint: p.endpoint(), ReplayEndpoint: p.replayEndpoint(), TailPoll: -1}, r)
+	waitConnected(t, p, r)
+	if st := s.Stats(); st.TailPolls != 0 {
+		t.Fatalf("tail polls %d with TailPoll < 0", st.TailPolls)
+	}
+}
