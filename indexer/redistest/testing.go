@@ -1,0 +1,38 @@
+package redistest
+
+import (
+	"context"
+	"testing"
+)
+
+// Standalone starts a standalone server for t and stops it in t.Cleanup.
+// It fails t (never skips) if redis-server is missing or does not start.
+func Standalone(t testing.TB) *Server {
+	t.Helper()
+	s, err := StartStandalone(context.Background(), Options{})
+	if err != nil {
+		t.Fatalf("redistest: standalone redis: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("redistest: %v", err)
+		}
+	})
+	return s
+}
+
+// NewCluster starts a cluster for t and stops it in t.Cleanup. It fails t
+// (never skips) if redis-server is missing or the cluster does not form.
+func NewCluster(t testing.TB, opts ClusterOptions) *Cluster {
+	t.Helper()
+	c, err := StartCluster(context.Background(), opts)
+	if err != nil {
+		t.Fatalf("redistest: redis cluster: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := c.Close(); err != nil {
+			t.Errorf("redistest: %v", err)
+		}
+	})
+	return c
+}

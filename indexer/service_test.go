@@ -1,0 +1,285 @@
+package indexer
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvgate/kvgate/config"
+	"github.com/kvgate/kvgate/indexer/blockhash"
+	"github.com/kvgate/kvgate/indexer/index"
+	"github.com/kvgate/kvgate/indexer/kvevents"
+	"github.com/kvgate/kvgate/indexer/kvstream"
+	"github.com/kvgate/kvgate/indexer/redistest"
+)
+
+const testBlockSize = 4
+
+type testEngine struct {
+	pub      *kvstream.Publisher
+	id       index.WorkerID
+	enc      kvevents.Encoding
+	sent     uint64
+	lastHash uint64
+}
+
+func startEngines(t *testing.T, n int) ([]*testEngine, config.Config) {
+	t.Helper()
+	cfg := config.Default()
+	cfg.Indexer.Listen = "127.0.0.1:0"
+	cfg.Models = []config.Model{{Name: "m", BlockSize: testBlockSize, Namespace: "tenant"}}
+	var engines []*testEngine
+	for i := 0; i < n; i++ {
+		pub, err := kvstream.NewPublisher(kvstream.PublisherConfig{Endpoint: "tcp://127.0.0.1:0", ReplayEndpoint: "tcp://127.0.0.1:0"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { pub.Close() })
+		e := &testEngine{pub: pub, id: index.WorkerID{Endpoint: "10.0.0." + string(rune('1'+i)) + ":8000"}, enc: kvevents.Encoding(i % 2)}
+		engines = append(engines, e)
+		cfg.Engines = append(cfg.Engines, config.Engine{Endpoint: e.id.Endpoint, Model: "m", DPRanks: 1,
+			Events: "tcp://" + pub.Addr().String(), Replay: "tcp://" + pub.ReplayAddr().String()})
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return engines, cfg
+}
+
+// storeChain publishes one BlockStored continuing the engine's last block.
+func (e *testEngine) storeChain(t *testing.T, tokens []uint32, live bool) {
+	t.Helper()
+	n := len(tokens) / testBlockSize
+	ev := kvevents.Event{Kind: kvevents.BlockStored, BlockSize: testBlockSize, TokenIDs: tokens, ParentHash: e.lastHash, HasParent: e.lastHash != 0}
+	for i := 0; i < n; i++ {
+		e.lastHash += 1000 // engine ids are opaque to the indexer
+		ev.BlockHashes = append(ev.BlockHashes, e.lastHash)
+	}
+	e.publish(t, kvevents.Batch{TS: float64(time.Now().UnixNano()) / 1e9, Events: []kvevents.Event{ev}}, live)
+}
+
+func (e *testEngine) publish(t *testing.T, b kvevents.Batch, live bool) {
+	t.Helper()
+	payload, err := kvevents.Encode(b, e.enc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if live {
+		_, err = e.pub.Publish(payload)
+	} else {
+		_, err = e.pub.PublishSkippingLive(payload)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.sent++
+}
+
+func runService(t *testing.T, cfg config.Config, idx index.Index) *Service {
+	t.Helper()
+	svc, err := New(cfg, idx, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { svc.Run(ctx); close(done) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Error("service did not stop within 10s of cancellation")
+		}
+	})
+	return svc
+}
+
+// waitBatches waits until every engine's published batches were handled
+// (applied, or rejected as undecodable).
+func waitBatches(t *testing.T, svc *Service, engines []*testEngine) Status {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		st, err := svc.Status(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := true
+		for i, e := range engines {
+			w := st.Workers[i]
+			if w.Ingest.Batches+w.DecodeErrors < e.sent {
+				done = false
+			}
+		}
+		if done {
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("indexer did not apply every published batch within 20s: %+v", st.Workers)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func chain(tokens []uint32) []uint64 {
+	seed := blockhash.Seed("", "tenant")
+	return blockhash.SequenceHashes(blockhash.LocalHashes(tokens, testBlockSize, seed), seed)
+}
+
+func seqTokens(from, n int) []uint32 {
+	t := make([]uint32, n)
+	for i := range t {
+		t[i] = uint32(from + i)
+	}
+	return t
+}
+
+func TestServiceIngestsRepairsGapsAndReportsMetrics(t *testing.T) {
+	engines, cfg := startEngines(t, 2)
+	idx := index.NewMemory(index.MemoryConfig{})
+	svc := runService(t, cfg, idx)
+
+	system := seqTokens(1, 8)  // 2 blocks shared by both engines
+	turn := seqTokens(100, 12) // 3 more blocks on engine 0
+	lost := seqTokens(200, 4)  // engine 0's next batch never arrives live
+	after := seqTokens(300, 4) // and the one after it reveals the gap
+	engines[0].storeChain(t, system, true)
+	engines[1].storeChain(t, system, true)
+	engines[0].storeChain(t, turn, true)
+	engines[0].storeChain(t, lost, false)
+	engines[0].storeChain(t, after, true)
+	st := waitBatches(t, svc, engines)
+
+	full := append(append(append(append([]uint32{}, system...), turn...), lost...), after...)
+	m, err := idx.Match(context.Background(), chain(full))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := m[engines[0].id][index.TierDevice]; d != 7 {
+		t.Errorf("engine 0 depth %d, want 7 (the replayed block included)", d)
+	}
+	if d := m[engines[1].id][index.TierDevice]; d != 2 {
+		t.Errorf("engine 1 depth %d, want 2", d)
+	}
+	w0 := st.Workers[0]
+	if w0.Stream.GapsDetected < 1 || w0.Stream.GapsRepaired < 1 || w0.Stream.Resets != 0 {
+		t.Errorf("gap not repaired cleanly: %+v", w0.Stream)
+	}
+
+	srv := httptest.NewServer(svc.Handler())
+	defer srv.Close()
+	body := get(t, srv.URL+"/metrics", 200)
+	for _, want := range []string{
+		`kvgate_indexer_sequence_gaps_repaired_total{model="m",worker="10.0.0.1:8000#0"} `,
+		`kvgate_indexer_events_applied_total{kind="block_stored",model="m",worker="10.0.0.1:8000#0"} 4`,
+		`kvgate_index_entries 9`,
+		`kvgate_index_up 1`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	get(t, srv.URL+"/healthz", 200)
+	get(t, srv.URL+"/readyz", 200)
+	var status Status
+	if err := json.Unmarshal([]byte(get(t, srv.URL+"/status", 200)), &status); err != nil {
+		t.Fatal(err)
+	}
+	if status.Index.Workers != 2 || len(status.Workers) != 2 {
+		t.Errorf("/status: %+v", status)
+	}
+}
+
+// An undecodable batch may have carried removals: the worker's entries must
+// be dropped (never stale) and rebuilt from what follows.
+func TestServiceResetsWorkerOnUndecodableBatch(t *testing.T) {
+	engines, cfg := startEngines(t, 1)
+	idx := index.NewMemory(index.MemoryConfig{})
+	svc := runService(t, cfg, idx)
+	e := engines[0]
+	e.storeChain(t, seqTokens(1, 8), true)
+	if _, err := e.pub.Publish([]byte{0xc1}); err != nil { // 0xc1 is never valid msgpack
+		t.Fatal(err)
+	}
+	e.sent++
+	e.lastHash = 0
+	e.storeChain(t, seqTokens(50, 4), true)
+	st := waitBatches(t, svc, engines)
+	if st.Workers[0].DecodeErrors != 1 {
+		t.Fatalf("decode errors %d, want 1", st.Workers[0].DecodeErrors)
+	}
+	m, _ := idx.Match(context.Background(), chain(seqTokens(1, 8)))
+	if len(m) != 0 {
+		t.Errorf("blocks stored before the undecodable batch still indexed: %v", m)
+	}
+	m, _ = idx.Match(context.Background(), chain(seqTokens(50, 4)))
+	if m[e.id][index.TierDevice] != 1 {
+		t.Errorf("blocks stored after the reset missing: %v", m)
+	}
+}
+
+// Several extproc replicas share the Redis index: what one indexer applies,
+// another process's index client sees.
+func TestServiceOnRedisSharedIndex(t *testing.T) {
+	srv := redistest.Standalone(t)
+	engines, cfg := startEngines(t, 2)
+	cfg.Index.Backend = "redis"
+	cfg.Index.Redis.Addrs = []string{srv.Addr()}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	idx, err := OpenIndex(context.Background(), cfg.Index)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idx.Close()
+	svc := runService(t, cfg, idx)
+	engines[0].storeChain(t, seqTokens(1, 12), true)
+	engines[1].storeChain(t, seqTokens(1, 4), true)
+	waitBatches(t, svc, engines)
+
+	replica, err := index.NewRedis(context.Background(), index.RedisConfig{Client: srv.NewClient()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer replica.Close()
+	m, err := replica.Match(context.Background(), chain(seqTokens(1, 12)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m[engines[0].id][index.TierDevice] != 3 || m[engines[1].id][index.TierDevice] != 1 {
+		t.Fatalf("replica sees %v, want depths 3 and 1", m)
+	}
+}
+
+func TestOpenIndexReportsUnreachableRedis(t *testing.T) {
+	c := config.Default().Index
+	c.Backend = "redis"
+	c.Redis.Addrs = []string{"127.0.0.1:1"}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := OpenIndex(ctx, c); err == nil || !strings.Contains(err.Error(), "127.0.0.1:1") {
+		t.Fatalf("got %v, want an error naming the address", err)
+	}
+}
+
+func get(t *testing.T, url string, want int) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != want {
+		t.Fatalf("GET %s: %d %s", url, resp.StatusCode, b)
+	}
+	return string(b)
+}
