@@ -14,7 +14,8 @@ FUZZ_TARGETS := \
 	./extproc/openai:FuzzParseValue \
 	./indexer/index:FuzzRedisApplyBlock \
 	./indexer/index:FuzzMemoryAgainstModel \
-	./extproc/tokenizer:FuzzEncodeRoundTrip
+	./extproc/tokenizer:FuzzEncodeRoundTrip \
+	./picker:FuzzPick
 
 .PHONY: all build run test unit fuzz bench lint e2e models golden clean
 

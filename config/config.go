@@ -29,8 +29,60 @@ const MaxFileBytes = 4 << 20
 type Config struct {
 	Index   Index    `yaml:"index"`
 	Indexer Indexer  `yaml:"indexer"`
+	Extproc Extproc  `yaml:"extproc"`
 	Models  []Model  `yaml:"models"`
 	Engines []Engine `yaml:"engines"`
+}
+
+// Extproc configures the `kvgate extproc` process (the Envoy-facing picker).
+type Extproc struct {
+	// Listen is the gRPC address Envoy's ext_proc filter connects to.
+	Listen string `yaml:"listen"`
+	// Admin serves /metrics, /healthz, /readyz and /debug/decisions; keep it
+	// on loopback or a private interface.
+	Admin        string `yaml:"admin"`
+	MaxBodyBytes int    `yaml:"max_body_bytes"`
+	// Policy is the picker's cost function: "dynamo" (Dynamo's default) or
+	// "kvgate" (throughput-aware, decode-footprint and anti-herding terms).
+	Policy      string      `yaml:"policy"`
+	Temperature float64     `yaml:"temperature"`
+	Fallbacks   int         `yaml:"fallbacks"`
+	TierWeights TierWeights `yaml:"tier_weights"`
+	// IndexTimeout bounds one index match; past it the request is routed
+	// on load alone (counted), never failed.
+	IndexTimeout Duration `yaml:"index_timeout"`
+	// ApproximateTTL: for engines without KV events, kvgate remembers its
+	// own routing decisions as cache hints for this long.
+	ApproximateTTL Duration `yaml:"approximate_ttl"`
+	// ExpectedOutputTokens predicts a request's decode footprint when it
+	// sets no max_tokens.
+	ExpectedOutputTokens int       `yaml:"expected_output_tokens"`
+	Admission            Admission `yaml:"admission"`
+	PD                   PD        `yaml:"pd"`
+	// DecisionsKept is how many recent decisions /debug/decisions shows.
+	DecisionsKept int `yaml:"decisions_kept"`
+}
+
+// TierWeights credit cached blocks by where they live.
+type TierWeights struct {
+	Device   float64 `yaml:"device"`
+	Host     float64 `yaml:"host"`
+	Disk     float64 `yaml:"disk"`
+	External float64 `yaml:"external"`
+}
+
+// Admission bounds per pool (served model); over a bound a request gets 429.
+type Admission struct {
+	MaxInflight            int   `yaml:"max_inflight"`              // 0 = unbounded
+	MaxQueuedPrefillTokens int64 `yaml:"max_queued_prefill_tokens"` // 0 = unbounded
+}
+
+// PD configures conditional prefill/decode disaggregation.
+type PD struct {
+	Enabled           bool    `yaml:"enabled"`
+	MinUncachedTokens int     `yaml:"min_uncached_tokens"`
+	KVBytesPerToken   int64   `yaml:"kv_bytes_per_token"`
+	TransferGBps      float64 `yaml:"transfer_gbps"`
 }
 
 // Index selects and tunes the fleet KV index backend.
@@ -96,6 +148,10 @@ type Engine struct {
 	Replay  string `yaml:"replay"`
 	DPRanks int    `yaml:"dp_ranks"`
 	Topic   string `yaml:"topic"`
+	// Role is "both" (default, also when empty), "prefill" or "decode".
+	Role string `yaml:"role"`
+	// Draining workers get no new requests.
+	Draining bool `yaml:"draining"`
 }
 
 // Duration is a time.Duration written as "250ms", "30s", "1h".
@@ -188,6 +244,49 @@ func (c *Config) applyDefaults() {
 		if c.Engines[i].DPRanks == 0 {
 			c.Engines[i].DPRanks = 1
 		}
+		if c.Engines[i].Role == "" {
+			c.Engines[i].Role = "both"
+		}
+	}
+	x := &c.Extproc
+	if x.Listen == "" {
+		x.Listen = "127.0.0.1:9002"
+	}
+	if x.Admin == "" {
+		x.Admin = "127.0.0.1:9003"
+	}
+	if x.MaxBodyBytes == 0 {
+		x.MaxBodyBytes = 8 << 20
+	}
+	if x.Policy == "" {
+		x.Policy = "dynamo"
+	}
+	if x.Fallbacks == 0 {
+		x.Fallbacks = 2
+	}
+	if x.TierWeights == (TierWeights{}) {
+		x.TierWeights = TierWeights{Device: 1, Host: 0.75, Disk: 0.25}
+	}
+	if x.IndexTimeout == 0 {
+		x.IndexTimeout = Duration(50 * time.Millisecond)
+	}
+	if x.ApproximateTTL == 0 {
+		x.ApproximateTTL = Duration(120 * time.Second)
+	}
+	if x.ExpectedOutputTokens == 0 {
+		x.ExpectedOutputTokens = 256
+	}
+	if x.PD.MinUncachedTokens == 0 {
+		x.PD.MinUncachedTokens = 1024
+	}
+	if x.PD.KVBytesPerToken == 0 {
+		x.PD.KVBytesPerToken = 131072
+	}
+	if x.PD.TransferGBps == 0 {
+		x.PD.TransferGBps = 10
+	}
+	if x.DecisionsKept == 0 {
+		x.DecisionsKept = 256
 	}
 }
 
@@ -225,6 +324,9 @@ func (c *Config) Validate() error {
 	if err := checkHostPort(c.Indexer.Listen); err != nil {
 		return fmt.Errorf("indexer.listen: %w", err)
 	}
+	if err := c.Extproc.validate(); err != nil {
+		return err
+	}
 	models := map[string]bool{}
 	for i, m := range c.Models {
 		p := fmt.Sprintf("models[%d]", i)
@@ -261,8 +363,17 @@ func (c *Config) Validate() error {
 		if e.DPRanks < 1 || e.DPRanks > 1024 {
 			return fmt.Errorf("%s.dp_ranks: must be in 1..1024", p)
 		}
-		if _, _, err := ZMQEndpoint(e.Events, 0); err != nil {
-			return fmt.Errorf("%s.events: %w", p, err)
+		if e.Events != "" {
+			if _, _, err := ZMQEndpoint(e.Events, 0); err != nil {
+				return fmt.Errorf("%s.events: %w", p, err)
+			}
+		} else if e.Replay != "" {
+			return fmt.Errorf("%s.replay: set without events", p)
+		}
+		switch e.Role {
+		case "", "both", "prefill", "decode":
+		default:
+			return fmt.Errorf("%s.role: %q is not one of both, prefill, decode", p, e.Role)
 		}
 		if e.Replay != "" {
 			if _, _, err := ZMQEndpoint(e.Replay, 0); err != nil {
@@ -312,6 +423,38 @@ func checkHostPort(s string) error {
 	p, err := strconv.Atoi(port)
 	if err != nil || p < 0 || p > 65535 {
 		return fmt.Errorf("%q: bad port", s)
+	}
+	return nil
+}
+
+func (x *Extproc) validate() error {
+	if err := checkHostPort(x.Listen); err != nil {
+		return fmt.Errorf("extproc.listen: %w", err)
+	}
+	if err := checkHostPort(x.Admin); err != nil {
+		return fmt.Errorf("extproc.admin: %w", err)
+	}
+	switch {
+	case x.MaxBodyBytes < 1024 || x.MaxBodyBytes > 1<<30:
+		return fmt.Errorf("extproc.max_body_bytes: must be in 1024..%d", 1<<30)
+	case x.Policy != "dynamo" && x.Policy != "kvgate":
+		return fmt.Errorf("extproc.policy: %q is not one of dynamo, kvgate", x.Policy)
+	case x.Temperature < 0 || x.Temperature > 100:
+		return errors.New("extproc.temperature: must be in 0..100")
+	case x.Fallbacks < 0 || x.Fallbacks > 16:
+		return errors.New("extproc.fallbacks: must be in 0..16")
+	case x.TierWeights.Device < 0 || x.TierWeights.Host < 0 || x.TierWeights.Disk < 0 || x.TierWeights.External < 0:
+		return errors.New("extproc.tier_weights: weights must be >= 0")
+	case x.IndexTimeout.D() < time.Millisecond:
+		return errors.New("extproc.index_timeout: must be at least 1ms")
+	case x.ExpectedOutputTokens < 0:
+		return errors.New("extproc.expected_output_tokens: must be >= 0")
+	case x.Admission.MaxInflight < 0 || x.Admission.MaxQueuedPrefillTokens < 0:
+		return errors.New("extproc.admission: bounds must be >= 0 (0 = unbounded)")
+	case x.PD.MinUncachedTokens < 0 || x.PD.KVBytesPerToken < 0 || x.PD.TransferGBps <= 0:
+		return errors.New("extproc.pd: min_uncached_tokens and kv_bytes_per_token must be >= 0, transfer_gbps > 0")
+	case x.DecisionsKept < 0 || x.DecisionsKept > 100000:
+		return errors.New("extproc.decisions_kept: must be in 0..100000")
 	}
 	return nil
 }

@@ -57,6 +57,9 @@ func New(cfg config.Config, idx index.Index, log *slog.Logger) (*Service, error)
 		if m == nil {
 			return nil, fmt.Errorf("engine %s: unknown model %q", e.Endpoint, e.Model)
 		}
+		if e.Events == "" {
+			continue // no KV events: the extproc routes it in approximate mode
+		}
 		for rank := 0; rank < e.DPRanks; rank++ {
 			st, err := s.newStream(e, m, rank)
 			if err != nil {

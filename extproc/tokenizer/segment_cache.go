@@ -52,7 +52,9 @@ func NewSegmentCache(maxBytes int64) *SegmentCache {
 	return &SegmentCache{maxBytes: maxBytes, minSegment: 64, items: map[uint64]*list.Element{}, lru: list.New()}
 }
 
-func (c *SegmentCache) cost(e *segmentEntry) int64 { return int64(len(e.text)) + 4*int64(len(e.ids)) + 64 }
+func (c *SegmentCache) cost(e *segmentEntry) int64 {
+	return int64(len(e.text)) + 4*int64(len(e.ids)) + 64
+}
 
 func (c *SegmentCache) get(key uint64, text string) ([]uint32, bool) {
 	c.mu.Lock()

@@ -1,0 +1,194 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+
+	"github.com/kvgate/kvgate/config"
+	"github.com/kvgate/kvgate/extproc"
+	"github.com/kvgate/kvgate/extproc/openai"
+	"github.com/kvgate/kvgate/extproc/preprocess"
+	"github.com/kvgate/kvgate/extproc/server"
+	"github.com/kvgate/kvgate/indexer"
+)
+
+func init() {
+	register("extproc", command{
+		summary: "Envoy ext_proc server: KV-aware endpoint picker (--config FILE)",
+		run:     runExtproc,
+	})
+}
+
+func runExtproc(args []string, _ io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("kvgate extproc", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfgPath := fs.String("config", "", "configuration file (YAML): models (with tokenizer directories), engines, extproc, index")
+	listen := fs.String("listen", "", "override extproc.listen: gRPC address for Envoy's ext_proc filter")
+	admin := fs.String("admin", "", "override extproc.admin: HTTP address for /metrics, /healthz, /readyz, /debug/decisions")
+	withIndexer := fs.Bool("with-indexer", false, "also subscribe to the engines' KV events in this process (always on with the memory index)")
+	drain := fs.Duration("drain", 30*time.Second, "on SIGTERM, how long to wait for in-flight streams before stopping")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: kvgate extproc --config FILE [flags]\n\nServes Envoy's ext_proc protocol: parses each OpenAI request once, tokenizes it exactly as the\nengine will, matches its KV blocks against the fleet index and sets x-gateway-destination-endpoint\nand envoy.lb metadata (GIE endpoint-picker protocol). Flags:")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if *cfgPath == "" {
+		fmt.Fprintln(stderr, "kvgate extproc: --config is required (models need tokenizer directories)")
+		return 2
+	}
+	cfg, err := config.Load(*cfgPath)
+	if err != nil {
+		fmt.Fprintf(stderr, "kvgate extproc: %v\n", err)
+		return 2
+	}
+	if *listen != "" {
+		cfg.Extproc.Listen = *listen
+	}
+	if *admin != "" {
+		cfg.Extproc.Admin = *admin
+	}
+	if err := cfg.Validate(); err != nil {
+		fmt.Fprintf(stderr, "kvgate extproc: %v\n", err)
+		return 2
+	}
+	log := slog.New(slog.NewJSONHandler(stderr, nil))
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	err = serveExtproc(ctx, cfg, extprocOptions{baseDir: filepath.Dir(*cfgPath), withIndexer: *withIndexer, drain: *drain, log: log,
+		listening: func(grpcAddr, adminAddr net.Addr) {
+			fmt.Fprintf(stdout, "kvgate extproc: ext_proc gRPC on %s, admin on http://%s\n", grpcAddr, adminAddr)
+		}})
+	if err != nil {
+		fmt.Fprintf(stderr, "kvgate extproc: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+type extprocOptions struct {
+	baseDir     string
+	withIndexer bool
+	drain       time.Duration
+	log         *slog.Logger
+	listening   func(grpcAddr, adminAddr net.Addr)
+	// routerReady, if set, receives the router once serving (tests).
+	routerReady func(*extproc.Router)
+}
+
+// serveExtproc runs the ext_proc server until ctx ends, then drains: the
+// readiness probe fails first, in-flight streams finish (up to the drain
+// deadline), and only then does the process stop.
+func serveExtproc(ctx context.Context, cfg config.Config, o extprocOptions) error {
+	reg, err := preprocess.New(cfg.Models, preprocess.Options{BaseDir: o.baseDir, Limits: openai.Limits{MaxBodyBytes: cfg.Extproc.MaxBodyBytes}})
+	if err != nil {
+		return err
+	}
+	idx, err := indexer.OpenIndex(ctx, cfg.Index)
+	if err != nil {
+		return err
+	}
+	defer idx.Close()
+	router, err := extproc.NewRouter(cfg, reg, idx, o.log)
+	if err != nil {
+		return err
+	}
+	promReg := prometheus.NewRegistry()
+	promReg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if err := router.Register(promReg); err != nil {
+		return err
+	}
+	srv, err := server.New(router, server.Config{
+		MaxBodyBytes: cfg.Extproc.MaxBodyBytes,
+		OnDecision:   func(d time.Duration) { router.ObserveDecision(d.Seconds()) },
+		Logger:       o.log,
+	})
+	if err != nil {
+		return err
+	}
+	runCtx, cancelRun := context.WithCancel(context.Background())
+	defer cancelRun()
+	indexerDone := make(chan struct{})
+	if cfg.Index.Backend == "memory" || o.withIndexer {
+		// The in-memory index lives in this process, so this process must
+		// also keep it fed.
+		svc, err := indexer.New(cfg, idx, o.log)
+		if err != nil {
+			return err
+		}
+		promReg.MustRegister(svc.Collector())
+		go func() { svc.Run(runCtx); close(indexerDone) }()
+	} else {
+		close(indexerDone)
+	}
+
+	gln, err := net.Listen("tcp", cfg.Extproc.Listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", cfg.Extproc.Listen, err)
+	}
+	gs := grpc.NewServer()
+	srv.Register(gs)
+	go gs.Serve(gln)
+	defer gs.Stop()
+
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(promReg, promhttp.HandlerOpts{}))
+	mux.Handle("GET /debug/decisions", router.DecisionsHandler())
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
+	ready := make(chan struct{})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		select {
+		case <-ready:
+			w.Write([]byte("ready\n"))
+		default:
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
+		}
+	})
+	aln, err := net.Listen("tcp", cfg.Extproc.Admin)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", cfg.Extproc.Admin, err)
+	}
+	hs := newHTTPServer(mux)
+	go hs.Serve(aln)
+	defer hs.Close()
+
+	srv.SetServing()
+	close(ready)
+	if o.listening != nil {
+		o.listening(gln.Addr(), aln.Addr())
+	}
+	if o.routerReady != nil {
+		o.routerReady(router)
+	}
+	<-ctx.Done()
+	o.log.Info("draining", "deadline", o.drain)
+	dctx, cancel := context.WithTimeout(context.Background(), o.drain)
+	derr := srv.Drain(dctx)
+	cancel()
+	if derr != nil {
+		o.log.Warn("drain incomplete", "err", derr)
+	}
+	cancelRun()
+	<-indexerDone
+	o.log.Info("extproc stopped")
+	return nil
+}

@@ -1,0 +1,138 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kvgate/kvgate/indexer"
+	"github.com/kvgate/kvgate/indexer/kvevents"
+	"github.com/kvgate/kvgate/indexer/kvstream"
+)
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// `kvgate indexer` ingests from a configured engine, serves its endpoints,
+// and exits 0 on SIGTERM.
+func TestIndexerCommandServesAndStopsOnSIGTERM(t *testing.T) {
+	pub, err := kvstream.NewPublisher(kvstream.PublisherConfig{Endpoint: "tcp://127.0.0.1:0", ReplayEndpoint: "tcp://127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	cfgPath := filepath.Join(t.TempDir(), "kvgate.yaml")
+	cfg := fmt.Sprintf(`
+indexer:
+  listen: 127.0.0.1:0
+models:
+  - name: m
+    block_size: 4
+engines:
+  - endpoint: 10.1.2.3:8000
+    model: m
+    events: tcp://%s
+    replay: tcp://%s
+`, pub.Addr(), pub.ReplayAddr())
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr syncBuffer
+	done := make(chan int, 1)
+	go func() { done <- dispatch([]string{"indexer", "--config", cfgPath}, strings.NewReader(""), &stdout, &stderr) }()
+
+	addrRe := regexp.MustCompile(`http://(\S+)`)
+	var base string
+	for deadline := time.Now().Add(10 * time.Second); base == ""; time.Sleep(10 * time.Millisecond) {
+		if m := addrRe.FindStringSubmatch(stdout.String()); m != nil {
+			base = "http://" + m[1]
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("indexer never announced its address; stderr: %s", stderr.String())
+		}
+	}
+	waitHTTP(t, base+"/readyz", http.StatusOK)
+	payload, err := kvevents.Encode(kvevents.Batch{TS: 1, Events: []kvevents.Event{{Kind: kvevents.BlockStored, BlockHashes: []uint64{7}, TokenIDs: []uint32{1, 2, 3, 4}, BlockSize: 4}}}, kvevents.EncodingArray)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pub.Publish(payload); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		var st indexer.Status
+		if err := json.Unmarshal([]byte(waitHTTP(t, base+"/status", http.StatusOK)), &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.Index.Entries == 1 && st.Workers[0].Ingest.Batches == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("event never indexed: %+v", st)
+		}
+	}
+	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("exit %d after SIGTERM; stderr: %s", code, stderr.String())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("indexer did not stop within 15s of SIGTERM")
+	}
+	if !strings.Contains(stderr.String(), "indexer stopped") {
+		t.Fatalf("no clean-stop log line: %s", stderr.String())
+	}
+}
+
+func TestIndexerCommandRejectsBadConfig(t *testing.T) {
+	cfgPath := filepath.Join(t.TempDir(), "bad.yaml")
+	os.WriteFile(cfgPath, []byte("index: {backend: etcd}\n"), 0o644)
+	var out, errb bytes.Buffer
+	if code := dispatch([]string{"indexer", "--config", cfgPath}, strings.NewReader(""), &out, &errb); code != 2 || !strings.Contains(errb.String(), "index.backend") {
+		t.Fatalf("exit %d, stderr %q", code, errb.String())
+	}
+}
+
+func waitHTTP(t *testing.T, url string, want int) string {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		resp, err := http.Get(url)
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == want {
+				return string(b)
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GET %s never answered %d (last error %v)", url, want, err)
+		}
+	}
+}

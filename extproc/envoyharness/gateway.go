@@ -1,0 +1,274 @@
+package envoyharness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Gateway is an http.Handler that does for each client request what Envoy
+// with the ext_proc filter and an ORIGINAL_DST cluster does: the request
+// path through the processor, the upstream choice from its answer, a real
+// HTTP request to that ip:port (walking fallbacks on connect failure), and
+// the response streamed back through the processor's response path. A
+// client that goes away cancels the exchange.
+type Gateway struct {
+	Harness *Harness
+	// Client reaches the upstreams; nil uses a dedicated transport without
+	// proxies or compression.
+	Client *http.Client
+	// ChunkSize cuts request bodies into request_body messages (default
+	// 16 KiB).
+	ChunkSize int
+	// MaxRequestBytes bounds what the gateway reads from a client
+	// (default 64 MiB; 413 above it).
+	MaxRequestBytes int64
+	Logger          *slog.Logger
+}
+
+var defaultTransport = &http.Transport{
+	Proxy:               nil,
+	DialContext:         (&net.Dialer{Timeout: 2 * time.Second}).DialContext,
+	DisableCompression:  true,
+	MaxIdleConnsPerHost: 64,
+}
+
+// hopByHop headers are the connection's, not the request's (RFC 9110 §7.6.1).
+var hopByHop = map[string]bool{
+	"connection": true, "keep-alive": true, "proxy-connection": true, "te": true,
+	"transfer-encoding": true, "upgrade": true, "trailer": true,
+}
+
+func (g *Gateway) logger() *slog.Logger {
+	if g.Logger != nil {
+		return g.Logger
+	}
+	return slog.Default()
+}
+
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	limit := g.MaxRequestBytes
+	if limit <= 0 {
+		limit = 64 << 20
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	if err != nil {
+		return // client gone
+	}
+	if int64(len(body)) > limit {
+		writeLocal(w, &LocalReply{Status: http.StatusRequestEntityTooLarge, Body: []byte("Payload Too Large")})
+		return
+	}
+	req := &Request{Method: r.Method, Path: r.URL.RequestURI(), Authority: r.Host, Scheme: "http", Body: body, ChunkSize: g.ChunkSize}
+	for name, vs := range r.Header {
+		n := strings.ToLower(name)
+		if hopByHop[n] || n == "host" {
+			continue
+		}
+		for _, v := range vs {
+			req.Headers = append(req.Headers, Header{n, v})
+		}
+	}
+	for name, vs := range r.Trailer {
+		for _, v := range vs {
+			req.Trailers = append(req.Trailers, Header{strings.ToLower(name), v})
+		}
+	}
+
+	x, err := g.Harness.Start(ctx, req)
+	if err != nil {
+		g.logger().Error("envoyharness gateway: ext_proc unreachable", "err", err)
+		writeLocal(w, &LocalReply{Status: g.Harness.cfg.StatusOnError, Body: []byte("ext_proc unavailable")})
+		return
+	}
+	defer x.Cancel()
+	if x.Local != nil {
+		if x.Local.Cause != "client_cancel" {
+			writeLocal(w, x.Local)
+		}
+		return
+	}
+	f := x.Forward
+	if f.RouteErr != nil {
+		// ORIGINAL_DST without a usable host.
+		g.logger().Warn("envoyharness gateway: no upstream", "err", f.RouteErr)
+		writeLocal(w, &LocalReply{Status: http.StatusServiceUnavailable, Body: []byte("no healthy upstream")})
+		return
+	}
+	resp, served, err := g.forward(ctx, f)
+	if err != nil {
+		if ctx.Err() != nil {
+			return
+		}
+		g.logger().Warn("envoyharness gateway: upstream failed", "err", err)
+		writeLocal(w, &LocalReply{Status: http.StatusServiceUnavailable, Body: []byte("upstream connect error or disconnect/reset before headers")})
+		return
+	}
+	defer resp.Body.Close()
+
+	var rh []Header
+	for name, vs := range resp.Header {
+		n := strings.ToLower(name)
+		if hopByHop[n] || n == "content-length" {
+			// The processor may re-chunk the body; the length is the
+			// writer's business.
+			continue
+		}
+		for _, v := range vs {
+			rh = append(rh, Header{n, v})
+		}
+	}
+	noBody := r.Method == http.MethodHead || resp.ContentLength == 0 && len(resp.Trailer) == 0
+	out, err := x.RespondHeaders(resp.StatusCode, rh, noBody, served)
+	if err != nil {
+		g.logger().Warn("envoyharness gateway: response headers", "err", err)
+		writeLocal(w, &LocalReply{Status: g.Harness.cfg.StatusOnError, Body: []byte("ext_proc error on response headers")})
+		return
+	}
+	code := resp.StatusCode
+	for _, h := range out {
+		if h.Name == ":status" {
+			if n, err := strconv.Atoi(h.Value); err == nil {
+				code = n
+			}
+			continue
+		}
+		if strings.HasPrefix(h.Name, ":") {
+			continue
+		}
+		w.Header().Add(h.Name, h.Value)
+	}
+	w.WriteHeader(code)
+	flusher, _ := w.(http.Flusher)
+	if flusher != nil {
+		flusher.Flush()
+	}
+
+	upErr := make(chan error, 1)
+	if !noBody {
+		go func() { upErr <- g.pumpUpstream(x, resp) }()
+	} else {
+		upErr <- nil
+	}
+	for {
+		data, end, err := x.Downstream(ctx)
+		if err != nil {
+			return // processor or client failure: the client sees a reset body
+		}
+		if len(data) > 0 {
+			if _, err := w.Write(data); err != nil {
+				return
+			}
+			if flusher != nil {
+				flusher.Flush()
+			}
+		}
+		if end {
+			break
+		}
+	}
+	if err := <-upErr; err != nil {
+		return
+	}
+	closeCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := x.Close(closeCtx); err != nil {
+		g.logger().Warn("envoyharness gateway: closing ext_proc stream", "err", err)
+	}
+}
+
+// pumpUpstream feeds the upstream body into the response path as it
+// arrives, so streamed (SSE) responses flow chunk by chunk.
+func (g *Gateway) pumpUpstream(x *Exchange, resp *http.Response) error {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := resp.Body.Read(buf)
+		if n > 0 {
+			if serr := x.RespondBody(buf[:n], false); serr != nil {
+				return serr
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			var tr []Header
+			for name, vs := range resp.Trailer {
+				for _, v := range vs {
+					tr = append(tr, Header{strings.ToLower(name), v})
+				}
+			}
+			if len(tr) > 0 {
+				_, terr := x.RespondTrailers(tr)
+				return terr
+			}
+			return x.RespondBody(nil, true)
+		}
+		if err != nil {
+			x.Cancel()
+			return fmt.Errorf("upstream body: %w", err)
+		}
+	}
+}
+
+// forward sends the processed request to the chosen upstream, then to each
+// fallback in turn while connecting fails (override_host retry walk).
+func (g *Gateway) forward(ctx context.Context, f *Forwarded) (*http.Response, string, error) {
+	client := g.Client
+	if client == nil {
+		client = &http.Client{Transport: defaultTransport}
+	}
+	method, _ := Get(f.Headers, ":method")
+	path, _ := Get(f.Headers, ":path")
+	authority, _ := Get(f.Headers, ":authority")
+	if cl, ok := Get(f.Headers, "content-length"); ok && cl != strconv.Itoa(len(f.Body)) {
+		return nil, "", fmt.Errorf("content-length %s does not match the %d-byte body the processor left", cl, len(f.Body))
+	}
+	var lastErr error
+	for _, ep := range append([]string{f.Upstream}, f.Fallbacks...) {
+		req, err := http.NewRequestWithContext(ctx, method, "http://"+ep+path, strings.NewReader(string(f.Body)))
+		if err != nil {
+			return nil, "", fmt.Errorf("build upstream request: %w", err)
+		}
+		req.Host = authority
+		for _, h := range f.Headers {
+			if strings.HasPrefix(h.Name, ":") || hopByHop[h.Name] || h.Name == "content-length" {
+				continue
+			}
+			req.Header.Add(h.Name, h.Value)
+		}
+		req.ContentLength = int64(len(f.Body))
+		resp, err := client.Do(req)
+		if err == nil {
+			return resp, ep, nil
+		}
+		lastErr = err
+		var op *net.OpError
+		if !errors.As(err, &op) || op.Op != "dial" {
+			break // only a connect failure is retried on the next host
+		}
+	}
+	return nil, "", fmt.Errorf("upstream: %w", lastErr)
+}
+
+func writeLocal(w http.ResponseWriter, l *LocalReply) {
+	for _, h := range l.Headers {
+		if !strings.HasPrefix(h.Name, ":") {
+			w.Header().Add(h.Name, h.Value)
+		}
+	}
+	if w.Header().Get("content-type") == "" {
+		w.Header().Set("content-type", "text/plain")
+	}
+	status := l.Status
+	if status == 0 {
+		status = http.StatusInternalServerError
+	}
+	w.WriteHeader(status)
+	_, _ = w.Write(l.Body)
+}

@@ -1,0 +1,259 @@
+package loadview
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/kvgate/kvgate/indexer/index"
+)
+
+// Recent is the approximate KV view for engines that publish no KV events:
+// it assumes a worker holds a prompt's blocks for TTL after kvgate routed
+// that prompt there, as Dynamo's ApproxKvIndexer does (router flag
+// --no-kv-events; "TTL-based expiration (default 120s)", docs/router/
+// kv_cache_routing.md). Memory is bounded by MaxEntries (block, worker)
+// pairs; past it the least recently recorded pairs are evicted.
+type Recent struct {
+	mu      sync.RWMutex
+	ttl     int64 // ns
+	max     int
+	seq     uint64
+	entries map[uint64][]holder // block sequence hash → workers holding it
+	live    int                 // (hash, worker) pairs in entries
+
+	// queue holds one record per Record of a pair, oldest first, as a ring.
+	// A record is current when its seq matches the holder's; refreshing a
+	// pair leaves its older record stale, skipped when it reaches the front.
+	queue      []record
+	head, size int
+
+	recorded, expired, evicted uint64
+}
+
+type holder struct {
+	w   index.WorkerID
+	exp int64 // UnixNano after which the pair is forgotten
+	seq uint64
+}
+
+type record struct {
+	hash uint64
+	w    index.WorkerID
+	exp  int64
+	seq  uint64
+}
+
+// RecentConfig sizes a Recent.
+type RecentConfig struct {
+	TTL        time.Duration // how long a routed prompt is assumed cached
+	MaxEntries int           // bound on remembered (block, worker) pairs
+}
+
+// DefaultRecentConfig is Dynamo's 120 s TTL and 2^18 pairs (~40 MiB): 120 s
+// of 35 requests/s with 64-block prompts.
+func DefaultRecentConfig() RecentConfig {
+	return RecentConfig{TTL: 120 * time.Second, MaxEntries: 1 << 18}
+}
+
+// NewRecent returns an empty Recent.
+func NewRecent(cfg RecentConfig) (*Recent, error) {
+	if cfg.TTL <= 0 || cfg.TTL > 24*time.Hour {
+		return nil, fmt.Errorf("recent KV view: TTL %v outside (0, 24h]", cfg.TTL)
+	}
+	if cfg.MaxEntries < 1 || cfg.MaxEntries > 1<<26 {
+		return nil, fmt.Errorf("recent KV view: max entries %d outside [1, 2^26]", cfg.MaxEntries)
+	}
+	return &Recent{
+		ttl:     int64(cfg.TTL),
+		max:     cfg.MaxEntries,
+		entries: make(map[uint64][]holder),
+	}, nil
+}
+
+// growLocked doubles the ring (up to max), so that a large bound costs
+// memory only when traffic fills it.
+func (r *Recent) growLocked() {
+	n := min(max(2*len(r.queue), 1024), r.max)
+	q := make([]record, n)
+	for i := range r.size {
+		q[i] = r.queue[(r.head+i)%len(r.queue)]
+	}
+	r.queue, r.head = q, 0
+}
+
+// Record notes that the prompt whose block sequence hashes are chain was
+// routed to w at now. Only the first MaxEntries blocks are kept: leading
+// blocks are the ones later prompts share.
+func (r *Recent) Record(w index.WorkerID, chain []uint64, now time.Time) {
+	if len(chain) > r.max {
+		chain = chain[:r.max]
+	}
+	t := now.UnixNano()
+	exp := t + r.ttl
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.expireLocked(t)
+	for _, h := range chain {
+		r.seq++
+		hs := r.entries[h]
+		found := false
+		for i := range hs {
+			if hs[i].w == w {
+				hs[i].exp, hs[i].seq = exp, r.seq
+				found = true
+				break
+			}
+		}
+		if !found {
+			r.entries[h] = append(hs, holder{w: w, exp: exp, seq: r.seq})
+			r.live++
+		}
+		if r.size == len(r.queue) {
+			if len(r.queue) < r.max {
+				r.growLocked()
+			} else {
+				r.popLocked(true)
+			}
+		}
+		r.queue[(r.head+r.size)%len(r.queue)] = record{hash: h, w: w, exp: exp, seq: r.seq}
+		r.size++
+		r.recorded++
+	}
+}
+
+// Expire forgets pairs whose TTL has passed; Record also does this.
+func (r *Recent) Expire(now time.Time) {
+	r.mu.Lock()
+	r.expireLocked(now.UnixNano())
+	r.mu.Unlock()
+}
+
+func (r *Recent) expireLocked(t int64) {
+	// Records are queued in Record order; when callers pass time forward the
+	// front holds the earliest expiry. If time went backwards a later record
+	// may expire first: it then waits here (Match ignores it anyway).
+	for r.size > 0 && r.queue[r.head].exp <= t {
+		r.popLocked(false)
+	}
+}
+
+// popLocked drops the oldest record, and its pair if the record is current.
+func (r *Recent) popLocked(evict bool) {
+	rec := r.queue[r.head]
+	r.queue[r.head] = record{} // drop the worker string reference
+	r.head = (r.head + 1) % len(r.queue)
+	r.size--
+	hs := r.entries[rec.hash]
+	for i := range hs {
+		if hs[i].w == rec.w && hs[i].seq == rec.seq {
+			hs[i] = hs[len(hs)-1]
+			hs[len(hs)-1] = holder{}
+			hs = hs[:len(hs)-1]
+			if len(hs) == 0 {
+				delete(r.entries, rec.hash)
+			} else {
+				r.entries[rec.hash] = hs
+			}
+			r.live--
+			if evict {
+				r.evicted++
+			} else {
+				r.expired++
+			}
+			return
+		}
+	}
+}
+
+// Match returns, per worker, how many leading blocks of chain it is assumed
+// to hold at now. The approximation knows no tiers: a depth is reported on
+// every tier, as if on device.
+func (r *Recent) Match(chain []uint64, now time.Time) index.Match {
+	t := now.UnixNano()
+	out := index.Match{}
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if len(chain) == 0 {
+		return out
+	}
+	var alive []index.WorkerID
+	for _, h := range r.entries[chain[0]] {
+		if h.exp > t {
+			alive = append(alive, h.w)
+		}
+	}
+	depth := 1
+	for ; len(alive) > 0 && depth < len(chain); depth++ {
+		hs := r.entries[chain[depth]]
+		kept := alive[:0]
+		for _, w := range alive {
+			if holds(hs, w, t) {
+				kept = append(kept, w)
+			} else {
+				out[w] = depthsOf(depth)
+			}
+		}
+		alive = kept
+	}
+	for _, w := range alive {
+		out[w] = depthsOf(depth)
+	}
+	return out
+}
+
+func holds(hs []holder, w index.WorkerID, t int64) bool {
+	for i := range hs {
+		if hs[i].w == w {
+			return hs[i].exp > t
+		}
+	}
+	return false
+}
+
+func depthsOf(d int) index.Depths {
+	var out index.Depths
+	for i := range out {
+		out[i] = d
+	}
+	return out
+}
+
+// ForgetWorker drops everything recorded for w (it left the fleet). It scans
+// every entry, so it is meant for membership changes, not the request path.
+func (r *Recent) ForgetWorker(w index.WorkerID) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for h, hs := range r.entries {
+		for i := range hs {
+			if hs[i].w == w {
+				hs[i] = hs[len(hs)-1]
+				hs[len(hs)-1] = holder{}
+				hs = hs[:len(hs)-1]
+				r.live--
+				if len(hs) == 0 {
+					delete(r.entries, h)
+				} else {
+					r.entries[h] = hs
+				}
+				break
+			}
+		}
+	}
+	// Its queue records are now stale and fall out as they reach the front.
+}
+
+// RecentStats is a snapshot of a Recent's size and churn.
+type RecentStats struct {
+	Entries  int    // (block, worker) pairs remembered now
+	Recorded uint64 // pairs recorded (refreshes included)
+	Expired  uint64 // pairs forgotten at TTL
+	Evicted  uint64 // pairs dropped to stay within MaxEntries
+}
+
+// Stats reads the counters.
+func (r *Recent) Stats() RecentStats {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return RecentStats{Entries: r.live, Recorded: r.recorded, Expired: r.expired, Evicted: r.evicted}
+}

@@ -1,0 +1,84 @@
+package extproc
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type metrics struct {
+	requests      *prometheus.CounterVec
+	picks         *prometheus.CounterVec
+	pd            *prometheus.CounterVec
+	finished      *prometheus.CounterVec
+	overlap       prometheus.Histogram
+	ttfb          prometheus.Histogram
+	decision      prometheus.Histogram
+	indexErrors   prometheus.Counter
+	fallbacksUsed prometheus.Counter
+}
+
+func newMetrics() *metrics {
+	return &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvgate_extproc_requests_total",
+			Help: "Requests by served model and outcome (routed, bad_request, unknown_model, too_large, shed, no_worker)."}, []string{"model", "outcome"}),
+		picks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvgate_extproc_picks_total",
+			Help: "Requests routed to each worker (endpoint#rank)."}, []string{"worker"}),
+		pd: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvgate_extproc_pd_decisions_total",
+			Help: "Prefill/decode decisions in pools with prefill workers."}, []string{"decision"}),
+		finished: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvgate_extproc_requests_finished_total",
+			Help: "Routed requests by how their stream ended; every routed request ends exactly once."}, []string{"outcome"}),
+		overlap: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kvgate_extproc_prefix_overlap_ratio",
+			Help: "Share of the prompt's blocks cached on the chosen worker (any tier).", Buckets: prometheus.LinearBuckets(0, 0.1, 11)}),
+		ttfb: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kvgate_extproc_time_to_first_byte_seconds",
+			Help: "From the routing decision to the first response byte through the proxy.", Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)}),
+		decision: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kvgate_extproc_decision_duration_seconds",
+			Help: "Request headers in to routing headers out: the overhead kvgate adds.", Buckets: prometheus.ExponentialBuckets(25e-6, 2, 16)}),
+		indexErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvgate_extproc_index_errors_total",
+			Help: "Index matches that failed or timed out; those requests were routed on load alone."}),
+		fallbacksUsed: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvgate_extproc_fallbacks_used_total",
+			Help: "Requests the proxy served on a fallback endpoint instead of the primary."}),
+	}
+}
+
+// Register adds the router's metrics, and its load view as gauges, to reg.
+func (r *Router) Register(reg prometheus.Registerer) error {
+	m := r.metrics
+	for _, c := range []prometheus.Collector{m.requests, m.picks, m.pd, m.finished, m.overlap, m.ttfb, m.decision, m.indexErrors, m.fallbacksUsed, loadCollector{r}} {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ObserveDecision records one decision's overhead (server.Config.OnDecision).
+func (r *Router) ObserveDecision(seconds float64) { r.metrics.decision.Observe(seconds) }
+
+var (
+	mInflight = prometheus.NewDesc("kvgate_extproc_worker_inflight_requests", "Requests kvgate routed to the worker that have not finished.", []string{"worker"}, nil)
+	mPrefill  = prometheus.NewDesc("kvgate_extproc_worker_prefill_tokens", "Prompt tokens routed to the worker and not yet prefilled (kvgate's accounting).", []string{"worker"}, nil)
+	mOpen     = prometheus.NewDesc("kvgate_extproc_open_tickets", "Routed requests whose accounting is still open; returns to 0 when idle.", nil, nil)
+	mSegHits  = prometheus.NewDesc("kvgate_extproc_tokenizer_segment_cache_hits_total", "Prompt segments whose token ids came from the incremental cache.", nil, nil)
+	mSegMiss  = prometheus.NewDesc("kvgate_extproc_tokenizer_segment_cache_misses_total", "Prompt segments tokenized afresh.", nil, nil)
+	mSegBytes = prometheus.NewDesc("kvgate_extproc_tokenizer_segment_cache_bytes", "Bytes held by the incremental tokenization cache.", nil, nil)
+)
+
+type loadCollector struct{ r *Router }
+
+func (c loadCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{mInflight, mPrefill, mOpen, mSegHits, mSegMiss, mSegBytes} {
+		ch <- d
+	}
+}
+
+func (c loadCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, w := range c.r.all {
+		l := c.r.load.Snapshot(w.ID)
+		ch <- prometheus.MustNewConstMetric(mInflight, prometheus.GaugeValue, float64(l.InflightRequests), w.ID.String())
+		ch <- prometheus.MustNewConstMetric(mPrefill, prometheus.GaugeValue, float64(l.PrefillTokens), w.ID.String())
+	}
+	ch <- prometheus.MustNewConstMetric(mOpen, prometheus.GaugeValue, float64(c.r.load.Stats().Open))
+	s := c.r.reg.SegmentCacheStats()
+	ch <- prometheus.MustNewConstMetric(mSegHits, prometheus.CounterValue, float64(s.Hits))
+	ch <- prometheus.MustNewConstMetric(mSegMiss, prometheus.CounterValue, float64(s.Misses))
+	ch <- prometheus.MustNewConstMetric(mSegBytes, prometheus.GaugeValue, float64(s.Bytes))
+}

@@ -1,0 +1,369 @@
+// Package extproc is kvgate's request path behind Envoy: for each request
+// the ext_proc server (extproc/server) calls Router.Route, which
+// preprocesses the body once (extproc/preprocess), asks the fleet index which
+// workers hold its prefix, asks the pure picker (picker/) for a worker given
+// kvgate's own load accounting (extproc/loadview), and answers with the
+// destination. Everything with I/O or a clock happens here; the decision
+// itself does not.
+package extproc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/kvgate/kvgate/config"
+	"github.com/kvgate/kvgate/extproc/loadview"
+	"github.com/kvgate/kvgate/extproc/openai"
+	"github.com/kvgate/kvgate/extproc/preprocess"
+	"github.com/kvgate/kvgate/extproc/server"
+	"github.com/kvgate/kvgate/indexer/index"
+	"github.com/kvgate/kvgate/picker"
+)
+
+// pool is the workers serving one base model (and its LoRA adapters).
+type pool struct {
+	model   string
+	workers []picker.Worker
+	// approx marks workers without KV events: their cache is inferred from
+	// kvgate's own recent decisions.
+	approx map[index.WorkerID]bool
+	hasPD  bool // the pool has prefill-only workers
+}
+
+// Router implements server.Router.
+type Router struct {
+	cfg     config.Extproc
+	reg     *preprocess.Registry
+	idx     index.Index
+	load    *loadview.View
+	recent  *loadview.Recent
+	pools   map[string]*pool
+	all     []picker.Worker // every worker, for requests without a model
+	pick    picker.Config
+	pd      picker.PDConfig
+	log     *slog.Logger
+	metrics *metrics
+	debug   *decisionLog
+	now     func() time.Time
+
+	mu         sync.Mutex // guards rnd and throughput
+	rnd        *rand.Rand
+	throughput map[index.WorkerID]*picker.ThroughputEstimator
+}
+
+var _ server.Router = (*Router)(nil)
+
+// NewRouter builds the request path from the configuration.
+func NewRouter(cfg config.Config, reg *preprocess.Registry, idx index.Index, log *slog.Logger) (*Router, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	x := cfg.Extproc
+	pc := picker.DefaultConfig()
+	pc.Policy = x.Policy
+	pc.Temperature = x.Temperature
+	pc.Fallbacks = x.Fallbacks
+	pc.TierWeights = [index.NumTiers]float64{x.TierWeights.Device, x.TierWeights.Host, x.TierWeights.Disk, x.TierWeights.External}
+	if err := pc.Validate(); err != nil {
+		return nil, fmt.Errorf("extproc picker: %w", err)
+	}
+	pd := picker.DefaultPDConfig()
+	pd.Picker = pc
+	pd.MinUncachedTokens = x.PD.MinUncachedTokens
+	pd.KVBytesPerToken = x.PD.KVBytesPerToken
+	pd.TransferBytesPerSec = x.PD.TransferGBps * 1e9
+	if err := pd.Validate(); err != nil {
+		return nil, fmt.Errorf("extproc pd: %w", err)
+	}
+	recent, err := loadview.NewRecent(loadview.RecentConfig{TTL: x.ApproximateTTL.D(), MaxEntries: loadview.DefaultRecentConfig().MaxEntries})
+	if err != nil {
+		return nil, err
+	}
+	r := &Router{
+		cfg: x, reg: reg, idx: idx, load: loadview.New(), recent: recent,
+		pools: map[string]*pool{}, pick: pc, pd: pd, log: log,
+		metrics: newMetrics(), debug: newDecisionLog(x.DecisionsKept), now: time.Now,
+		rnd:        rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0x6b766761)),
+		throughput: map[index.WorkerID]*picker.ThroughputEstimator{},
+	}
+	for _, e := range cfg.Engines {
+		if _, _, ok := reg.Lookup(e.Model); !ok {
+			return nil, fmt.Errorf("engine %s: model %q has no tokenizer loaded", e.Endpoint, e.Model)
+		}
+		p := r.pools[e.Model]
+		if p == nil {
+			p = &pool{model: e.Model, approx: map[index.WorkerID]bool{}}
+			r.pools[e.Model] = p
+		}
+		role := picker.RoleBoth
+		switch e.Role {
+		case "prefill":
+			role, p.hasPD = picker.RolePrefill, true
+		case "decode":
+			role = picker.RoleDecode
+		}
+		for rank := 0; rank < e.DPRanks; rank++ {
+			// Data-parallel ranks share the engine's HTTP endpoint: vLLM's
+			// API server balances across them, so they are one destination
+			// with separate caches; each is a candidate and the proxy is
+			// sent to the shared endpoint.
+			w := picker.Worker{ID: index.WorkerID{Endpoint: e.Endpoint, DPRank: rank}, Endpoint: e.Endpoint, Role: role, Draining: e.Draining}
+			p.workers = append(p.workers, w)
+			r.all = append(r.all, w)
+			if e.Events == "" {
+				p.approx[w.ID] = true
+			}
+		}
+	}
+	return r, nil
+}
+
+// Load exposes kvgate's own accounting (tests and metrics read it).
+func (r *Router) Load() *loadview.View { return r.load }
+
+// Route implements server.Router.
+func (r *Router) Route(ctx context.Context, req *server.Request) (*server.Decision, *server.RouteError) {
+	start := r.now()
+	var res *preprocess.Result
+	var err error
+	switch {
+	case req.Body == nil:
+		return r.routeWithoutBody(req)
+	case strings.HasPrefix(req.Path, "/v1/chat/completions"):
+		res, err = r.reg.Chat(req.Body)
+	case strings.HasPrefix(req.Path, "/v1/completions"):
+		res, err = r.reg.Completion(req.Body)
+	default:
+		return r.routeWithoutBody(req)
+	}
+	if err != nil {
+		var oe *openai.Error
+		if errors.As(err, &oe) {
+			r.metrics.requests.WithLabelValues(requestModel(res), outcomeFor(oe.Status)).Inc()
+			return nil, &server.RouteError{Status: oe.Status, Body: oe.JSON()}
+		}
+		r.metrics.requests.WithLabelValues("", "bad_request").Inc()
+		return nil, routeError(http.StatusBadRequest, err.Error(), "invalid_request_error", "")
+	}
+	p := r.pools[res.Model.Name]
+	if p == nil {
+		r.metrics.requests.WithLabelValues(res.Served, "no_worker").Inc()
+		return nil, routeError(http.StatusServiceUnavailable, fmt.Sprintf("no worker serves model %s", res.Served), "service_unavailable", "no_eligible_worker")
+	}
+	match := r.match(ctx, p, res.Sequence, start)
+	cands := r.candidates(p, match, req.SubsetHint, picker.RoleBoth)
+	if len(cands) == 0 {
+		r.metrics.requests.WithLabelValues(res.Served, "no_worker").Inc()
+		return nil, routeError(http.StatusServiceUnavailable, "no eligible worker for model "+res.Served, "service_unavailable", "no_eligible_worker")
+	}
+	if reason := r.admit(cands); reason != "" {
+		r.metrics.requests.WithLabelValues(res.Served, "shed").Inc()
+		e := routeError(http.StatusTooManyRequests, "kvgate is shedding load: "+reason, "rate_limit_exceeded", "shed")
+		e.Headers = map[string]string{"x-kvgate-shed-reason": reason}
+		return nil, e
+	}
+	expected := int(res.MaxTokens)
+	if expected <= 0 {
+		expected = r.cfg.ExpectedOutputTokens
+	}
+	preq := picker.Request{Stage: picker.StageAggregated, PromptTokens: len(res.Tokens), BlockSize: res.Model.BlockSize, Blocks: len(res.Sequence), ExpectedOutputTokens: expected}
+
+	var dec picker.Decision
+	var prefill *picker.Candidate
+	pdNote := ""
+	r.mu.Lock()
+	if r.cfg.PD.Enabled && p.hasPD {
+		prefillCands := r.candidates(p, match, req.SubsetHint, picker.RolePrefill)
+		decodeCands := r.candidates(p, match, req.SubsetHint, picker.RoleDecode)
+		var pdd picker.PDDecision
+		pdd, err = picker.DecidePD(preq, prefillCands, decodeCands, r.pd, r.rnd)
+		if err == nil {
+			dec, cands, pdNote = pdd.Decode, decodeCands, pdd.Reason
+			if pdd.Disaggregate {
+				prefill = &prefillCands[pdd.Prefill.Primary]
+				r.metrics.pd.WithLabelValues("disaggregated").Inc()
+			} else {
+				r.metrics.pd.WithLabelValues("aggregated").Inc()
+			}
+		}
+	} else {
+		dec, err = picker.Pick(preq, cands, r.pick, r.rnd)
+	}
+	r.mu.Unlock()
+	if err != nil {
+		r.metrics.requests.WithLabelValues(res.Served, "no_worker").Inc()
+		return nil, routeError(http.StatusServiceUnavailable, "no eligible worker for model "+res.Served+": "+err.Error(), "service_unavailable", "no_eligible_worker")
+	}
+	chosen := cands[dec.Primary]
+	depth := chosen.Depths.Max()
+	uncached := int64(len(res.Tokens) - chosen.Depths[index.TierDevice]*res.Model.BlockSize)
+	decodeBlocks := int64((len(res.Tokens) + expected + res.Model.BlockSize - 1) / res.Model.BlockSize)
+	now := r.now()
+	t := &ticket{router: r, worker: chosen.Worker.ID, start: now, uncached: uncached, model: res.Served}
+	t.load = r.load.Begin(chosen.Worker.ID, uncached, decodeBlocks, now)
+	if prefill != nil {
+		// The prefill leg is accounted on the prefill worker until the
+		// first token: the decode worker receives KV, not a prefill.
+		t.prefill = r.load.Begin(prefill.Worker.ID, uncached, 0, now)
+	}
+	if p.approx[chosen.Worker.ID] {
+		r.recent.Record(chosen.Worker.ID, res.Sequence, now)
+	}
+	d := &server.Decision{Endpoint: chosen.Worker.Endpoint, Ticket: t}
+	for _, fb := range dec.Fallbacks {
+		d.Fallbacks = append(d.Fallbacks, cands[fb].Worker.Endpoint)
+	}
+	if prefill != nil {
+		d.Prefiller = prefill.Worker.Endpoint
+	}
+	r.metrics.requests.WithLabelValues(res.Served, "routed").Inc()
+	r.metrics.picks.WithLabelValues(chosen.Worker.ID.String()).Inc()
+	if len(res.Sequence) > 0 {
+		r.metrics.overlap.Observe(float64(depth) / float64(len(res.Sequence)))
+	}
+	entry := decisionEntry{
+		Time: now, RequestID: req.RequestID, Model: res.Served, Tokens: len(res.Tokens), Blocks: len(res.Sequence),
+		Chosen: chosen.Worker.ID.String(), Endpoint: d.Endpoint, Fallbacks: d.Fallbacks, Prefiller: d.Prefiller, PD: pdNote,
+		Candidates: topCandidates(cands, dec, 4),
+	}
+	r.debug.add(entry)
+	if req.Debug {
+		d.DebugHeader = entry.header()
+	}
+	r.log.Debug("routed", "request_id", req.RequestID, "model", res.Served, "worker", entry.Chosen, "tokens", entry.Tokens, "cached_blocks", depth, "blocks", entry.Blocks)
+	return d, nil
+}
+
+// match asks the index (and, for workers without KV events, kvgate's own
+// recent decisions). An index failure or timeout routes on load alone:
+// counted, never a 5xx.
+func (r *Router) match(ctx context.Context, p *pool, chain []uint64, now time.Time) index.Match {
+	if len(chain) == 0 {
+		return nil
+	}
+	ictx, cancel := context.WithTimeout(ctx, r.cfg.IndexTimeout.D())
+	defer cancel()
+	m, err := r.idx.Match(ictx, chain)
+	if err != nil {
+		r.metrics.indexErrors.Inc()
+		r.log.Warn("index match failed; routing on load only", "err", err)
+		m = index.Match{}
+	}
+	if len(p.approx) > 0 {
+		for w, d := range r.recent.Match(chain, now) {
+			if p.approx[w] {
+				if m == nil {
+					m = index.Match{}
+				}
+				m[w] = d
+			}
+		}
+	}
+	return m
+}
+
+// candidates lists the pool's workers with their cached depths and load,
+// restricted to the proxy's subset hint when it sent one. role selects
+// prefill or decode workers for P/D; RoleBoth means every worker.
+func (r *Router) candidates(p *pool, m index.Match, hint []string, role picker.Role) []picker.Candidate {
+	var allowed map[string]bool
+	if hint != nil {
+		allowed = make(map[string]bool, len(hint))
+		for _, h := range hint {
+			allowed[h] = true
+		}
+	}
+	loads := r.load.SnapshotAll()
+	cands := make([]picker.Candidate, 0, len(p.workers))
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, w := range p.workers {
+		if allowed != nil && !allowed[w.Endpoint] {
+			continue
+		}
+		if role != picker.RoleBoth && w.Role != role && !(role == picker.RoleDecode && w.Role == picker.RoleBoth) {
+			continue
+		}
+		l := loads[w.ID]
+		if est := r.throughput[w.ID]; est != nil && est.Samples() > 0 {
+			l.PrefillTokensPerSec = est.Rate()
+		}
+		cands = append(cands, picker.Candidate{Worker: w, Depths: m[w.ID], Load: l})
+	}
+	return cands
+}
+
+// admit applies the pool's admission bounds; it returns why a request is
+// shed, or "".
+func (r *Router) admit(cands []picker.Candidate) string {
+	a := r.cfg.Admission
+	if a.MaxInflight == 0 && a.MaxQueuedPrefillTokens == 0 {
+		return ""
+	}
+	inflight, queued := 0, int64(0)
+	for _, c := range cands {
+		inflight += c.Load.InflightRequests
+		queued += c.Load.PrefillTokens
+	}
+	switch {
+	case a.MaxInflight > 0 && inflight >= a.MaxInflight:
+		return fmt.Sprintf("pool in-flight requests at the bound (%d)", a.MaxInflight)
+	case a.MaxQueuedPrefillTokens > 0 && queued >= a.MaxQueuedPrefillTokens:
+		return fmt.Sprintf("pool queued prefill tokens at the bound (%d)", a.MaxQueuedPrefillTokens)
+	}
+	return ""
+}
+
+// routeWithoutBody routes requests kvgate cannot key on a prompt (GET
+// /v1/models, header-only requests, unknown paths) to the least-loaded
+// eligible worker.
+func (r *Router) routeWithoutBody(req *server.Request) (*server.Decision, *server.RouteError) {
+	p := &pool{workers: r.all}
+	cands := r.candidates(p, nil, req.SubsetHint, picker.RoleBoth)
+	r.mu.Lock()
+	dec, err := picker.Pick(picker.Request{Stage: picker.StageAggregated, BlockSize: 1}, cands, r.pick, r.rnd)
+	r.mu.Unlock()
+	if err != nil || len(cands) == 0 {
+		r.metrics.requests.WithLabelValues("", "no_worker").Inc()
+		return nil, routeError(http.StatusServiceUnavailable, "no eligible worker", "service_unavailable", "no_eligible_worker")
+	}
+	chosen := cands[dec.Primary]
+	now := r.now()
+	t := &ticket{router: r, worker: chosen.Worker.ID, start: now}
+	t.load = r.load.Begin(chosen.Worker.ID, 0, 0, now)
+	d := &server.Decision{Endpoint: chosen.Worker.Endpoint, Ticket: t}
+	for _, fb := range dec.Fallbacks {
+		d.Fallbacks = append(d.Fallbacks, cands[fb].Worker.Endpoint)
+	}
+	r.metrics.requests.WithLabelValues("", "routed").Inc()
+	return d, nil
+}
+
+func routeError(status int, msg, typ, code string) *server.RouteError {
+	e := &openai.Error{Status: status, Message: msg, Type: typ, Code: code}
+	return &server.RouteError{Status: status, Body: e.JSON()}
+}
+
+func requestModel(res *preprocess.Result) string {
+	if res == nil {
+		return ""
+	}
+	return res.Served
+}
+
+func outcomeFor(status int) string {
+	switch status {
+	case http.StatusNotFound:
+		return "unknown_model"
+	case http.StatusRequestEntityTooLarge:
+		return "too_large"
+	}
+	return "bad_request"
+}

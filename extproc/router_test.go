@@ -1,0 +1,298 @@
+package extproc
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/kvgate/kvgate/config"
+	"github.com/kvgate/kvgate/extproc/envoyharness"
+	"github.com/kvgate/kvgate/extproc/modelfiles"
+	"github.com/kvgate/kvgate/extproc/openai"
+	"github.com/kvgate/kvgate/extproc/preprocess"
+	"github.com/kvgate/kvgate/extproc/server"
+	"github.com/kvgate/kvgate/indexer/index"
+)
+
+var workers = []string{"10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000"}
+
+type rig struct {
+	router  *Router
+	reg     *preprocess.Registry
+	idx     *index.Memory
+	harness *envoyharness.Harness
+}
+
+// newRig runs the real request path (registry, index, picker, load view)
+// behind the real ext_proc server on a loopback gRPC port, with the
+// harness playing Envoy.
+func newRig(t *testing.T, mutate func(*config.Config), hcfg envoyharness.Config) *rig {
+	t.Helper()
+	dir, err := modelfiles.Model("qwen3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := config.Default()
+	cfg.Extproc.MaxBodyBytes = 64 << 10
+	cfg.Models = []config.Model{{Name: "qwen3", BlockSize: 16, Tokenizer: dir}}
+	for _, w := range workers {
+		cfg.Engines = append(cfg.Engines, config.Engine{Endpoint: w, Model: "qwen3", DPRanks: 1, Role: "both", Events: "tcp://127.0.0.1:1"})
+	}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	reg, err := preprocess.New(cfg.Models, preprocess.Options{Limits: openai.Limits{MaxBodyBytes: cfg.Extproc.MaxBodyBytes}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx := index.NewMemory(index.MemoryConfig{})
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	router, err := NewRouter(cfg, reg, idx, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := server.New(router, server.Config{MaxBodyBytes: cfg.Extproc.MaxBodyBytes, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	srv.Register(gs)
+	go gs.Serve(ln)
+	t.Cleanup(gs.Stop)
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	h, err := envoyharness.New(conn, hcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &rig{router: router, reg: reg, idx: idx, harness: h}
+}
+
+func chatBody(model, text string) []byte {
+	b, _ := json.Marshal(map[string]any{"model": model, "stream": true, "messages": []map[string]string{
+		{"role": "system", "content": "You are a meticulous assistant who answers with care."},
+		{"role": "user", "content": text},
+	}})
+	return b
+}
+
+func post(body []byte, headers ...envoyharness.Header) *envoyharness.Request {
+	return &envoyharness.Request{Method: "POST", Path: "/v1/chat/completions", Body: body, ChunkSize: 1024,
+		Headers: append([]envoyharness.Header{{Name: "content-type", Value: "application/json"}}, headers...)}
+}
+
+// The done-when of the extproc issue, through the harness: a chat request
+// goes to the worker holding its prefix, a spoofed destination header is
+// ignored, and the fallbacks travel in envoy.lb metadata.
+func TestRoutesToPrefixHolderAndIgnoresSpoofedHeader(t *testing.T) {
+	for _, mode := range []string{"full-duplex", "buffered"} {
+		t.Run(mode, func(t *testing.T) {
+			hcfg := envoyharness.DefaultConfig()
+			if mode == "buffered" {
+				hcfg = bufferedConfig()
+			}
+			r := newRig(t, nil, hcfg)
+			body := chatBody("qwen3", strings.Repeat("Summarise the quarterly report for the board, section by section. ", 30))
+			res, err := r.reg.Chat(body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			holder := index.WorkerID{Endpoint: workers[1]}
+			if err := r.idx.Store(context.Background(), holder, index.TierDevice, res.Sequence); err != nil {
+				t.Fatal(err)
+			}
+			spoof := envoyharness.Header{Name: "x-gateway-destination-endpoint", Value: "203.0.113.9:80"}
+			x, err := r.harness.Start(context.Background(), post(body, spoof, envoyharness.Header{Name: "x-prefiller-host-port", Value: "203.0.113.9:81"}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if x.Local != nil {
+				t.Fatalf("local reply %d %s (%v)", x.Local.Status, x.Local.Body, x.Local.Err)
+			}
+			f := x.Forward
+			if f.Upstream != workers[1] {
+				t.Fatalf("routed to %q, want the prefix holder %s", f.Upstream, workers[1])
+			}
+			if v, _ := envoyharness.Get(f.Headers, "x-gateway-destination-endpoint"); v != workers[1] {
+				t.Fatalf("destination header %q, want kvgate's choice", v)
+			}
+			if v, ok := envoyharness.Get(f.Headers, "x-prefiller-host-port"); ok {
+				t.Fatalf("client's x-prefiller-host-port %q survived", v)
+			}
+			if len(f.Fallbacks) != 2 || f.Fallbacks[0] == workers[1] || f.Fallbacks[1] == workers[1] || f.Fallbacks[0] == f.Fallbacks[1] {
+				t.Fatalf("fallbacks %v: want the two other workers", f.Fallbacks)
+			}
+			if !f.RouteCacheCleared {
+				t.Fatal("route cache not cleared with the header mutation")
+			}
+			finishResponse(t, x, workers[1])
+			waitIdle(t, r.router)
+		})
+	}
+}
+
+func bufferedConfig() envoyharness.Config {
+	c := envoyharness.DefaultConfig()
+	c.RequestBodyMode = filterv3.ProcessingMode_BUFFERED
+	c.ResponseBodyMode = filterv3.ProcessingMode_NONE
+	c.RequestTrailers, c.ResponseTrailers = false, false
+	c.MessageTimeout = 5 * time.Second // generous: the machine is shared
+	return c
+}
+
+func finishResponse(t *testing.T, x *envoyharness.Exchange, served string) {
+	t.Helper()
+	if _, err := x.RespondHeaders(200, []envoyharness.Header{{Name: "content-type", Value: "text/event-stream"}}, false, served); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.RespondBody([]byte("data: {\"choices\":[]}\n\n"), false); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.RespondBody([]byte("data: [DONE]\n\n"), true); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := x.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitIdle waits until kvgate's accounting has released every request.
+func waitIdle(t *testing.T, r *Router) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for r.Load().Stats().Open != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("load not released: %+v", r.Load().Stats())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestErrorsAreOpenAIJSONWithTheRightStatus(t *testing.T) {
+	r := newRig(t, nil, envoyharness.DefaultConfig())
+	cases := []struct {
+		name   string
+		body   []byte
+		status int
+		code   string
+	}{
+		{"malformed", []byte(`{"model":"qwen3","messages":[`), 400, ""},
+		{"unknown model", chatBody("gpt-9", "hi"), 404, "model_not_found"},
+		{"oversized", chatBody("qwen3", strings.Repeat("x", 70<<10)), 413, ""},
+		{"bad message", []byte(`{"model":"qwen3","messages":[{"role":"user","content":[{"type":"nope"}]}]}`), 400, ""},
+	}
+	for _, c := range cases {
+		x, err := r.harness.Start(context.Background(), post(c.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if x.Local == nil || x.Local.Status != c.status {
+			t.Fatalf("%s: got %+v / %+v, want local reply %d", c.name, x.Local, x.Forward, c.status)
+		}
+		var e struct {
+			Error struct {
+				Message, Type string
+				Code          *string
+			}
+		}
+		if err := json.Unmarshal(x.Local.Body, &e); err != nil || e.Error.Message == "" || e.Error.Type == "" {
+			t.Fatalf("%s: body %s is not OpenAI error JSON (%v)", c.name, x.Local.Body, err)
+		}
+		if c.code != "" && (e.Error.Code == nil || *e.Error.Code != c.code) {
+			t.Fatalf("%s: code %v, want %s", c.name, e.Error.Code, c.code)
+		}
+		if ct, _ := envoyharness.Get(x.Local.Headers, "content-type"); ct != "application/json" {
+			t.Fatalf("%s: content-type %q", c.name, ct)
+		}
+	}
+	if open := r.router.Load().Stats().Open; open != 0 {
+		t.Fatalf("rejected requests left %d tickets open", open)
+	}
+}
+
+// Streams that die at any phase release what kvgate accounted for them.
+func TestCancelledStreamsReleaseLoad(t *testing.T) {
+	r := newRig(t, nil, envoyharness.DefaultConfig())
+	body := chatBody("qwen3", strings.Repeat("A long question about distributed caches. ", 200))
+	for _, cp := range []envoyharness.CancelPoint{envoyharness.CancelAfterHeaders, envoyharness.CancelMidBody, envoyharness.CancelAfterBody} {
+		req := post(body)
+		req.Cancel = cp
+		x, err := r.harness.Start(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-x.Done()
+		waitIdle(t, r.router)
+	}
+	phases := map[string]func(x *envoyharness.Exchange){
+		"after routing":      func(x *envoyharness.Exchange) {},
+		"after resp headers": func(x *envoyharness.Exchange) { x.RespondHeaders(200, nil, false, "") },
+		"after first byte": func(x *envoyharness.Exchange) {
+			x.RespondHeaders(200, nil, false, "")
+			x.RespondBody([]byte("data: x\n\n"), false)
+		},
+		"upstream 503": func(x *envoyharness.Exchange) { x.RespondHeaders(503, nil, true, "") },
+	}
+	for name, phase := range phases {
+		x, err := r.harness.Start(context.Background(), post(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if x.Forward == nil {
+			t.Fatalf("%s: not routed: %+v", name, x.Local)
+		}
+		if r.router.Load().Stats().Open == 0 {
+			t.Fatalf("%s: routed request not accounted", name)
+		}
+		phase(x)
+		x.Cancel()
+		<-x.Done()
+		waitIdle(t, r.router)
+	}
+	st := r.router.Load().Stats()
+	if st.Begun < 4 || st.Open != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// The index being unreachable degrades to load-only routing, never a 5xx.
+func TestIndexFailureRoutesOnLoad(t *testing.T) {
+	r := newRig(t, nil, envoyharness.DefaultConfig())
+	r.router.idx = failingIndex{r.idx}
+	x, err := r.harness.Start(context.Background(), post(chatBody("qwen3", "hello there")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if x.Forward == nil || x.Forward.Upstream == "" {
+		t.Fatalf("not routed: %+v", x.Local)
+	}
+	finishResponse(t, x, "")
+}
+
+type failingIndex struct{ index.Index }
+
+func (failingIndex) Match(context.Context, []uint64) (index.Match, error) {
+	return nil, fmt.Errorf("redis: connection refused")
+}

@@ -1,0 +1,59 @@
+package picker
+
+import "github.com/kvgate/kvgate/indexer/index"
+
+// The "dynamo" policy is the default cost of NVIDIA Dynamo's KV router,
+// ai-dynamo/dynamo lib/kv-router/src/scheduling/selector/default.rs
+// (DefaultWorkerScorer::worker_logit; older releases: lib/llm/src/kv_router/
+// scheduler.rs, "Formula for worker"):
+//
+//	overlap_credit   = 1·device + 0.75·host + 0.25·disk overlap blocks
+//	raw_prefill      = (active_prefill_tokens + isl) / block_size
+//	logit            = prefill_load_scale · max(0, raw_prefill − overlap_credit)
+//	                 + decode_blocks + decode_active_request_weight · active_requests
+//
+// where decode_blocks = the worker's active blocks + this request's blocks
+// (WorkerLoadProjection::potential_decode_blocks). Dynamo deduplicates the
+// request's blocks against sequences already active on the worker; kvgate
+// does not track per-sequence blocks, so it adds the full prompt blocks,
+// which is the same for every candidate and does not change the order.
+// Decode-pool routing (a disaggregated request's decode half) tracks no
+// prefill tokens and forces the overlap credit to 0, leaving decode blocks
+// plus the request term.
+
+// tierCredit splits cumulative depths into per-tier overlap (a block counts
+// on the fastest tier holding it) and weights them. Depths are clamped to
+// [0, blocks] and made non-decreasing, so a malformed index answer can only
+// lower the credit, never make it exceed the prompt.
+func tierCredit(d *index.Depths, blocks int, w *[index.NumTiers]float64) (credit, device float64) {
+	prev := 0
+	for t := range index.NumTiers {
+		v := min(max(d[t], prev), blocks)
+		overlap := float64(v - prev)
+		if t == index.TierDevice {
+			device = overlap
+		}
+		credit += w[t] * overlap
+		prev = v
+	}
+	return credit, device
+}
+
+// rawPrefillBlocks is Dynamo's raw_prefill_blocks: the worker's queued
+// prefill plus this whole prompt, in blocks.
+func rawPrefillBlocks(req *Request, l *Load) float64 {
+	return (nonNeg(l.PrefillTokens) + float64(req.PromptTokens)) / float64(req.BlockSize)
+}
+
+// dynamoTerms fills t with Dynamo's cost terms for an eligible candidate.
+func dynamoTerms(req *Request, c *Candidate, cfg *Config, t *Terms) {
+	t.Credit, _ = tierCredit(&c.Depths, req.Blocks, &cfg.TierWeights)
+	prefill := 0.0
+	if req.Stage != StageDecode {
+		t.PrefillBlocks = rawPrefillBlocks(req, &c.Load)
+		prefill = max(0, t.PrefillBlocks-t.Credit)
+	}
+	t.DecodeBlocks = nonNeg(c.Load.DecodeBlocks) + float64(req.Blocks)
+	t.RequestsTerm = cfg.ActiveRequestWeight * nonNeg(int64(c.Load.InflightRequests))
+	t.Cost = cfg.PrefillLoadScale*prefill + t.DecodeBlocks + t.RequestsTerm
+}

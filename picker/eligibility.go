@@ -1,0 +1,27 @@
+package picker
+
+// Reasons a candidate is excluded, shown in Terms.Reason and the debug header.
+const (
+	ReasonDraining        = "draining"
+	ReasonUnhealthy       = "unhealthy"
+	ReasonRole            = "role does not serve this stage"
+	ReasonInflightBound   = "saturated: in-flight requests at bound"
+	ReasonPrefillTokBound = "saturated: queued prefill tokens at bound"
+)
+
+// exclusion returns why c may not take a request of stage s, or "" if it may.
+func exclusion(c *Candidate, s Stage, cfg *Config) string {
+	switch {
+	case c.Worker.Unhealthy:
+		return ReasonUnhealthy
+	case c.Worker.Draining:
+		return ReasonDraining
+	case !c.Worker.Role.serves(s):
+		return ReasonRole
+	case cfg.MaxInflight > 0 && inflight(&c.Load) >= float64(cfg.MaxInflight):
+		return ReasonInflightBound
+	case cfg.MaxQueuedPrefillTokens > 0 && c.Load.PrefillTokens >= cfg.MaxQueuedPrefillTokens:
+		return ReasonPrefillTokBound
+	}
+	return ""
+}
