@@ -15,7 +15,9 @@ FUZZ_TARGETS := \
 	./indexer/index:FuzzRedisApplyBlock \
 	./indexer/index:FuzzMemoryAgainstModel \
 	./extproc/tokenizer:FuzzEncodeRoundTrip \
-	./picker:FuzzPick
+	./picker:FuzzPick \
+	./extproc/server:FuzzProcessStream \
+	./envoy:FuzzValidate
 
 .PHONY: all build run test unit fuzz bench lint e2e models golden clean
 
@@ -38,7 +40,7 @@ fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; name=$${t##*:}; \
 		echo "fuzz $$pkg $$name ($(FUZZTIME))"; \
-		$(GO) test -run='^$$' -fuzz="^$$name\$$" -fuzztime=$(FUZZTIME) $$pkg; \
+		$(GO) test -run='^$$' -fuzz="^$$name\$$" -fuzztime=$(FUZZTIME) -fuzzminimizetime=2s $$pkg; \
 	done
 
 bench: build

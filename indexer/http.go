@@ -3,6 +3,7 @@ package indexer
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"net/http"
 	"time"
 
@@ -92,6 +93,14 @@ func (st *stream) status() WorkerStatus {
 		Stream:       st.sub.Stats(),
 		Ingest:       st.ing.Stats(),
 		DecodeErrors: st.decodeErrors.Load(),
-		LagSeconds:   st.lag(),
+		LagSeconds:   jsonLag(st.lag()),
 	}
+}
+
+// jsonLag maps "no batch yet" (NaN, which JSON cannot carry) to -1.
+func jsonLag(l float64) float64 {
+	if math.IsNaN(l) {
+		return -1
+	}
+	return l
 }

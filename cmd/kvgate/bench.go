@@ -35,6 +35,7 @@ var benchSections = []benchSection{
 	{"index", benchIndex},
 	{"tokenizer", benchTokenizer},
 	{"preprocess", benchPreprocess},
+	{"extproc", benchExtproc},
 }
 
 func runBench(args []string, _ io.Reader, stdout, stderr io.Writer) int {
@@ -130,4 +131,21 @@ func benchTokenizer(ctx context.Context, w io.Writer, phase time.Duration) error
 
 func benchPreprocess(ctx context.Context, w io.Writer, phase time.Duration) error {
 	return benchmarks.Preprocess(ctx, w, benchmarks.PreprocessOptions{Phase: phase, Command: "make bench"})
+}
+
+// benchExtproc measures decision overhead with the in-memory index and a
+// 3-master Redis Cluster on real redis-server processes.
+func benchExtproc(ctx context.Context, w io.Writer, phase time.Duration) error {
+	cluster, err := redistest.StartCluster(ctx, redistest.ClusterOptions{Masters: 3})
+	if err != nil {
+		return err
+	}
+	defer cluster.Close()
+	rc, err := index.NewRedis(ctx, index.RedisConfig{Client: cluster.Client()})
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	mem := index.NewMemory(index.MemoryConfig{})
+	return benchmarks.Extproc(ctx, w, map[string]index.Index{"memory": mem, "redis-cluster": rc}, benchmarks.ExtprocOptions{Phase: phase, Command: "make bench"})
 }

@@ -63,7 +63,9 @@ engines:
 	}
 	var stdout, stderr syncBuffer
 	done := make(chan int, 1)
-	go func() { done <- dispatch([]string{"indexer", "--config", cfgPath}, strings.NewReader(""), &stdout, &stderr) }()
+	go func() {
+		done <- dispatch([]string{"indexer", "--config", cfgPath}, strings.NewReader(""), &stdout, &stderr)
+	}()
 
 	addrRe := regexp.MustCompile(`http://(\S+)`)
 	var base string

@@ -38,13 +38,11 @@ type seqState struct {
 	reqHeadersSent, reqTrailersSent               bool
 	reqBodySent                                   int
 	reqHeadersReplied, reqTrailersReplied         bool
-	reqBodyReplies                                int
 	reqBodyEndSeen                                bool
 	requestDone                                   bool
 	resHeadersSent, resTrailersSent, resBodyEnd   bool
 	resBodySent                                   int
 	resHeadersReplied, resTrailersReplied, resEnd bool
-	resBodyReplies                                int
 	pendingChunks                                 []pendingChunk // STREAMED / BUFFERED response chunks awaiting replies
 }
 
@@ -296,7 +294,6 @@ func (x *Exchange) route(msg *extprocv3.ProcessingResponse) (chan *extprocv3.Pro
 			}
 			st.reqBodyEndSeen = true
 		}
-		st.reqBodyReplies++
 		return x.reqCh, nil
 	case *extprocv3.ProcessingResponse_RequestTrailers:
 		if !st.reqTrailersSent || st.reqTrailersReplied || !st.reqHeadersReplied {
@@ -329,7 +326,6 @@ func (x *Exchange) route(msg *extprocv3.ProcessingResponse) (chan *extprocv3.Pro
 			if !isStreamed {
 				return nil, violation("response_body reply in FULL_DUPLEX_STREAMED mode without a streamed_response")
 			}
-			st.resBodyReplies++
 			st.resEnd = sb.GetEndOfStream()
 			x.down.push(sb.GetBody(), sb.GetEndOfStream())
 		default:
@@ -350,7 +346,6 @@ func (x *Exchange) route(msg *extprocv3.ProcessingResponse) (chan *extprocv3.Pro
 					body = nil
 				}
 			}
-			st.resBodyReplies++
 			st.resEnd = p.end
 			x.down.push(body, p.end)
 		}

@@ -8,7 +8,8 @@
 //
 // Sources: envoyproxy/envoy api/envoy/service/ext_proc/v3/external_processor.proto,
 // api/envoy/extensions/filters/http/ext_proc/v3/{ext_proc,processing_mode}.proto,
-// source/extensions/filters/http/ext_proc/ (see /work/shared/notes/wire-formats.md §4-5).
+// source/extensions/filters/http/ext_proc/, and the GIE endpoint-picker protocol
+// (gateway-api-inference-extension docs/proposals/004-endpoint-picker-protocol).
 package envoyharness
 
 import (

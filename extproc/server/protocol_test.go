@@ -151,3 +151,20 @@ func TestNoProtocolConfigUsesAssumedModes(t *testing.T) {
 		t.Fatalf("body reply %v err %v", r, err)
 	}
 }
+
+// TestProtocolErrorAfterRoutingFinishesTicket: a broken sequence after the
+// decision ends the stream and the ticket, once, as a stream error.
+func TestProtocolErrorAfterRoutingFinishesTicket(t *testing.T) {
+	tickets := make(chan *ticket, 1)
+	e := startServer(t, ticketRouter(tickets), server.Config{})
+	err := runRaw(t, e, fdHeaders(true), resHeaders(false), fdHeaders(false))
+	if status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("err %v", err)
+	}
+	tk := <-tickets
+	tk.wait(t)
+	e.waitIdle(t)
+	if tk.finishes.Load() != 1 || server.Outcome(tk.outcome.Load()) != server.OutcomeStreamError {
+		t.Errorf("finishes %d outcome %v", tk.finishes.Load(), server.Outcome(tk.outcome.Load()))
+	}
+}

@@ -41,7 +41,7 @@ func (s *zmtpStream) frame(flags byte, body []byte) *zmtpStream {
 
 // readThroughGuard feeds stream to a frameLimitConn in chunks of chunk
 // bytes and returns what came out and the first error other than EOF.
-func readThroughGuard(t *testing.T, stream []byte, chunk int, limits guardLimits) ([]byte, error, int) {
+func readThroughGuard(t *testing.T, stream []byte, chunk int, limits guardLimits) ([]byte, int, error) {
 	t.Helper()
 	client, server := net.Pipe()
 	defer client.Close()
@@ -64,10 +64,10 @@ func readThroughGuard(t *testing.T, stream []byte, chunk int, limits guardLimits
 		n, err := g.Read(buf)
 		out.Write(buf[:n])
 		if errors.Is(err, io.EOF) {
-			return out.Bytes(), nil, violations
+			return out.Bytes(), violations, nil
 		}
 		if err != nil {
-			return out.Bytes(), err, violations
+			return out.Bytes(), violations, err
 		}
 	}
 }
@@ -82,7 +82,7 @@ func TestFrameLimitConnPassesValidStream(t *testing.T) {
 		frame(zmtpFlagCommand, []byte("\x04PING"))
 	want := append([]byte(nil), s.Bytes()...)
 	for _, chunk := range []int{1, 3, 64, 4096} {
-		got, err, v := readThroughGuard(t, want, chunk, guardLimits{maxFrameBytes: 1000, handshakeTimeout: time.Minute})
+		got, v, err := readThroughGuard(t, want, chunk, guardLimits{maxFrameBytes: 1000, handshakeTimeout: time.Minute})
 		if err != nil || v != 0 {
 			t.Fatalf("chunk %d: err %v, violations %d", chunk, err, v)
 		}
@@ -114,7 +114,7 @@ func TestFrameLimitConnCutsHostileStreams(t *testing.T) {
 	}
 	for name, stream := range cases {
 		t.Run(name, func(t *testing.T) {
-			_, err, v := readThroughGuard(t, stream, 5, guardLimits{maxFrameBytes: 1000, handshakeTimeout: time.Minute})
+			_, v, err := readThroughGuard(t, stream, 5, guardLimits{maxFrameBytes: 1000, handshakeTimeout: time.Minute})
 			if !errors.Is(err, errFrameLimit) || v != 1 {
 				t.Fatalf("err %v, violations %d; want errFrameLimit once", err, v)
 			}

@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -282,14 +281,4 @@ func countResets(ev []event) int {
 		}
 	}
 	return n
-}
-
-func resetReasons(ev []event) string {
-	var rs []string
-	for _, e := range ev {
-		if e.reset {
-			rs = append(rs, e.reason)
-		}
-	}
-	return strings.Join(rs, "; ")
 }
