@@ -71,7 +71,7 @@ func (c loadCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c loadCollector) Collect(ch chan<- prometheus.Metric) {
-	for _, w := range c.r.all {
+	for _, w := range c.r.fleet.Load().all {
 		l := c.r.load.Snapshot(w.ID)
 		ch <- prometheus.MustNewConstMetric(mInflight, prometheus.GaugeValue, float64(l.InflightRequests), w.ID.String())
 		ch <- prometheus.MustNewConstMetric(mPrefill, prometheus.GaugeValue, float64(l.PrefillTokens), w.ID.String())

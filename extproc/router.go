@@ -14,8 +14,10 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kvgate/kvgate/config"
@@ -37,6 +39,22 @@ type pool struct {
 	hasPD  bool // the pool has prefill-only workers
 }
 
+// fleet is the current worker set, replaced whole when discovery reports
+// a change, so a request sees one consistent view without locking.
+type fleet struct {
+	pools map[string]*pool
+	all   []picker.Worker // every worker, for requests without a model
+}
+
+// Member is one worker as discovery reports it.
+type Member struct {
+	Worker picker.Worker
+	Model  string
+	// Approximate: the worker publishes no KV events; kvgate infers its
+	// cache from its own recent decisions.
+	Approximate bool
+}
+
 // Router implements server.Router.
 type Router struct {
 	cfg     config.Extproc
@@ -44,8 +62,7 @@ type Router struct {
 	idx     index.Index
 	load    *loadview.View
 	recent  *loadview.Recent
-	pools   map[string]*pool
-	all     []picker.Worker // every worker, for requests without a model
+	fleet   atomic.Pointer[fleet]
 	pick    picker.Config
 	pd      picker.PDConfig
 	log     *slog.Logger
@@ -88,41 +105,71 @@ func NewRouter(cfg config.Config, reg *preprocess.Registry, idx index.Index, log
 	}
 	r := &Router{
 		cfg: x, reg: reg, idx: idx, load: loadview.New(), recent: recent,
-		pools: map[string]*pool{}, pick: pc, pd: pd, log: log,
+		pick: pc, pd: pd, log: log,
 		metrics: newMetrics(), debug: newDecisionLog(x.DecisionsKept), now: time.Now,
 		rnd:        rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0x6b766761)),
 		throughput: map[index.WorkerID]*picker.ThroughputEstimator{},
 	}
-	for _, e := range cfg.Engines {
-		if _, _, ok := reg.Lookup(e.Model); !ok {
-			return nil, fmt.Errorf("engine %s: model %q has no tokenizer loaded", e.Endpoint, e.Model)
-		}
-		p := r.pools[e.Model]
-		if p == nil {
-			p = &pool{model: e.Model, approx: map[index.WorkerID]bool{}}
-			r.pools[e.Model] = p
-		}
+	if err := r.SetMembers(MembersFromConfig(cfg.Engines)); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// MembersFromConfig lists the configured engines as members, one per
+// data-parallel rank. Ranks share the engine's HTTP endpoint: vLLM's API
+// server balances across them, so they are one destination with separate
+// caches; each is a candidate and the proxy is sent to the shared endpoint.
+func MembersFromConfig(engines []config.Engine) []Member {
+	var out []Member
+	for _, e := range engines {
 		role := picker.RoleBoth
 		switch e.Role {
 		case "prefill":
-			role, p.hasPD = picker.RolePrefill, true
+			role = picker.RolePrefill
 		case "decode":
 			role = picker.RoleDecode
 		}
-		for rank := 0; rank < e.DPRanks; rank++ {
-			// Data-parallel ranks share the engine's HTTP endpoint: vLLM's
-			// API server balances across them, so they are one destination
-			// with separate caches; each is a candidate and the proxy is
-			// sent to the shared endpoint.
-			w := picker.Worker{ID: index.WorkerID{Endpoint: e.Endpoint, DPRank: rank}, Endpoint: e.Endpoint, Role: role, Draining: e.Draining}
-			p.workers = append(p.workers, w)
-			r.all = append(r.all, w)
-			if e.Events == "" {
-				p.approx[w.ID] = true
+		for rank := 0; rank < max(e.DPRanks, 1); rank++ {
+			out = append(out, Member{
+				Worker:      picker.Worker{ID: index.WorkerID{Endpoint: e.Endpoint, DPRank: rank}, Endpoint: e.Endpoint, Role: role, Draining: e.Draining},
+				Model:       e.Model,
+				Approximate: e.Events == "",
+			})
+		}
+	}
+	return out
+}
+
+// SetMembers replaces the worker set (discovery calls it on every change).
+// Requests in flight keep the view they started with; workers that left
+// keep their accounting until their requests finish.
+func (r *Router) SetMembers(members []Member) error {
+	f := &fleet{pools: map[string]*pool{}}
+	for _, m := range members {
+		if _, _, ok := r.reg.Lookup(m.Model); !ok {
+			return fmt.Errorf("worker %s: model %q has no tokenizer loaded", m.Worker.ID, m.Model)
+		}
+		p := f.pools[m.Model]
+		if p == nil {
+			p = &pool{model: m.Model, approx: map[index.WorkerID]bool{}}
+			f.pools[m.Model] = p
+		}
+		p.workers = append(p.workers, m.Worker)
+		p.hasPD = p.hasPD || m.Worker.Role == picker.RolePrefill
+		if m.Approximate {
+			p.approx[m.Worker.ID] = true
+		}
+		f.all = append(f.all, m.Worker)
+	}
+	if old := r.fleet.Swap(f); old != nil {
+		for _, w := range old.all {
+			if !slices.ContainsFunc(f.all, func(n picker.Worker) bool { return n.ID == w.ID }) {
+				r.recent.ForgetWorker(w.ID)
 			}
 		}
 	}
-	return r, nil
+	return nil
 }
 
 // Load exposes kvgate's own accounting (tests and metrics read it).
@@ -152,7 +199,7 @@ func (r *Router) Route(ctx context.Context, req *server.Request) (*server.Decisi
 		r.metrics.requests.WithLabelValues("", "bad_request").Inc()
 		return nil, routeError(http.StatusBadRequest, err.Error(), "invalid_request_error", "")
 	}
-	p := r.pools[res.Model.Name]
+	p := r.fleet.Load().pools[res.Model.Name]
 	if p == nil {
 		r.metrics.requests.WithLabelValues(res.Served, "no_worker").Inc()
 		return nil, routeError(http.StatusServiceUnavailable, fmt.Sprintf("no worker serves model %s", res.Served), "service_unavailable", "no_eligible_worker")
@@ -325,7 +372,7 @@ func (r *Router) admit(cands []picker.Candidate) string {
 // /v1/models, header-only requests, unknown paths) to the least-loaded
 // eligible worker.
 func (r *Router) routeWithoutBody(req *server.Request) (*server.Decision, *server.RouteError) {
-	p := &pool{workers: r.all}
+	p := &pool{workers: r.fleet.Load().all}
 	cands := r.candidates(p, nil, req.SubsetHint, picker.RoleBoth)
 	r.mu.Lock()
 	dec, err := picker.Pick(picker.Request{Stage: picker.StageAggregated, BlockSize: 1}, cands, r.pick, r.rnd)

@@ -119,18 +119,6 @@ func TestGoldenChat(t *testing.T) {
 			if err != nil {
 				t.Fatalf("render: %v", err)
 			}
-			if strings.HasPrefix(c.Name, "known divergence") {
-				// An ardanlabs/jinja v1.8.0 bug documented on Render: the
-				// renderer must flag it. If the output ever matches, the
-				// engine was fixed and the flag should go.
-				if r.Stats().Inexact != 1 {
-					t.Errorf("divergent case not flagged: %+v", r.Stats())
-				}
-				if got == *c.Expected {
-					t.Errorf("known divergence no longer diverges; drop its Inexact flag")
-				}
-				return
-			}
 			if got != *c.Expected {
 				t.Errorf("render differs from Python jinja2 at byte %d\n got %q\nwant %q", firstDiff(got, *c.Expected), got, *c.Expected)
 			}

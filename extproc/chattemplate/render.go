@@ -4,12 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"regexp"
 	"strings"
 	"sync/atomic"
 	"time"
 
-	"github.com/ardanlabs/jinja"
+	"github.com/kvgate/kvgate/extproc/chattemplate/jinja"
 
 	"github.com/kvgate/kvgate/extproc/openai"
 )
@@ -42,11 +41,8 @@ type Options struct {
 // use: templates are compiled once in New and only read afterwards.
 type Renderer struct {
 	templates map[string]*jinja.Template
-	// inexactTemplates names templates using a construct ardanlabs/jinja
-	// renders differently from Python, with the reason.
-	inexactTemplates map[*jinja.Template]string
-	special          map[string]jinja.Value
-	opts             Options
+	special   map[string]jinja.Value
+	opts      Options
 
 	renders, failures, inexact atomic.Uint64
 }
@@ -55,9 +51,9 @@ type Renderer struct {
 type Stats struct {
 	Renders  uint64 // successful renders
 	Failures uint64 // renders that returned an error
-	// Inexact counts renders whose values hit a known difference between
-	// ardanlabs/jinja and Python (see Render); the prompt may be off by a
-	// few characters, so routing for that request is approximate.
+	// Inexact counts renders whose values Python would hold differently
+	// (see Render); the prompt may be off by a few characters, so routing
+	// for that request is approximate.
 	Inexact uint64
 }
 
@@ -83,21 +79,13 @@ func New(cfg *Config, opts Options) (*Renderer, error) {
 	if len(opts.ToolFunctionFields) == 0 {
 		opts.ToolFunctionFields = []string{"name", "description", "parameters"}
 	}
-	r := &Renderer{templates: map[string]*jinja.Template{}, inexactTemplates: map[*jinja.Template]string{}, special: map[string]jinja.Value{}, opts: opts}
+	r := &Renderer{templates: map[string]*jinja.Template{}, special: map[string]jinja.Value{}, opts: opts}
 	for name, src := range cfg.Templates {
 		t, err := jinja.Compile(normalizeSource(src))
 		if err != nil {
 			return nil, fmt.Errorf("chattemplate: compile %q: %w", name, err)
 		}
 		r.templates[name] = t
-		if trimHazard(normalizeSource(src)) {
-			r.inexactTemplates[t] = "whitespace control across adjacent tags"
-		}
-		if tojsonIndent.MatchString(src) {
-			// v1.8.0 implements tojson(indent=…) with encoding/json over a Go
-			// map: keys come out sorted and <, >, & escaped.
-			r.inexactTemplates[t] = "tojson with indent"
-		}
 	}
 	for k, v := range cfg.SpecialTokens {
 		r.special[k] = jinja.NewString(v)
@@ -142,12 +130,11 @@ var reservedVariables = map[string]bool{
 	"messages": true, "tools": true, "documents": true, "add_generation_prompt": true,
 }
 
-// Render renders req's prompt. Known differences of ardanlabs/jinja v1.8.0
-// from Python that cannot be fixed from outside the engine (its filters are
-// not replaceable): tojson prints floats with Go's %g (1.0 → 1, 1e6 → 1e+06),
-// escapes U+2028/U+2029, and with indent= sorts keys. Render still returns
-// the prompt when a request or template would hit one of these and counts it
-// in Stats.Inexact.
+// Render renders req's prompt with the engine in ./jinja, a fork of
+// ardanlabs/jinja v1.8.0 whose whitespace control, float and string
+// formatting and tojson(indent=…) follow Python jinja2 (see jinja/FORK.md).
+// Values Python holds differently — integers beyond int64 and floats out of
+// range in tool arguments — still render, counted in Stats.Inexact.
 func (r *Renderer) Render(req *openai.ChatRequest) (string, error) {
 	out, err := r.render(req)
 	if err != nil {
@@ -218,9 +205,6 @@ func (r *Renderer) render(req *openai.ChatRequest) (string, error) {
 		}
 		return "", fmt.Errorf("render chat template: %w", err)
 	}
-	if reason, ok := r.inexactTemplates[tmpl]; ok && b.inexact == "" {
-		b.inexact = reason
-	}
 	if b.inexact != "" {
 		r.inexact.Add(1)
 		slog.Debug("chat template render may differ from Python", "reason", b.inexact)
@@ -230,8 +214,6 @@ func (r *Renderer) render(req *openai.ChatRequest) (string, error) {
 	}
 	return out, nil
 }
-
-var tojsonIndent = regexp.MustCompile(`tojson\s*\([^)]*indent`)
 
 // normalizeSource applies what Python jinja2's lexer does to a template
 // before parsing and ardanlabs/jinja v1.8.0 does not: newlines become "\n"

@@ -127,15 +127,6 @@ func TestRenderConcurrent(t *testing.T) {
 	}
 }
 
-func TestPythonFloatRepr(t *testing.T) {
-	// Values as CPython 3.11 prints repr(float(x)).
-	for in, want := range map[float64]string{1: "1.0", 1e6: "1000000.0", 0.1: "0.1", 1e16: "1e+16", 1e-5: "1e-05", 0.0001: "0.0001", 123456789.5: "123456789.5", -2.5e-7: "-2.5e-07", 1.5e300: "1.5e+300"} {
-		if got := pythonFloatRepr(in); got != want {
-			t.Errorf("repr(%v) = %s, want %s", in, got, want)
-		}
-	}
-}
-
 func TestStrftimeUnsupported(t *testing.T) {
 	if _, err := strftime("%Q", fixedNow); err == nil {
 		t.Error("unknown directive accepted")

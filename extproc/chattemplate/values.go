@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/ardanlabs/jinja"
+	"github.com/kvgate/kvgate/extproc/chattemplate/jinja"
 
 	"github.com/kvgate/kvgate/extproc/openai"
 )
@@ -19,7 +19,7 @@ var ErrMediaContent = errors.New("media content parts need model-specific placeh
 
 // bridge converts the parsed request into template values the way vLLM's
 // chat_utils.parse_chat_messages and serving_chat do, recording values that
-// ardanlabs/jinja v1.8.0 prints differently from Python (see inexact).
+// Python would hold differently (see inexact).
 type bridge struct {
 	format         ContentFormat
 	functionFields []string
@@ -198,9 +198,6 @@ func (b *bridge) value(v openai.Value) jinja.Value {
 	case openai.KindNumber:
 		return b.number(v.Text)
 	case openai.KindString:
-		if strings.ContainsAny(v.Text, "\u2028\u2029") {
-			b.flag("string with U+2028/U+2029 (tojson escapes them; Python does not)")
-		}
 		return jinja.NewString(v.Text)
 	case openai.KindArray:
 		items := make([]jinja.Value, len(v.Items))
@@ -234,9 +231,6 @@ func (b *bridge) number(lit string) jinja.Value {
 		b.flag("float out of range")
 		return jinja.NewString(lit)
 	}
-	if pythonFloatRepr(f) != strconv.FormatFloat(f, 'g', -1, 64) {
-		b.flag("float " + lit + " (tojson prints " + strconv.FormatFloat(f, 'g', -1, 64) + ", Python " + pythonFloatRepr(f) + ")")
-	}
 	return jinja.NewFloat(f)
 }
 
@@ -244,32 +238,4 @@ func (b *bridge) flag(reason string) {
 	if b.inexact == "" {
 		b.inexact = reason
 	}
-}
-
-// pythonFloatRepr is repr(float): the shortest round-trip digits, positional
-// when the exponent is in [-4, 16), with ".0" for integral values, otherwise
-// scientific with at least two exponent digits (Python's float_repr_style
-// 'short').
-func pythonFloatRepr(f float64) string {
-	if f == 0 {
-		if math.Signbit(f) {
-			return "-0.0"
-		}
-		return "0.0"
-	}
-	e := strconv.FormatFloat(f, 'e', -1, 64) // d.ddde±XX
-	mant, expStr, _ := strings.Cut(e, "e")
-	exp, _ := strconv.Atoi(expStr)
-	if exp < -4 || exp >= 16 {
-		sign := "+"
-		if exp < 0 {
-			sign, exp = "-", -exp
-		}
-		return fmt.Sprintf("%se%s%02d", mant, sign, exp)
-	}
-	s := strconv.FormatFloat(f, 'f', -1, 64)
-	if !strings.ContainsAny(s, ".") {
-		s += ".0"
-	}
-	return s
 }

@@ -1,11 +1,8 @@
 package preprocess
 
 import (
-	"bufio"
-	"encoding/json"
 	"errors"
 	"net/http"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -41,24 +38,8 @@ func newRegistry(t *testing.T) *Registry {
 // with the same prompt, the same ids, and hashes over those ids.
 func TestChatMatchesOracles(t *testing.T) {
 	r := newRegistry(t)
-	f, err := os.Open("testdata/golden_chat_ids.jsonl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 16<<20)
 	n := 0
-	for sc.Scan() {
-		var c struct {
-			Name    string          `json:"name"`
-			Request json.RawMessage `json:"request"`
-			Prompt  string          `json:"prompt"`
-			IDs     []uint32        `json:"ids"`
-		}
-		if err := json.Unmarshal(sc.Bytes(), &c); err != nil {
-			t.Fatal(err)
-		}
+	for _, c := range goldenChatCases(t, "../..") {
 		n++
 		res, err := r.Chat(c.Request)
 		if err != nil {
