@@ -4,8 +4,8 @@ import (
 	"bufio"
 	"encoding/json"
 	"errors"
+	"github.com/kvgate/kvgate/extproc/modelfiles"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,32 +16,12 @@ import (
 // fixedNow is the clock the oracle (scripts/oracle/render_chat.py) uses.
 var fixedNow = time.Date(2026, 3, 7, 9, 5, 3, 0, time.UTC)
 
-// modelsDir finds the model files fetched by `make models`: $KVGATE_MODELS_DIR,
-// or .cache/models at the repository root.
-func modelsDir(t testing.TB) string {
+func loadModel(t testing.TB, model string) *Config {
 	t.Helper()
-	if d := os.Getenv("KVGATE_MODELS_DIR"); d != "" {
-		return d
-	}
-	dir, err := os.Getwd()
+	dir, err := modelfiles.Model(model)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return filepath.Join(dir, ".cache", "models")
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("no go.mod above the test directory")
-		}
-		dir = parent
-	}
-}
-
-func loadModel(t testing.TB, model string) *Config {
-	t.Helper()
-	dir := filepath.Join(modelsDir(t), model)
 	cfg, err := LoadDir(dir)
 	if err != nil {
 		t.Fatalf("load %s: %v (run `make models`)", dir, err)

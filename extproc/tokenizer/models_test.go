@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"compress/gzip"
 	"encoding/json"
+	"github.com/kvgate/kvgate/extproc/modelfiles"
 	"io"
 	"os"
 	"path/filepath"
@@ -11,29 +12,6 @@ import (
 	"sync"
 	"testing"
 )
-
-// modelsDir is $KVGATE_MODELS_DIR or <repo root>/.cache/models, where
-// `make models` puts the tokenizer files.
-func modelsDir(t testing.TB) string {
-	t.Helper()
-	if d := os.Getenv("KVGATE_MODELS_DIR"); d != "" {
-		return d
-	}
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return filepath.Join(dir, ".cache", "models")
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("no go.mod above the test directory; set KVGATE_MODELS_DIR")
-		}
-		dir = parent
-	}
-}
 
 var (
 	loadedMu sync.Mutex
@@ -49,9 +27,9 @@ func loadModel(t testing.TB, name string) *Tokenizer {
 	if tok, ok := loaded[name]; ok {
 		return tok
 	}
-	dir := filepath.Join(modelsDir(t), name)
-	if _, err := os.Stat(filepath.Join(dir, "tokenizer.json")); err != nil {
-		t.Fatalf("model %s missing (%v): run `make models`", name, err)
+	dir, err := modelfiles.Model(name)
+	if err != nil {
+		t.Fatal(err)
 	}
 	tok, err := Load(dir)
 	if err != nil {
@@ -63,7 +41,11 @@ func loadModel(t testing.TB, name string) *Tokenizer {
 
 func readModelFile(t testing.TB, name string) []byte {
 	t.Helper()
-	path := filepath.Join(modelsDir(t), name, "tokenizer.json")
+	dir, err := modelfiles.Model(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "tokenizer.json")
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatalf("%v: run `make models`", err)
