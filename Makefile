@@ -17,7 +17,9 @@ FUZZ_TARGETS := \
 	./extproc/tokenizer:FuzzEncodeRoundTrip \
 	./picker:FuzzPick \
 	./extproc/server:FuzzProcessStream \
-	./envoy:FuzzValidate
+	./envoy:FuzzValidate \
+	./e2e/replay:FuzzParseTrace \
+	./e2e/enginesim:FuzzGenerateRequest
 
 .PHONY: all build run test unit fuzz bench lint e2e models golden clean
 
@@ -26,8 +28,9 @@ all: build
 build:
 	$(GO) build -o $(BIN) ./cmd/kvgate
 
-# A working local demo on embedded defaults: no Redis, no network.
-run: build
+# A working local gateway on embedded defaults (no Redis): simulated engines,
+# the extproc, a gateway on localhost:8080, a trace replay. Ctrl-C stops it.
+run: build models
 	$(BIN) demo $(ARGS)
 
 test: unit fuzz

@@ -60,7 +60,19 @@ type Extproc struct {
 	Admission            Admission `yaml:"admission"`
 	PD                   PD        `yaml:"pd"`
 	// DecisionsKept is how many recent decisions /debug/decisions shows.
-	DecisionsKept int `yaml:"decisions_kept"`
+	DecisionsKept int         `yaml:"decisions_kept"`
+	HealthCheck   HealthCheck `yaml:"health_check"`
+}
+
+// HealthCheck probes each engine's HTTP health endpoint; a worker failing
+// UnhealthyAfter probes in a row gets no requests until one succeeds.
+type HealthCheck struct {
+	Disabled bool `yaml:"disabled"`
+	// Interval between probes of each engine.
+	Interval       Duration `yaml:"interval"`
+	Timeout        Duration `yaml:"timeout"`
+	UnhealthyAfter int      `yaml:"unhealthy_after"`
+	Path           string   `yaml:"path"`
 }
 
 // TierWeights credit cached blocks by where they live.
@@ -120,6 +132,9 @@ type Indexer struct {
 	// Listen is the HTTP address for /metrics, /healthz and /readyz.
 	Listen        string   `yaml:"listen"`
 	ReplayTimeout Duration `yaml:"replay_timeout"`
+	// EngineDeadAfter: an engine whose event socket stays unreachable this
+	// long has its entries dropped from the index (rebuilt when it returns).
+	EngineDeadAfter Duration `yaml:"engine_dead_after"`
 }
 
 // Model is one served model as the router sees it.
@@ -240,6 +255,9 @@ func (c *Config) applyDefaults() {
 	if c.Indexer.ReplayTimeout == 0 {
 		c.Indexer.ReplayTimeout = Duration(2 * time.Second)
 	}
+	if c.Indexer.EngineDeadAfter == 0 {
+		c.Indexer.EngineDeadAfter = Duration(10 * time.Second)
+	}
 	for i := range c.Engines {
 		if c.Engines[i].DPRanks == 0 {
 			c.Engines[i].DPRanks = 1
@@ -287,6 +305,19 @@ func (c *Config) applyDefaults() {
 	}
 	if x.DecisionsKept == 0 {
 		x.DecisionsKept = 256
+	}
+	hc := &x.HealthCheck
+	if hc.Interval == 0 {
+		hc.Interval = Duration(time.Second)
+	}
+	if hc.Timeout == 0 {
+		hc.Timeout = Duration(time.Second)
+	}
+	if hc.UnhealthyAfter == 0 {
+		hc.UnhealthyAfter = 2
+	}
+	if hc.Path == "" {
+		hc.Path = "/health"
 	}
 }
 
@@ -455,6 +486,8 @@ func (x *Extproc) validate() error {
 		return errors.New("extproc.pd: min_uncached_tokens and kv_bytes_per_token must be >= 0, transfer_gbps > 0")
 	case x.DecisionsKept < 0 || x.DecisionsKept > 100000:
 		return errors.New("extproc.decisions_kept: must be in 0..100000")
+	case !x.HealthCheck.Disabled && (x.HealthCheck.Timeout.D() <= 0 || x.HealthCheck.UnhealthyAfter < 1 || !strings.HasPrefix(x.HealthCheck.Path, "/")):
+		return errors.New("extproc.health_check: timeout > 0, unhealthy_after >= 1 and an absolute path are required")
 	}
 	return nil
 }

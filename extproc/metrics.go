@@ -42,7 +42,11 @@ func newMetrics() *metrics {
 // Register adds the router's metrics, and its load view as gauges, to reg.
 func (r *Router) Register(reg prometheus.Registerer) error {
 	m := r.metrics
-	for _, c := range []prometheus.Collector{m.requests, m.picks, m.pd, m.finished, m.overlap, m.ttfb, m.decision, m.indexErrors, m.fallbacksUsed, loadCollector{r}} {
+	cs := []prometheus.Collector{m.requests, m.picks, m.pd, m.finished, m.overlap, m.ttfb, m.decision, m.indexErrors, m.fallbacksUsed, loadCollector{r}}
+	if r.health != nil {
+		cs = append(cs, r.health.probes, r.health.failures)
+	}
+	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
 			return err
 		}

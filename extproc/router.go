@@ -68,6 +68,7 @@ type Router struct {
 	log     *slog.Logger
 	metrics *metrics
 	debug   *decisionLog
+	health  *healthChecker // nil when disabled
 	now     func() time.Time
 
 	mu         sync.Mutex // guards rnd and throughput
@@ -109,6 +110,9 @@ func NewRouter(cfg config.Config, reg *preprocess.Registry, idx index.Index, log
 		metrics: newMetrics(), debug: newDecisionLog(x.DecisionsKept), now: time.Now,
 		rnd:        rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0x6b766761)),
 		throughput: map[index.WorkerID]*picker.ThroughputEstimator{},
+	}
+	if !x.HealthCheck.Disabled {
+		r.health = newHealthChecker(x.HealthCheck)
 	}
 	if err := r.SetMembers(MembersFromConfig(cfg.Engines)); err != nil {
 		return nil, err
@@ -162,6 +166,13 @@ func (r *Router) SetMembers(members []Member) error {
 		}
 		f.all = append(f.all, m.Worker)
 	}
+	if r.health != nil {
+		eps := make([]string, 0, len(f.all))
+		for _, w := range f.all {
+			eps = append(eps, w.Endpoint)
+		}
+		r.health.setTargets(eps)
+	}
 	if old := r.fleet.Swap(f); old != nil {
 		for _, w := range old.all {
 			if !slices.ContainsFunc(f.all, func(n picker.Worker) bool { return n.ID == w.ID }) {
@@ -170,6 +181,13 @@ func (r *Router) SetMembers(members []Member) error {
 		}
 	}
 	return nil
+}
+
+// Run does the router's background work (engine health probes) until ctx ends.
+func (r *Router) Run(ctx context.Context) {
+	if r.health != nil {
+		r.health.run(ctx)
+	}
 }
 
 // Load exposes kvgate's own accounting (tests and metrics read it).
@@ -337,6 +355,9 @@ func (r *Router) candidates(p *pool, m index.Match, hint []string, role picker.R
 		}
 		if role != picker.RoleBoth && w.Role != role && !(role == picker.RoleDecode && w.Role == picker.RoleBoth) {
 			continue
+		}
+		if !r.health.healthy(w.Endpoint) {
+			w.Unhealthy = true // failed its health probes: eligible again after one success
 		}
 		l := loads[w.ID]
 		if est := r.throughput[w.ID]; est != nil && est.Samples() > 0 {

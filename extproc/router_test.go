@@ -22,6 +22,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/preprocess"
 	"github.com/kvgate/kvgate/extproc/server"
 	"github.com/kvgate/kvgate/indexer/index"
+	"github.com/kvgate/kvgate/picker"
 )
 
 var workers = []string{"10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000"}
@@ -295,4 +296,10 @@ type failingIndex struct{ index.Index }
 
 func (failingIndex) Match(context.Context, []uint64) (index.Match, error) {
 	return nil, fmt.Errorf("redis: connection refused")
+}
+
+func defaultHarnessConfig() envoyharness.Config { return envoyharness.DefaultConfig() }
+
+func memberAt(endpoint string) Member {
+	return Member{Worker: picker.Worker{ID: index.WorkerID{Endpoint: endpoint}, Endpoint: endpoint, Role: picker.RoleBoth}, Model: "qwen3"}
 }

@@ -34,7 +34,8 @@ var (
 	mGapsRepaired = prometheus.NewDesc("kvgate_indexer_sequence_gaps_repaired_total", "Sequence gaps closed completely through the replay endpoint.", workerLabels, nil)
 	mReplays      = prometheus.NewDesc("kvgate_indexer_replays_total", "Replay requests sent to the engine's replay endpoint.", workerLabels, nil)
 	mReplayFail   = prometheus.NewDesc("kvgate_indexer_replay_failures_total", "Replay requests that failed or timed out.", workerLabels, nil)
-	mResets       = prometheus.NewDesc("kvgate_indexer_worker_resets_total", "Times a worker's entries were dropped to rebuild from new events (unrepairable gap, engine restart, decode error).", workerLabels, nil)
+	mResets       = prometheus.NewDesc("kvgate_indexer_worker_resets_total", "Times a worker's entries were dropped to rebuild from new events (unrepairable gap, engine restart, decode error, engine unreachable).", workerLabels, nil)
+	mDeadResets   = prometheus.NewDesc("kvgate_indexer_engine_unreachable_resets_total", "Times a worker's entries were dropped because its engine stayed unreachable past indexer.engine_dead_after.", workerLabels, nil)
 	mRestarts     = prometheus.NewDesc("kvgate_indexer_publisher_restarts_total", "Times an engine's event sequence went backwards (engine restart).", workerLabels, nil)
 	mHandlerErr   = prometheus.NewDesc("kvgate_indexer_apply_errors_total", "Batches whose application to the index failed.", workerLabels, nil)
 	mConnected    = prometheus.NewDesc("kvgate_indexer_connects_total", "Successful connections to the engine's event socket.", workerLabels, nil)
@@ -50,7 +51,7 @@ var (
 
 func (collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{mBatches, mReplayed, mEvents, mRejected, mDecodeErr, mMalformed, mGaps, mGapsRepaired,
-		mReplays, mReplayFail, mResets, mRestarts, mHandlerErr, mConnected, mLag, mLastSeq, mWorkerBlocks,
+		mReplays, mReplayFail, mResets, mDeadResets, mRestarts, mHandlerErr, mConnected, mLag, mLastSeq, mWorkerBlocks,
 		mIndexBlocks, mIndexEntries, mIndexWorkers, mIndexUp} {
 		ch <- d
 	}
@@ -81,6 +82,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		counter(mReplays, ss.ReplaysRequested, w, m)
 		counter(mReplayFail, ss.ReplayFailures, w, m)
 		counter(mResets, ss.Resets, w, m)
+		counter(mDeadResets, ss.DeadResets, w, m)
 		counter(mRestarts, ss.PublisherRestarts, w, m)
 		counter(mHandlerErr, ss.HandlerErrors, w, m)
 		counter(mConnected, ss.Connects, w, m)

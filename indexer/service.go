@@ -95,6 +95,7 @@ func (s *Service) newStream(e config.Engine, m *config.Model, rank int) (*stream
 		ReplayEndpoint: replay,
 		Topic:          e.Topic,
 		ReplayTimeout:  s.cfg.Indexer.ReplayTimeout.D(),
+		DeadAfter:      s.cfg.Indexer.EngineDeadAfter.D(),
 		Logger:         s.log.With("worker", w.String()),
 	}, st)
 	if err != nil {

@@ -20,7 +20,7 @@ import (
 
 func init() {
 	register("bench", command{
-		summary: "run the benchmarks and write BENCHMARKS.md (--out, --only index,tokenizer,preprocess)",
+		summary: "run the benchmarks and write BENCHMARKS.md (--out, --only index,tokenizer,preprocess,extproc,routing)",
 		run:     runBench,
 	})
 }
@@ -36,6 +36,7 @@ var benchSections = []benchSection{
 	{"tokenizer", benchTokenizer},
 	{"preprocess", benchPreprocess},
 	{"extproc", benchExtproc},
+	{"routing", benchRouting},
 }
 
 func runBench(args []string, _ io.Reader, stdout, stderr io.Writer) int {
@@ -148,4 +149,10 @@ func benchExtproc(ctx context.Context, w io.Writer, phase time.Duration) error {
 	defer rc.Close()
 	mem := index.NewMemory(index.MemoryConfig{})
 	return benchmarks.Extproc(ctx, w, map[string]index.Index{"memory": mem, "redis-cluster": rc}, benchmarks.ExtprocOptions{Phase: phase, Command: "make bench"})
+}
+
+// benchRouting replays the Mooncake conversation trace with every routing
+// policy side by side at 4, 8 and 16 workers.
+func benchRouting(ctx context.Context, w io.Writer, _ time.Duration) error {
+	return benchmarks.Routing(ctx, w, benchmarks.RoutingOptions{Command: "make bench"})
 }

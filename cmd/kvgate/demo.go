@@ -22,8 +22,8 @@ import (
 )
 
 func init() {
-	register("demo", command{
-		summary: "local demo on embedded defaults: simulated engines → ZMQ KV events → indexer → prefix-aware routing",
+	register("index-demo", command{
+		summary: "event-path demo: simulated engines → ZMQ KV events → indexer; index vs round-robin, gap repair",
 		run:     runDemo,
 	})
 }
@@ -39,7 +39,7 @@ type demoFleet struct {
 }
 
 func runDemo(args []string, _ io.Reader, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("kvgate demo", flag.ContinueOnError)
+	fs := flag.NewFlagSet("kvgate index-demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	perFleet := fs.Int("engines", 4, "engines per fleet (1..32)")
 	convs := fs.Int("conversations", 24, "conversations (1..1000)")
@@ -52,13 +52,13 @@ func runDemo(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if *perFleet < 1 || *perFleet > 32 || *convs < 1 || *convs > 1000 || *turns < 1 || *turns > 50 || *rate <= 0 {
-		fmt.Fprintln(stderr, "kvgate demo: --engines 1..32, --conversations 1..1000, --turns 1..50, --rate > 0")
+		fmt.Fprintln(stderr, "kvgate index-demo: --engines 1..32, --conversations 1..1000, --turns 1..50, --rate > 0")
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if err := demo(ctx, stdout, demoOptions{*perFleet, *convs, *turns, *rate, *listen, *hold, *seed}); err != nil {
-		fmt.Fprintf(stderr, "kvgate demo: %v\n", err)
+		fmt.Fprintf(stderr, "kvgate index-demo: %v\n", err)
 		return 1
 	}
 	return 0
@@ -126,7 +126,7 @@ func demo(ctx context.Context, out io.Writer, o demoOptions) error {
 	go func() { svc.Run(runCtx); close(done) }()
 	defer func() { cancelRun(); <-done }()
 
-	fmt.Fprintf(out, "kvgate demo: %d simulated vLLM engines per fleet publish KV events over ZMQ (array and map encodings);\n", o.perFleet)
+	fmt.Fprintf(out, "kvgate index-demo: %d simulated vLLM engines per fleet publish KV events over ZMQ (array and map encodings);\n", o.perFleet)
 	fmt.Fprintf(out, "the indexer ingests them into the in-memory fleet index. Metrics: http://%s/metrics  status: http://%s/status\n\n", ln.Addr(), ln.Addr())
 
 	work := newDemoWorkload(o.seed, o.convs, o.turns)

@@ -141,6 +141,8 @@ func serveExtproc(ctx context.Context, cfg config.Config, o extprocOptions) erro
 		close(indexerDone)
 	}
 
+	go router.Run(runCtx)
+
 	gln, err := net.Listen("tcp", cfg.Extproc.Listen)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Extproc.Listen, err)

@@ -23,6 +23,7 @@ type Stats struct {
 	Connects          uint64 // successful SUB connections
 	ConnectFailures   uint64
 	Disconnects       uint64 // established connections that dropped
+	DeadResets        uint64 // Resets because the engine stayed unreachable past Config.DeadAfter
 	// HaveLastSeq is false until the first batch is delivered (and again
 	// after a publisher restart, until the new stream's first batch).
 	HaveLastSeq bool
@@ -49,6 +50,8 @@ type counters struct {
 	connects          atomic.Uint64
 	connectFailures   atomic.Uint64
 	disconnects       atomic.Uint64
+	deadResets        atomic.Uint64
+	connectedOnce     atomic.Bool // a connection succeeded since the Run loop last looked
 	haveLastSeq       atomic.Bool
 	lastSeq           atomic.Uint64
 	lastMessageNanos  atomic.Int64 // UnixNano; 0 = never
@@ -72,6 +75,7 @@ func (c *counters) snapshot() Stats {
 		Connects:          c.connects.Load(),
 		ConnectFailures:   c.connectFailures.Load(),
 		Disconnects:       c.disconnects.Load(),
+		DeadResets:        c.deadResets.Load(),
 		HaveLastSeq:       c.haveLastSeq.Load(),
 		LastSeq:           c.lastSeq.Load(),
 	}

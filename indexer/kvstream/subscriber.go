@@ -68,6 +68,12 @@ type Config struct {
 	// then goes idle, would stay unknown — or stale — for as long as the
 	// engine is quiet. Default 1s; negative disables. Needs ReplayEndpoint.
 	TailPoll time.Duration
+	// DeadAfter: when the engine's event socket has been unreachable this
+	// long, the subscriber calls Handler.Reset once, so that a killed
+	// engine's blocks leave the index instead of attracting requests; a
+	// later reconnect starts from a clean slate. Default 10s; negative
+	// disables.
+	DeadAfter time.Duration
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -82,6 +88,7 @@ const (
 	defaultReconnectMax      = 10 * time.Second
 	defaultDialTimeout       = 5 * time.Second
 	defaultTailPoll          = time.Second
+	defaultDeadAfter         = 10 * time.Second
 	// firstTailPoll gives a fresh subscription time to reach the publisher
 	// before the first catch-up, so that little is published in between.
 	firstTailPoll = 100 * time.Millisecond
@@ -114,6 +121,7 @@ func (c Config) withDefaults() (Config, error) {
 	setDefault(&c.ReconnectMax, defaultReconnectMax)
 	setDefault(&c.DialTimeout, defaultDialTimeout)
 	setDefault(&c.TailPoll, defaultTailPoll)
+	setDefault(&c.DeadAfter, defaultDeadAfter)
 	if c.ReconnectMax < c.ReconnectMin {
 		return c, fmt.Errorf("kvstream config: ReconnectMax %v is below ReconnectMin %v", c.ReconnectMax, c.ReconnectMin)
 	}
@@ -201,10 +209,20 @@ func (s *Subscriber) Run(ctx context.Context) error {
 	defer s.running.Store(false)
 
 	backoff := s.cfg.ReconnectMin
+	downSince := time.Now()
 	for ctx.Err() == nil {
 		gotMessage, err := s.runConnection(ctx)
 		if ctx.Err() != nil {
 			break
+		}
+		if s.c.connectedOnce.Swap(false) {
+			downSince = time.Now()
+		}
+		if s.cfg.DeadAfter > 0 && s.haveLast && time.Since(downSince) >= s.cfg.DeadAfter {
+			s.c.deadResets.Add(1)
+			s.reset(ctx, fmt.Sprintf("engine event socket unreachable for %s", time.Since(downSince).Round(time.Second)))
+			s.haveLast = false
+			s.c.haveLastSeq.Store(false)
 		}
 		if gotMessage {
 			backoff = s.cfg.ReconnectMin
@@ -252,6 +270,7 @@ func (s *Subscriber) runConnection(ctx context.Context) (gotMessage bool, err er
 		return false, fmt.Errorf("dial %s: %w", s.cfg.Endpoint, err)
 	}
 	s.c.connects.Add(1)
+	s.c.connectedOnce.Store(true)
 	s.log.Info("kv event stream connected")
 
 	q := &liveQueue{

@@ -1,6 +1,7 @@
 package kvstream
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -45,5 +46,28 @@ func TestTailPollDisabled(t *testing.T) {
 	waitConnected(t, p, r)
 	if st := s.Stats(); st.TailPolls != 0 {
 		t.Fatalf("tail polls %d with TailPoll < 0", st.TailPolls)
+	}
+}
+
+// A killed engine's entries must leave the index: once its socket has been
+// unreachable for DeadAfter, the handler is reset (once).
+func TestDeadEngineResetsOnce(t *testing.T) {
+	p := startPublisher(t, "tcp://127.0.0.1:0", "tcp://127.0.0.1:0", 100)
+	r := newRecorder()
+	s := runSubscriber(t, Config{Endpoint: p.endpoint(), ReplayEndpoint: p.replayEndpoint(), DeadAfter: 200 * time.Millisecond,
+		ReconnectMin: 20 * time.Millisecond, ReconnectMax: 50 * time.Millisecond}, r)
+	waitConnected(t, p, r)
+	p.Close()
+	r.waitFor(t, "a reset for the unreachable engine", func(ev []event) bool {
+		for _, e := range ev {
+			if e.reset && strings.Contains(e.reason, "unreachable") {
+				return true
+			}
+		}
+		return false
+	})
+	time.Sleep(300 * time.Millisecond) // several more failed reconnects
+	if st := s.Stats(); st.DeadResets != 1 {
+		t.Fatalf("dead resets %d, want exactly 1 while the engine stays down", st.DeadResets)
 	}
 }

@@ -1,0 +1,96 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const replayTestdataTrace = "../../e2e/replay/testdata/conversation_head300.jsonl"
+
+func TestReplayJSONPrintsExactlyOneObject(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := dispatch([]string{"replay", "--trace", replayTestdataTrace, "--limit", "60", "--workers", "4", "--json"}, nil, &out, &errb)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	dec := json.NewDecoder(&out)
+	var doc map[string]json.RawMessage
+	if err := dec.Decode(&doc); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		t.Fatalf("more output after the JSON object (%v)", err)
+	}
+	keys := func(m map[string]json.RawMessage) []string {
+		var ks []string
+		for k := range m {
+			ks = append(ks, k)
+		}
+		slices.Sort(ks)
+		return ks
+	}
+	if got := keys(doc); !slices.Equal(got, []string{"ideal_hit_ratio", "policies", "requests", "trace", "workers"}) {
+		t.Fatalf("top-level keys %v", got)
+	}
+	var n struct{ Workers, Requests int }
+	if err := json.Unmarshal(mustJSON(t, doc), &n); err != nil || n.Workers != 4 || n.Requests != 60 {
+		t.Fatalf("workers/requests %+v %v", n, err)
+	}
+	var pols map[string]map[string]json.RawMessage
+	if err := json.Unmarshal(doc["policies"], &pols); err != nil {
+		t.Fatal(err)
+	}
+	wantPolicies := []string{"approx-prefix", "dynamo", "kvgate", "least-loaded", "random", "round-robin"}
+	var gotPolicies []string
+	for p, fields := range pols {
+		gotPolicies = append(gotPolicies, p)
+		if got := keys(fields); !slices.Equal(got, []string{"e2e_p90_ms", "hit_ratio", "itl_p50_ms", "load_imbalance", "throughput_rps", "ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms"}) {
+			t.Errorf("%s: fields %v", p, got)
+		}
+		for k, v := range fields {
+			var f float64
+			if err := json.Unmarshal(v, &f); err != nil {
+				t.Errorf("%s.%s = %s: not a number", p, k, v)
+			}
+		}
+	}
+	slices.Sort(gotPolicies)
+	if !slices.Equal(gotPolicies, wantPolicies) {
+		t.Errorf("policies %v", gotPolicies)
+	}
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestReplayTableAndBadInput(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := dispatch([]string{"replay", "--trace", replayTestdataTrace, "--limit", "30", "--policies", "round-robin,kvgate"}, nil, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	if !strings.Contains(out.String(), "round-robin") || !strings.Contains(out.String(), "ideal hit ratio") {
+		t.Errorf("table:\n%s", out.String())
+	}
+	for _, args := range [][]string{
+		{"replay", "--trace", replayTestdataTrace, "--policies", "bogus"},
+		{"replay", "--trace", replayTestdataTrace, "--workers", "0"},
+		{"replay", "--trace", "does-not-exist.jsonl"},
+		{"replay", "--trace", replayTestdataTrace, "extra"},
+	} {
+		out.Reset()
+		errb.Reset()
+		if code := dispatch(args, nil, &out, &errb); code != 2 || errb.Len() == 0 {
+			t.Errorf("%v: exit %d, stderr %q", args, code, errb.String())
+		}
+	}
+}

@@ -1,0 +1,40 @@
+package replay
+
+import "github.com/kvgate/kvgate/indexer/blockhash"
+
+// IdealHitRatio is the prefix-cache hit ratio of one engine with an
+// infinite cache serving the whole trace in arrival order, at blockSize:
+// cached prompt tokens / prompt tokens, where a request's cached tokens are
+// its longest prefix of full blocks seen in any earlier request, capped (as
+// in vLLM) so that the last prompt token is always computed. A fleet of
+// finite caches can only do worse: this is the bar for hit_ratio.
+func IdealHitRatio(reqs []TraceRequest, blockSize int) float64 {
+	if blockSize <= 0 {
+		return 0
+	}
+	seed := blockhash.Seed("", "")
+	seen := map[uint64]struct{}{}
+	var cached, total int64
+	var toks []uint32
+	for _, r := range reqs {
+		toks = Tokens(toks, r)
+		chain := blockhash.SequenceHashes(blockhash.LocalHashes(toks, blockSize, seed), seed)
+		limit := (len(toks) - 1) / blockSize
+		hit := 0
+		for hit < limit {
+			if _, ok := seen[chain[hit]]; !ok {
+				break
+			}
+			hit++
+		}
+		for _, h := range chain {
+			seen[h] = struct{}{}
+		}
+		cached += int64(hit * blockSize)
+		total += int64(len(toks))
+	}
+	if total == 0 {
+		return 0
+	}
+	return float64(cached) / float64(total)
+}

@@ -1,0 +1,200 @@
+package replay
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/kvgate/kvgate/e2e/enginesim"
+)
+
+// Policy names, in the order results are shown.
+const (
+	PolicyRandom       = "random"
+	PolicyRoundRobin   = "round-robin"
+	PolicyLeastLoaded  = "least-loaded"
+	PolicyApproxPrefix = "approx-prefix"
+	PolicyDynamo       = "dynamo"
+	PolicyKvgate       = "kvgate"
+)
+
+// AllPolicies lists every policy, baselines first.
+var AllPolicies = []string{PolicyRandom, PolicyRoundRobin, PolicyLeastLoaded, PolicyApproxPrefix, PolicyDynamo, PolicyKvgate}
+
+// Options configure a replay. Zero fields take the defaults noted.
+type Options struct {
+	Workers   int // engines in the fleet, 1..1024; default 8
+	BlockSize int // engine KV block size; default TraceBlockSize (512)
+	// GPUBlocks is each engine's cache capacity in blocks; default the
+	// Dynamo mocker's 16,384 blocks of 64 tokens (1 Mi tokens) expressed
+	// in BlockSize blocks.
+	GPUBlocks int
+	// RateScale multiplies the arrival rate (timestamps are divided by it);
+	// default 1.
+	RateScale float64
+	// TimeCompression plays the trace c times faster on engines c times
+	// faster (timestamps ÷ c, engine speed-up × c): the same schedule in
+	// 1/c of the virtual time, as a wall-clock harness would run it. All
+	// reported times are virtual (compressed). Default 1.
+	TimeCompression float64
+	SpeedUp         float64  // engine speed-up (mocker speedup_ratio); default 1
+	Policies        []string // default AllPolicies
+	Seed            uint64   // randomness of random routing and picker tie-breaks
+	// Progress, if set, is called now and then with the policy being
+	// replayed and how many of its requests have been routed.
+	Progress func(policy string, routed, total int)
+}
+
+// Validate reports the first bad option, after defaults are applied.
+func (o Options) Validate() error { return o.fill() }
+
+// MaxWorkers bounds Options.Workers.
+const MaxWorkers = 1024
+
+func (o *Options) fill() error {
+	if o.Workers == 0 {
+		o.Workers = 8
+	}
+	if o.BlockSize == 0 {
+		o.BlockSize = TraceBlockSize
+	}
+	if o.GPUBlocks == 0 && o.BlockSize > 0 {
+		o.GPUBlocks = max(1, enginesim.DefaultNumGPUBlocks*enginesim.DefaultBlockSize/o.BlockSize)
+	}
+	if o.RateScale == 0 {
+		o.RateScale = 1
+	}
+	if o.TimeCompression == 0 {
+		o.TimeCompression = 1
+	}
+	if o.SpeedUp == 0 {
+		o.SpeedUp = 1
+	}
+	if len(o.Policies) == 0 {
+		o.Policies = AllPolicies
+	}
+	finite := func(v, lo, hi float64) bool { return !math.IsNaN(v) && v >= lo && v <= hi }
+	switch {
+	case o.Workers < 1 || o.Workers > MaxWorkers:
+		return fmt.Errorf("replay: workers %d outside [1, %d]", o.Workers, MaxWorkers)
+	case !finite(o.RateScale, 1e-3, 1e4):
+		return fmt.Errorf("replay: rate scale %v outside [0.001, 10000]", o.RateScale)
+	case !finite(o.TimeCompression, 1e-3, 1e4):
+		return fmt.Errorf("replay: time compression %v outside [0.001, 10000]", o.TimeCompression)
+	case !finite(o.SpeedUp, 1e-3, 1e4):
+		return fmt.Errorf("replay: speed-up %v outside [0.001, 10000]", o.SpeedUp)
+	}
+	seen := map[string]bool{}
+	for _, p := range o.Policies {
+		if !knownPolicy(p) {
+			return fmt.Errorf("replay: unknown policy %q (want some of %v)", p, AllPolicies)
+		}
+		if seen[p] {
+			return fmt.Errorf("replay: policy %q listed twice", p)
+		}
+		seen[p] = true
+	}
+	return o.engineConfig().Validate()
+}
+
+func knownPolicy(p string) bool {
+	for _, q := range AllPolicies {
+		if p == q {
+			return true
+		}
+	}
+	return false
+}
+
+func (o *Options) engineConfig() enginesim.Config {
+	return enginesim.Config{BlockSize: o.BlockSize, NumGPUBlocks: o.GPUBlocks, SpeedUp: o.SpeedUp * o.TimeCompression}
+}
+
+// arrival is request r's virtual arrival time.
+func (o *Options) arrival(r TraceRequest) time.Duration {
+	return time.Duration(float64(r.Timestamp) * float64(time.Millisecond) / (o.RateScale * o.TimeCompression))
+}
+
+// Result is a replay's outcome. Its JSON form is the `kvgate replay
+// --json` schema.
+type Result struct {
+	Trace         string                   `json:"trace"`
+	Workers       int                      `json:"workers"`
+	Requests      int                      `json:"requests"`
+	IdealHitRatio float64                  `json:"ideal_hit_ratio"`
+	Policies      map[string]*PolicyResult `json:"policies"`
+	Order         []string                 `json:"-"` // policies in the order run
+	BlockSize     int                      `json:"-"`
+	GPUBlocks     int                      `json:"-"`
+}
+
+// PolicyResult holds one policy's figures.
+//
+//   - HitRatio: prefix-cached prompt tokens / prompt tokens, from the
+//     engines' cached_tokens.
+//   - ITLP50Ms: median over requests (with two or more output tokens) of
+//     each request's mean inter-token latency.
+//   - ThroughputRPS: completed requests / (last completion − first arrival).
+//   - LoadImbalance: max / mean of requests routed per worker (1 = even).
+type PolicyResult struct {
+	HitRatio      float64 `json:"hit_ratio"`
+	TTFTP50Ms     float64 `json:"ttft_p50_ms"`
+	TTFTP90Ms     float64 `json:"ttft_p90_ms"`
+	TTFTP99Ms     float64 `json:"ttft_p99_ms"`
+	ITLP50Ms      float64 `json:"itl_p50_ms"`
+	E2EP90Ms      float64 `json:"e2e_p90_ms"`
+	ThroughputRPS float64 `json:"throughput_rps"`
+	LoadImbalance float64 `json:"load_imbalance"`
+
+	// For charts: every request's TTFT (ms, sorted) and the hit ratio per
+	// time bucket of arrivals.
+	TTFTsMs     []float64     `json:"-"`
+	HitOverTime []HitPoint    `json:"-"`
+	Elapsed     time.Duration `json:"-"` // wall time the replay took
+}
+
+// HitPoint is the hit ratio of the requests arriving in one time bucket.
+type HitPoint struct {
+	At       time.Duration // bucket start, virtual time
+	HitRatio float64
+}
+
+// Run replays reqs once per policy and returns the figures. name labels the
+// trace in the result.
+func Run(ctx context.Context, name string, reqs []TraceRequest, opt Options) (*Result, error) {
+	if err := opt.fill(); err != nil {
+		return nil, err
+	}
+	if len(reqs) == 0 {
+		return nil, fmt.Errorf("replay: empty trace")
+	}
+	for _, r := range reqs {
+		need := (r.InputLength + max(1, r.OutputLength) + opt.BlockSize - 1) / opt.BlockSize
+		if need > opt.GPUBlocks {
+			return nil, fmt.Errorf("replay: trace line %d needs %d blocks of %d tokens, more than an engine's %d (raise --gpu-blocks)",
+				r.Line, need, opt.BlockSize, opt.GPUBlocks)
+		}
+	}
+	res := &Result{
+		Trace: name, Workers: opt.Workers, Requests: len(reqs),
+		IdealHitRatio: IdealHitRatio(reqs, opt.BlockSize),
+		Policies:      map[string]*PolicyResult{},
+		BlockSize:     opt.BlockSize, GPUBlocks: opt.GPUBlocks,
+	}
+	for i, p := range opt.Policies {
+		start := time.Now()
+		sim, err := newSimulation(p, uint64(i), reqs, &opt)
+		if err != nil {
+			return nil, err
+		}
+		pr, err := sim.run(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("replay: policy %s: %w", p, err)
+		}
+		pr.Elapsed = time.Since(start)
+		res.Policies[p] = pr
+		res.Order = append(res.Order, p)
+	}
+	return res, nil
+}

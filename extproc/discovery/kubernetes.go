@@ -1,0 +1,189 @@
+package discovery
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// KubernetesSource watches pods or EndpointSlices with client-go informers.
+type KubernetesSource struct {
+	client kubernetes.Interface
+	cfg    KubernetesConfig
+	log    *slog.Logger
+
+	changes atomic.Int64 // onChange calls
+	workers atomic.Int64 // size of the last reported set
+	skipped atomic.Int64 // objects skipped when the last set was computed
+}
+
+var _ Source = (*KubernetesSource)(nil)
+
+// KubernetesStats is a snapshot of the source's counters.
+type KubernetesStats struct {
+	Changes int64 // onChange calls so far
+	Workers int64 // workers in the last reported set
+	Skipped int64 // ready pods / slices left out of the last set (reasons are logged)
+}
+
+// NewClient connects to the API server: in-cluster when kubeconfig is "",
+// else with that kubeconfig file.
+func NewClient(kubeconfig string) (kubernetes.Interface, error) {
+	var rc *rest.Config
+	var err error
+	if kubeconfig == "" {
+		rc, err = rest.InClusterConfig()
+	} else {
+		rc, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("discovery: kubernetes client config: %w", err)
+	}
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("discovery: kubernetes client: %w", err)
+	}
+	return cs, nil
+}
+
+// NewKubernetes validates cfg (after filling its defaults) and returns a
+// source reading through client. log may be nil.
+func NewKubernetes(client kubernetes.Interface, cfg KubernetesConfig, log *slog.Logger) (*KubernetesSource, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("discovery: %w", err)
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	return &KubernetesSource{client: client, cfg: cfg.withDefaults(), log: log}, nil
+}
+
+// Stats returns the counters.
+func (k *KubernetesSource) Stats() KubernetesStats {
+	return KubernetesStats{Changes: k.changes.Load(), Workers: k.workers.Load(), Skipped: k.skipped.Load()}
+}
+
+// Run starts the informers, reports the set once their caches have synced,
+// then again whenever it changes, at most once per Debounce. The set is
+// recomputed from the informer cache rather than patched event by event,
+// so a missed or reordered event cannot leave it wrong.
+func (k *KubernetesSource) Run(ctx context.Context, onChange func([]Worker)) error {
+	c := k.cfg
+	// The selector is applied again to the cache: a watch may deliver
+	// objects the list would not have (client-go's fake does), and a
+	// worker outside the selector must never be routed to.
+	sel, err := labels.Parse(c.LabelSelector)
+	if c.Service != "" {
+		sel, err = labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: c.Service}), nil
+	}
+	if err != nil {
+		return fmt.Errorf("discovery: label selector: %w", err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	factory := informers.NewSharedInformerFactoryWithOptions(k.client, c.ResyncPeriod,
+		informers.WithNamespace(c.Namespace), informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = sel.String() }))
+	// Deferred in this order so that cancel runs first: Shutdown waits for
+	// the informers, which stop only once the context is done.
+	defer factory.Shutdown()
+	defer cancel()
+
+	kick := make(chan struct{}, 1)
+	signal := func() {
+		select {
+		case kick <- struct{}{}:
+		default:
+		}
+	}
+	handler := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { signal() },
+		UpdateFunc: func(any, any) { signal() },
+		DeleteFunc: func(any) { signal() },
+	}
+
+	var compute func() ([]Worker, []string, error)
+	if c.Service != "" {
+		inf := factory.Discovery().V1().EndpointSlices()
+		if _, err := inf.Informer().AddEventHandler(handler); err != nil {
+			return fmt.Errorf("discovery: endpointslice handler: %w", err)
+		}
+		lister := inf.Lister().EndpointSlices(c.Namespace)
+		compute = func() ([]Worker, []string, error) {
+			eps, err := lister.List(sel)
+			if err != nil {
+				return nil, nil, err
+			}
+			ws, skipped := workersFromSlices(eps, c)
+			return ws, skipped, nil
+		}
+	} else {
+		inf := factory.Core().V1().Pods()
+		if _, err := inf.Informer().AddEventHandler(handler); err != nil {
+			return fmt.Errorf("discovery: pod handler: %w", err)
+		}
+		lister := inf.Lister().Pods(c.Namespace)
+		compute = func() ([]Worker, []string, error) {
+			pods, err := lister.List(sel)
+			if err != nil {
+				return nil, nil, err
+			}
+			ws, skipped := workersFromPods(pods, c)
+			return ws, skipped, nil
+		}
+	}
+
+	factory.Start(ctx.Done())
+	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("discovery: %v cache did not sync", typ)
+		}
+	}
+
+	var last []Worker
+	first := true
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		ws, skipped, err := compute()
+		if err != nil {
+			return fmt.Errorf("discovery: list %s/%s: %w", c.Namespace, c.LabelSelector+c.Service, err)
+		}
+		if first || !slices.Equal(ws, last) {
+			for _, s := range skipped {
+				k.log.Warn("discovery: worker skipped", "reason", s)
+			}
+			k.skipped.Store(int64(len(skipped)))
+			k.workers.Store(int64(len(ws)))
+			k.changes.Add(1)
+			onChange(slices.Clone(ws))
+			last, first = ws, false
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-kick:
+		}
+		// Let the burst this event belongs to (a rollout touches many pods)
+		// land before recomputing; events meanwhile are coalesced by kick.
+		timer.Reset(c.Debounce)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-timer.C:
+		}
+	}
+}

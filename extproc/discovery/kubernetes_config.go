@@ -1,0 +1,142 @@
+package discovery
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// Label keys and values kvgate reads from pods (and from EndpointSlices,
+// which the EndpointSlice controller labels with their Service's labels).
+const (
+	DefaultModelLabel = "kvgate.io/model"
+	DefaultRoleLabel  = "kvgate.io/role"
+	// DrainingKey set to "true" as a label or an annotation marks a worker
+	// draining: it stays known but gets no new requests.
+	DrainingKey = "kvgate.io/draining"
+)
+
+// Defaults for KubernetesConfig.
+const (
+	DefaultDebounce = 100 * time.Millisecond
+	DefaultResync   = 10 * time.Minute
+)
+
+// KubernetesConfig selects workers in one namespace, either as the ready
+// pods matching LabelSelector or as the endpoints of Service's
+// EndpointSlices. Exactly one of LabelSelector and Service is set.
+type KubernetesConfig struct {
+	Namespace     string
+	LabelSelector string
+	Service       string
+
+	// Port is the engine's HTTP port; with pods, 0 means the container port
+	// named PortName. With a Service, 0 means the slice port named PortName,
+	// or the slice's only port when PortName is empty.
+	Port     int
+	PortName string
+
+	// EventsPort and ReplayPort are the KV-event PUB and replay ROUTER ports
+	// of DP rank 0 on the worker's IP (rank r uses port + r, as vLLM does);
+	// 0 = none.
+	EventsPort, ReplayPort int
+	// DPRanks is the data-parallel ranks per pod/endpoint; 0 means 1.
+	DPRanks int
+
+	// ModelLabel and RoleLabel name the labels holding the served model and
+	// the role (both, prefill, decode); empty = the kvgate.io defaults.
+	ModelLabel, RoleLabel string
+	// Model is the model of workers that carry no model label; "" = such
+	// workers are skipped (and counted).
+	Model string
+
+	// ResyncPeriod is the informers' resync; 0 = DefaultResync.
+	ResyncPeriod time.Duration
+	// Debounce is the least time between two onChange calls, so that a
+	// rollout's burst of pod updates yields a few calls, not hundreds;
+	// 0 = DefaultDebounce.
+	Debounce time.Duration
+}
+
+func (c KubernetesConfig) withDefaults() KubernetesConfig {
+	if c.ModelLabel == "" {
+		c.ModelLabel = DefaultModelLabel
+	}
+	if c.RoleLabel == "" {
+		c.RoleLabel = DefaultRoleLabel
+	}
+	if c.DPRanks == 0 {
+		c.DPRanks = 1
+	}
+	if c.ResyncPeriod == 0 {
+		c.ResyncPeriod = DefaultResync
+	}
+	if c.Debounce == 0 {
+		c.Debounce = DefaultDebounce
+	}
+	return c
+}
+
+// Validate reports the first invalid field. Zero values that have defaults
+// are valid.
+func (c KubernetesConfig) Validate() error {
+	c = c.withDefaults()
+	if errs := validation.IsDNS1123Label(c.Namespace); len(errs) > 0 {
+		return fmt.Errorf("kubernetes.namespace %q: %s", c.Namespace, strings.Join(errs, "; "))
+	}
+	switch {
+	case c.LabelSelector == "" && c.Service == "":
+		return errors.New("kubernetes: one of label_selector and service is required")
+	case c.LabelSelector != "" && c.Service != "":
+		return errors.New("kubernetes: label_selector and service are exclusive")
+	case c.LabelSelector != "":
+		if _, err := labels.Parse(c.LabelSelector); err != nil {
+			return fmt.Errorf("kubernetes.label_selector: %w", err)
+		}
+		if c.Port == 0 && c.PortName == "" {
+			return errors.New("kubernetes: port or port_name is required with label_selector")
+		}
+	default:
+		if errs := validation.IsDNS1035Label(c.Service); len(errs) > 0 {
+			return fmt.Errorf("kubernetes.service %q: %s", c.Service, strings.Join(errs, "; "))
+		}
+	}
+	if c.Port < 0 || c.Port > 65535 {
+		return fmt.Errorf("kubernetes.port: %d outside 0..65535", c.Port)
+	}
+	if c.PortName != "" {
+		if errs := validation.IsValidPortName(c.PortName); len(errs) > 0 {
+			return fmt.Errorf("kubernetes.port_name %q: %s", c.PortName, strings.Join(errs, "; "))
+		}
+	}
+	if c.DPRanks < 1 || c.DPRanks > 1024 {
+		return fmt.Errorf("kubernetes.dp_ranks: %d outside 1..1024", c.DPRanks)
+	}
+	for _, p := range []struct {
+		name string
+		port int
+	}{{"events_port", c.EventsPort}, {"replay_port", c.ReplayPort}} {
+		if p.port < 0 || (p.port > 0 && p.port+c.DPRanks-1 > 65535) {
+			return fmt.Errorf("kubernetes.%s: %d (+ %d ranks) outside 1..65535", p.name, p.port, c.DPRanks)
+		}
+	}
+	if c.ReplayPort != 0 && c.EventsPort == 0 {
+		return errors.New("kubernetes.replay_port: set without events_port")
+	}
+	for _, l := range []struct{ name, key string }{{"model_label", c.ModelLabel}, {"role_label", c.RoleLabel}} {
+		if errs := validation.IsQualifiedName(l.key); len(errs) > 0 {
+			return fmt.Errorf("kubernetes.%s %q: %s", l.name, l.key, strings.Join(errs, "; "))
+		}
+	}
+	if c.ResyncPeriod < 0 {
+		return errors.New("kubernetes.resync_period: must be >= 0")
+	}
+	if c.Debounce < 0 || c.Debounce > time.Minute {
+		return errors.New("kubernetes.debounce: must be in 0..1m")
+	}
+	return nil
+}

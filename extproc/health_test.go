@@ -1,0 +1,81 @@
+package extproc
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kvgate/kvgate/config"
+)
+
+// A worker whose health probes fail gets no requests until it recovers.
+func TestUnhealthyWorkerGetsNoRequests(t *testing.T) {
+	var down atomic.Bool
+	engine := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/health" || down.Load() {
+			http.Error(w, "down", http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer engine.Close()
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) }))
+	defer other.Close()
+	flaky, healthy := strings.TrimPrefix(engine.URL, "http://"), strings.TrimPrefix(other.URL, "http://")
+
+	h := newHealthChecker(config.HealthCheck{Interval: config.Duration(10 * time.Millisecond), Timeout: config.Duration(time.Second), UnhealthyAfter: 2, Path: "/health"})
+	h.setTargets([]string{flaky, healthy})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	h.probeAll(ctx)
+	if !h.healthy(flaky) || !h.healthy(healthy) {
+		t.Fatal("healthy engines marked unhealthy")
+	}
+	down.Store(true)
+	h.probeAll(ctx)
+	if !h.healthy(flaky) {
+		t.Fatal("one failed probe must not eject (unhealthy_after 2)")
+	}
+	h.probeAll(ctx)
+	if h.healthy(flaky) || !h.healthy(healthy) {
+		t.Fatal("two failed probes must eject the engine, and only it")
+	}
+	down.Store(false)
+	h.probeAll(ctx)
+	if !h.healthy(flaky) {
+		t.Fatal("one good probe must bring the engine back")
+	}
+	if !h.healthy("198.51.100.1:80") {
+		t.Fatal("unprobed endpoints count as healthy")
+	}
+}
+
+// Through the router: candidates from an ejected engine are ineligible.
+func TestRouterSkipsUnhealthyWorkers(t *testing.T) {
+	r := newRig(t, func(c *config.Config) {
+		c.Extproc.HealthCheck = config.HealthCheck{Interval: config.Duration(time.Hour), Timeout: config.Duration(100 * time.Millisecond), UnhealthyAfter: 1, Path: "/health"}
+	}, defaultHarnessConfig())
+	// Only one of the three workers answers its health probe.
+	ok := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) }))
+	defer ok.Close()
+	alive := strings.TrimPrefix(ok.URL, "http://")
+	members := []Member{memberAt(alive), memberAt("127.0.0.1:1"), memberAt("127.0.0.1:2")}
+	if err := r.router.SetMembers(members); err != nil {
+		t.Fatal(err)
+	}
+	r.router.health.probeAll(context.Background())
+	for i := 0; i < 10; i++ {
+		x, err := r.harness.Start(context.Background(), post(chatBody("qwen3", "route me")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if x.Forward == nil || x.Forward.Upstream != alive {
+			t.Fatalf("routed to %+v, want only the healthy %s", x.Forward, alive)
+		}
+		finishResponse(t, x, "")
+	}
+}
