@@ -19,7 +19,8 @@ FUZZ_TARGETS := \
 	./extproc/server:FuzzProcessStream \
 	./envoy:FuzzValidate \
 	./e2e/replay:FuzzParseTrace \
-	./e2e/enginesim:FuzzGenerateRequest
+	./e2e/enginesim:FuzzGenerateRequest \
+	./extproc/enginemetrics:FuzzParse
 
 .PHONY: all build run test unit fuzz bench lint e2e models golden clean
 

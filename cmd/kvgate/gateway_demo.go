@@ -1,21 +1,17 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
+	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
-	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -203,127 +199,33 @@ func replaySlice(ctx context.Context, out io.Writer, base string, o gatewayDemoO
 	if len(reqs) == 0 {
 		return fmt.Errorf("trace %s: no requests", path)
 	}
-	span := time.Duration(reqs[len(reqs)-1].Timestamp-reqs[0].Timestamp) * time.Millisecond
-	scale := 1.0
-	if span > 0 {
-		scale = float64(o.duration) / float64(span)
+	fmt.Fprintf(out, "Replaying %d requests of %s through the gateway (arrivals compressed into %s, engines %.0f× faster than the timing model)…\n", len(reqs), filepath.Base(path), o.duration, o.speedup)
+	res, results, err := liveReplay(ctx, base, reqs, liveOptions{model: demoModel, span: o.duration, maxTokens: 64})
+	if err != nil {
+		return err
 	}
-	fmt.Fprintf(out, "Replaying %d requests of %s through the gateway (arrivals compressed %.0f×, engines %.0f× faster than the timing model)…\n", len(reqs), filepath.Base(path), 1/scale, o.speedup)
-	type result struct {
-		prompt, cached int
-		ttft           time.Duration
-		err            error
-	}
-	results := make([]result, len(reqs))
-	start := time.Now()
-	var wg sync.WaitGroup
-	client := &http.Client{Timeout: 2 * time.Minute}
-	for i, r := range reqs {
-		at := time.Duration(float64(time.Duration(r.Timestamp-reqs[0].Timestamp)*time.Millisecond) * scale)
-		select {
-		case <-ctx.Done():
-			wg.Wait()
-			return ctx.Err()
-		case <-time.After(time.Until(start.Add(at))):
-		}
-		wg.Add(1)
-		go func(i int, r replay.TraceRequest) {
-			defer wg.Done()
-			p, c, ttft, err := sendCompletion(ctx, client, base, replay.Tokens(nil, r), min(max(r.OutputLength, 1), 64))
-			results[i] = result{p, c, ttft, err}
-		}(i, r)
-	}
-	wg.Wait()
-	var prompt, cached, failed int
-	var ttfts []time.Duration
+	failed := 0
+	var firstErr error
 	for _, r := range results {
 		if r.err != nil {
 			failed++
-			continue
+			firstErr = cmp.Or(firstErr, r.err)
 		}
-		prompt += r.prompt
-		cached += r.cached
-		ttfts = append(ttfts, r.ttft)
 	}
-	slices.Sort(ttfts)
-	pct := func(p float64) time.Duration {
-		if len(ttfts) == 0 {
-			return 0
-		}
-		return ttfts[min(len(ttfts)-1, int(p*float64(len(ttfts))))]
-	}
-	fmt.Fprintf(out, "\nSummary: %d requests, %d failed, in %s\n", len(reqs), failed, time.Since(start).Round(time.Millisecond))
+	fmt.Fprintf(out, "\nSummary: %d requests, %d failed, in %s\n", len(reqs), failed, res.Elapsed.Round(time.Millisecond))
 	fmt.Fprintf(out, "  prefix-cache hit ratio %.1f%% of prompt tokens (the trace slice's infinite-cache ideal: %.1f%%)\n",
-		100*float64(cached)/float64(max(prompt, 1)), 100*replay.IdealHitRatio(reqs, 64))
-	fmt.Fprintf(out, "  time to first token p50 %s, p90 %s, p99 %s (simulated engines, %.0f× speed-up)\n", pct(0.5).Round(time.Millisecond), pct(0.9).Round(time.Millisecond), pct(0.99).Round(time.Millisecond), o.speedup)
+		100*res.HitRatio, 100*replay.IdealHitRatio(reqs, 64))
+	fmt.Fprintf(out, "  time to first token p50 %.0f ms, p90 %.0f ms, p99 %.0f ms (simulated engines, %.0f× speed-up); load imbalance (max/mean) %.2f\n",
+		res.TTFTP50Ms, res.TTFTP90Ms, res.TTFTP99Ms, o.speedup, res.LoadImbalance)
 	fmt.Fprintf(out, "  requests per engine:")
 	for _, e := range engines {
 		fmt.Fprintf(out, " %d", e.Stats().Engine.Finished)
 	}
 	fmt.Fprintln(out)
 	if failed > 0 {
-		for _, r := range results {
-			if r.err != nil {
-				return fmt.Errorf("%d of %d requests failed; first: %w", failed, len(reqs), r.err)
-			}
-		}
+		return fmt.Errorf("%d of %d requests failed; first: %w", failed, len(reqs), firstErr)
 	}
 	return nil
-}
-
-// sendCompletion streams one token-id completion and returns the prompt
-// and cached token counts from the final usage chunk and the time to the
-// first streamed token.
-func sendCompletion(ctx context.Context, c *http.Client, base string, tokens []uint32, maxTokens int) (prompt, cached int, ttft time.Duration, err error) {
-	body, _ := json.Marshal(map[string]any{"model": demoModel, "prompt": tokens, "max_tokens": maxTokens, "stream": true,
-		"stream_options": map[string]bool{"include_usage": true}})
-	req, err := http.NewRequestWithContext(ctx, "POST", base+"/v1/completions", bytes.NewReader(body))
-	if err != nil {
-		return 0, 0, 0, err
-	}
-	req.Header.Set("content-type", "application/json")
-	t := time.Now()
-	resp, err := c.Do(req)
-	if err != nil {
-		return 0, 0, 0, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		return 0, 0, 0, fmt.Errorf("status %d: %s", resp.StatusCode, b)
-	}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		line := sc.Bytes()
-		if !bytes.HasPrefix(line, []byte("data: ")) || bytes.Equal(line, []byte("data: [DONE]")) {
-			continue
-		}
-		if ttft == 0 {
-			ttft = time.Since(t)
-		}
-		var chunk struct {
-			Usage *struct {
-				PromptTokens        int `json:"prompt_tokens"`
-				PromptTokensDetails *struct {
-					CachedTokens int `json:"cached_tokens"`
-				} `json:"prompt_tokens_details"`
-			} `json:"usage"`
-		}
-		if json.Unmarshal(line[len("data: "):], &chunk) == nil && chunk.Usage != nil {
-			prompt = chunk.Usage.PromptTokens
-			if chunk.Usage.PromptTokensDetails != nil {
-				cached = chunk.Usage.PromptTokensDetails.CachedTokens
-			}
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return 0, 0, 0, err
-	}
-	if prompt == 0 {
-		return 0, 0, 0, errors.New("stream ended without a usage chunk")
-	}
-	return prompt, cached, ttft, nil
 }
 
 // demoTracePath prefers the full conversation trace beside the

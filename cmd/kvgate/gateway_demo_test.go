@@ -73,6 +73,23 @@ func TestGatewayDemo(t *testing.T) {
 	if !strings.Contains(resp.Header.Get("x-kvgate-debug"), "chosen=") {
 		t.Fatalf("no debug header: %v", resp.Header)
 	}
+	// `kvgate replay --gateway` against the same gateway, live.
+	var rout, rerr bytes.Buffer
+	code := dispatch([]string{"replay", "--gateway", base, "--json", "--limit", "12", "--time-compression", "100", "--max-tokens", "8",
+		"--trace", "../../e2e/replay/testdata/conversation_head300.jsonl"}, strings.NewReader(""), &rout, &rerr)
+	if code != 0 {
+		t.Fatalf("replay --gateway: exit %d: %s", code, rerr.String())
+	}
+	var live struct {
+		Requests int `json:"requests"`
+		Policies map[string]struct {
+			HitRatio  *float64 `json:"hit_ratio"`
+			TTFTP50Ms float64  `json:"ttft_p50_ms"`
+		} `json:"policies"`
+	}
+	if err := json.Unmarshal(rout.Bytes(), &live); err != nil || live.Requests != 12 || len(live.Policies) != 1 || live.Policies["live"].HitRatio == nil || live.Policies["live"].TTFTP50Ms <= 0 {
+		t.Fatalf("replay --gateway --json: %s (%v)", rout.String(), err)
+	}
 	// The demo serves until Ctrl-C after its summary; wait for the summary, then stop it.
 	for deadline := time.Now().Add(2 * time.Minute); !strings.Contains(out.String(), "still open"); time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {

@@ -39,6 +39,9 @@ func runReplay(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	speedup := fs.Float64("speedup", 1, "engine speed-up (divides every step's duration)")
 	plotDir := fs.String("plot", "", "write SVG charts (TTFT CDF, hit ratio over time) into this directory")
 	asJSON := fs.Bool("json", false, "print exactly one JSON object instead of a table")
+	gateway := fs.String("gateway", "", "replay live over HTTP through this gateway (e.g. http://127.0.0.1:8080: Envoy with kvgate extproc in front of real engines or `kvgate enginesim`), wall clock, instead of in-process; reported as the policy \"live\"")
+	model := fs.String("model", "qwen3", "with --gateway: the served model name to request")
+	maxTokens := fs.Int("max-tokens", 0, "with --gateway: cap each request's output tokens (0: the trace's)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -78,7 +81,12 @@ func runReplay(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	res, err := replay.Run(ctx, *tracePath, reqs, opt)
+	var res *replay.Result
+	if *gateway != "" {
+		res, err = liveResult(ctx, *gateway, *tracePath, reqs, liveOptions{model: *model, compression: *compression * *rateScale, maxTokens: *maxTokens})
+	} else {
+		res, err = replay.Run(ctx, *tracePath, reqs, opt)
+	}
 	if opt.Progress != nil {
 		fmt.Fprint(stderr, "\r\033[K")
 	}
@@ -121,4 +129,28 @@ func progressBar(w io.Writer) func(policy string, routed, total int) {
 		}
 		fmt.Fprintf(w, "\r%-14s [%s%s] %d/%d", policy, strings.Repeat("#", n), strings.Repeat(".", cells-n), routed, total)
 	}
+}
+
+// liveResult replays through a gateway and reports it in replay's schema,
+// with the one policy the gateway runs named "live"; workers is the number
+// of workers kvgate reported choosing.
+func liveResult(ctx context.Context, gateway, trace string, reqs []replay.TraceRequest, o liveOptions) (*replay.Result, error) {
+	pr, results, err := liveReplay(ctx, strings.TrimSuffix(gateway, "/"), reqs, o)
+	if err != nil {
+		return nil, err
+	}
+	workers := map[string]bool{}
+	for _, r := range results {
+		if r.err != nil {
+			return nil, fmt.Errorf("request through %s failed: %w", gateway, r.err)
+		}
+		if r.chosen != "" {
+			workers[r.chosen] = true
+		}
+	}
+	return &replay.Result{
+		Trace: trace, Workers: len(workers), Requests: len(reqs),
+		IdealHitRatio: replay.IdealHitRatio(reqs, replay.TraceBlockSize),
+		Policies:      map[string]*replay.PolicyResult{"live": pr}, Order: []string{"live"},
+	}, nil
 }

@@ -8,8 +8,13 @@ import (
 
 // WriteTable prints res as an aligned text table.
 func WriteTable(w io.Writer, res *Result) error {
-	fmt.Fprintf(w, "trace %s: %d requests, %d workers, block size %d, %d GPU blocks per worker; ideal hit ratio %.3f\n\n",
-		res.Trace, res.Requests, res.Workers, res.BlockSize, res.GPUBlocks, res.IdealHitRatio)
+	if res.BlockSize > 0 {
+		fmt.Fprintf(w, "trace %s: %d requests, %d workers, block size %d, %d GPU blocks per worker; ideal hit ratio %.3f\n\n",
+			res.Trace, res.Requests, res.Workers, res.BlockSize, res.GPUBlocks, res.IdealHitRatio)
+	} else { // a live replay: the fleet's cache geometry is not known here
+		fmt.Fprintf(w, "trace %s: %d requests, %d workers served; ideal hit ratio %.3f (one infinite cache, empty at the start)\n\n",
+			res.Trace, res.Requests, res.Workers, res.IdealHitRatio)
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "policy\thit ratio\t% of ideal\tTTFT p50 ms\tp90 ms\tp99 ms\tITL p50 ms\tE2E p90 ms\treq/s\timbalance\t")
 	for _, p := range res.Order {
