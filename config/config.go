@@ -60,8 +60,42 @@ type Extproc struct {
 	Admission            Admission `yaml:"admission"`
 	PD                   PD        `yaml:"pd"`
 	// DecisionsKept is how many recent decisions /debug/decisions shows.
-	DecisionsKept int         `yaml:"decisions_kept"`
-	HealthCheck   HealthCheck `yaml:"health_check"`
+	DecisionsKept int           `yaml:"decisions_kept"`
+	HealthCheck   HealthCheck   `yaml:"health_check"`
+	EngineMetrics EngineMetrics `yaml:"engine_metrics"`
+	Discovery     Discovery     `yaml:"discovery"`
+}
+
+// EngineMetrics scrapes each engine's /metrics (vLLM and SGLang names) as
+// extra load signals for the picker: queue depths and KV usage, which also
+// count traffic other routers sent.
+type EngineMetrics struct {
+	Disabled  bool     `yaml:"disabled"`
+	Interval  Duration `yaml:"interval"`
+	Staleness Duration `yaml:"staleness"` // older samples are ignored
+}
+
+// Discovery finds workers at run time instead of (or besides) engines:.
+type Discovery struct {
+	Kubernetes *KubernetesDiscovery `yaml:"kubernetes"`
+}
+
+// KubernetesDiscovery watches pods (by label selector) or a Service's
+// EndpointSlices through the Kubernetes API.
+type KubernetesDiscovery struct {
+	Kubeconfig    string `yaml:"kubeconfig"` // empty = in-cluster
+	Namespace     string `yaml:"namespace"`
+	LabelSelector string `yaml:"label_selector"`
+	Service       string `yaml:"service"`
+	Port          int    `yaml:"port"`
+	PortName      string `yaml:"port_name"`
+	EventsPort    int    `yaml:"events_port"`
+	ReplayPort    int    `yaml:"replay_port"`
+	DPRanks       int    `yaml:"dp_ranks"`
+	ModelLabel    string `yaml:"model_label"`
+	RoleLabel     string `yaml:"role_label"`
+	// Model is the served model of pods that carry no model label.
+	Model string `yaml:"model"`
 }
 
 // HealthCheck probes each engine's HTTP health endpoint; a worker failing
@@ -305,6 +339,12 @@ func (c *Config) applyDefaults() {
 	}
 	if x.DecisionsKept == 0 {
 		x.DecisionsKept = 256
+	}
+	if x.EngineMetrics.Interval == 0 {
+		x.EngineMetrics.Interval = Duration(250 * time.Millisecond)
+	}
+	if x.EngineMetrics.Staleness == 0 {
+		x.EngineMetrics.Staleness = Duration(2 * time.Second)
 	}
 	hc := &x.HealthCheck
 	if hc.Interval == 0 {

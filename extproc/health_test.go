@@ -2,6 +2,7 @@ package extproc
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/config"
+	"github.com/kvgate/kvgate/picker"
 )
 
 // A worker whose health probes fail gets no requests until it recovers.
@@ -77,5 +79,41 @@ func TestRouterSkipsUnhealthyWorkers(t *testing.T) {
 			t.Fatalf("routed to %+v, want only the healthy %s", x.Forward, alive)
 		}
 		finishResponse(t, x, "")
+	}
+}
+
+// Engine-reported queue depths and KV usage reach the picker's inputs.
+func TestEngineMetricsReachCandidates(t *testing.T) {
+	page := "# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{engine=\"0\",model_name=\"qwen3\"} 7\n" +
+		"# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{engine=\"0\",model_name=\"qwen3\"} 3\n" +
+		"# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc{engine=\"0\",model_name=\"qwen3\"} 0.5\n"
+	engine := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+		io.WriteString(w, page)
+	}))
+	defer engine.Close()
+	r := newRig(t, func(c *config.Config) {
+		c.Extproc.EngineMetrics = config.EngineMetrics{Interval: config.Duration(20 * time.Millisecond), Staleness: config.Duration(time.Minute)}
+	}, defaultHarnessConfig())
+	ep := strings.TrimPrefix(engine.URL, "http://")
+	if err := r.router.SetMembers([]Member{memberAt(ep)}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go r.router.engines.Run(ctx)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c := r.router.candidates(r.router.fleet.Load().pools["qwen3"], nil, nil, picker.RoleBoth)
+		if l := c[0].Load; l.HaveEngine {
+			if l.Waiting != 7 || l.Running != 3 || l.KVUsage != 0.5 {
+				t.Fatalf("engine signals %+v", l)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("engine metrics never reached the candidates")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

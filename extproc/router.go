@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/config"
+	"github.com/kvgate/kvgate/extproc/enginemetrics"
 	"github.com/kvgate/kvgate/extproc/loadview"
 	"github.com/kvgate/kvgate/extproc/openai"
 	"github.com/kvgate/kvgate/extproc/preprocess"
@@ -68,7 +69,8 @@ type Router struct {
 	log     *slog.Logger
 	metrics *metrics
 	debug   *decisionLog
-	health  *healthChecker // nil when disabled
+	health  *healthChecker         // nil when disabled
+	engines *enginemetrics.Scraper // nil when disabled
 	now     func() time.Time
 
 	mu         sync.Mutex // guards rnd and throughput
@@ -113,6 +115,9 @@ func NewRouter(cfg config.Config, reg *preprocess.Registry, idx index.Index, log
 	}
 	if !x.HealthCheck.Disabled {
 		r.health = newHealthChecker(x.HealthCheck)
+	}
+	if !x.EngineMetrics.Disabled {
+		r.engines = enginemetrics.New(enginemetrics.Config{Interval: x.EngineMetrics.Interval.D(), Staleness: x.EngineMetrics.Staleness.D(), Log: log})
 	}
 	if err := r.SetMembers(MembersFromConfig(cfg.Engines)); err != nil {
 		return nil, err
@@ -173,6 +178,15 @@ func (r *Router) SetMembers(members []Member) error {
 		}
 		r.health.setTargets(eps)
 	}
+	if r.engines != nil {
+		targets := make(map[index.WorkerID]enginemetrics.Target, len(members))
+		for _, m := range members {
+			targets[m.Worker.ID] = enginemetrics.Target{URL: "http://" + m.Worker.Endpoint + "/metrics", Model: m.Model}
+		}
+		if err := r.engines.SetTargets(targets); err != nil {
+			r.log.Warn("engine metrics targets", "err", err)
+		}
+	}
 	if old := r.fleet.Swap(f); old != nil {
 		for _, w := range old.all {
 			if !slices.ContainsFunc(f.all, func(n picker.Worker) bool { return n.ID == w.ID }) {
@@ -183,11 +197,19 @@ func (r *Router) SetMembers(members []Member) error {
 	return nil
 }
 
-// Run does the router's background work (engine health probes) until ctx ends.
+// Run does the router's background work (engine health probes, engine
+// metrics scraping) until ctx ends.
 func (r *Router) Run(ctx context.Context) {
+	var wg sync.WaitGroup
 	if r.health != nil {
-		r.health.run(ctx)
+		wg.Add(1)
+		go func() { defer wg.Done(); r.health.run(ctx) }()
 	}
+	if r.engines != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); r.engines.Run(ctx) }()
+	}
+	wg.Wait()
 }
 
 // Load exposes kvgate's own accounting (tests and metrics read it).
@@ -346,6 +368,7 @@ func (r *Router) candidates(p *pool, m index.Match, hint []string, role picker.R
 		}
 	}
 	loads := r.load.SnapshotAll()
+	now := r.now()
 	cands := make([]picker.Candidate, 0, len(p.workers))
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -360,6 +383,12 @@ func (r *Router) candidates(p *pool, m index.Match, hint []string, role picker.R
 			w.Unhealthy = true // failed its health probes: eligible again after one success
 		}
 		l := loads[w.ID]
+		if r.engines != nil {
+			if smp, ok := r.engines.Get(w.ID, now); ok {
+				l.HaveEngine, l.Waiting, l.Running, l.KVUsage = true, smp.Waiting, smp.Running, smp.KVUsage
+				l.KVCapacityBlocks = smp.NumGPUBlocks
+			}
+		}
 		if est := r.throughput[w.ID]; est != nil && est.Samples() > 0 {
 			l.PrefillTokensPerSec = est.Rate()
 		}

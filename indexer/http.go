@@ -79,7 +79,7 @@ func (s *Service) Status(ctx context.Context) (Status, error) {
 		st.IndexError = err.Error()
 	}
 	st.Index = stats
-	for _, w := range s.streams {
+	for _, w := range s.snapshot() {
 		st.Workers = append(st.Workers, w.status())
 	}
 	return st, err

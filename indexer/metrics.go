@@ -64,7 +64,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, v float64, l ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, l...)
 	}
-	for _, st := range c.s.streams {
+	for _, st := range c.s.snapshot() {
 		w, m := st.worker.String(), st.model
 		ss, is := st.sub.Stats(), st.ing.Stats()
 		counter(mBatches, is.Batches, w, m)

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -23,13 +24,18 @@ import (
 	"github.com/kvgate/kvgate/indexer/kvstream"
 )
 
-// Service runs one subscription per engine data-parallel rank.
+// Service runs one subscription per engine data-parallel rank. The set of
+// engines may change at run time (SetEngines, fed by discovery).
 type Service struct {
 	cfg     config.Config
 	idx     index.Index
 	log     *slog.Logger
-	streams []*stream
 	started atomic.Bool
+
+	mu      sync.Mutex
+	streams []*stream // in the order they were added
+	runCtx  context.Context
+	wg      sync.WaitGroup
 }
 
 // stream is one worker's event path: subscriber → decoder → ingest.
@@ -44,6 +50,11 @@ type stream struct {
 	dec          *kvevents.Decoder
 	decodeErrors atomic.Uint64
 	lastBatchTS  atomic.Uint64 // float64 bits: the engine's timestamp of the last applied batch
+	// key identifies the subscription's configuration: a worker whose
+	// endpoints change is a new stream.
+	key    string
+	cancel context.CancelFunc // stops this stream's subscriber (nil until started)
+	done   chan struct{}
 }
 
 // New builds the service. It does not start anything until Run.
@@ -52,23 +63,96 @@ func New(cfg config.Config, idx index.Index, log *slog.Logger) (*Service, error)
 		log = slog.Default()
 	}
 	s := &Service{cfg: cfg, idx: idx, log: log}
-	for _, e := range cfg.Engines {
-		m := cfg.Model(e.Model)
+	streams, err := s.buildStreams(cfg.Engines)
+	if err != nil {
+		return nil, err
+	}
+	s.streams = streams
+	return s, nil
+}
+
+// buildStreams makes one (unstarted) stream per engine data-parallel rank
+// that publishes KV events.
+func (s *Service) buildStreams(engines []config.Engine) ([]*stream, error) {
+	var out []*stream
+	for _, e := range engines {
+		m := s.cfg.Model(e.Model)
 		if m == nil {
 			return nil, fmt.Errorf("engine %s: unknown model %q", e.Endpoint, e.Model)
 		}
 		if e.Events == "" {
 			continue // no KV events: the extproc routes it in approximate mode
 		}
-		for rank := 0; rank < e.DPRanks; rank++ {
+		for rank := 0; rank < max(e.DPRanks, 1); rank++ {
 			st, err := s.newStream(e, m, rank)
 			if err != nil {
 				return nil, fmt.Errorf("engine %s rank %d: %w", e.Endpoint, rank, err)
 			}
-			s.streams = append(s.streams, st)
+			out = append(out, st)
 		}
 	}
-	return s, nil
+	return out, nil
+}
+
+// SetEngines replaces the subscribed engines (discovery calls it on every
+// change): new ones are subscribed, unchanged ones keep their stream, and
+// the entries of engines that left are removed from the index.
+func (s *Service) SetEngines(ctx context.Context, engines []config.Engine) error {
+	next, err := s.buildStreams(engines)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	old := map[string]*stream{}
+	for _, st := range s.streams {
+		old[st.key] = st
+	}
+	var keep []*stream
+	for _, st := range next {
+		if cur, ok := old[st.key]; ok {
+			keep = append(keep, cur)
+			delete(old, st.key)
+			continue
+		}
+		keep = append(keep, st)
+		s.startLocked(st)
+	}
+	s.streams = keep
+	s.mu.Unlock()
+	for _, st := range old {
+		if st.cancel != nil {
+			st.cancel()
+			<-st.done
+		}
+		if err := s.idx.RemoveWorker(ctx, st.worker); err != nil {
+			s.log.Warn("removing a departed worker from the index", "worker", st.worker.String(), "err", err)
+		}
+	}
+	return nil
+}
+
+// startLocked runs st's subscriber if the service runs; s.mu is held.
+func (s *Service) startLocked(st *stream) {
+	if s.runCtx == nil || s.runCtx.Err() != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(s.runCtx)
+	st.cancel, st.done = cancel, make(chan struct{})
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer close(st.done)
+		if err := st.sub.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+			s.log.Error("subscription ended", "worker", st.worker.String(), "err", err)
+		}
+	}()
+}
+
+// snapshot returns the current streams.
+func (s *Service) snapshot() []*stream {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]*stream(nil), s.streams...)
 }
 
 func (s *Service) newStream(e config.Engine, m *config.Model, rank int) (*stream, error) {
@@ -84,6 +168,7 @@ func (s *Service) newStream(e config.Engine, m *config.Model, rank int) (*stream
 	}
 	w := index.WorkerID{Endpoint: e.Endpoint, DPRank: rank}
 	st := &stream{
+		key:      strings.Join([]string{w.String(), m.Name, events, replay, e.Topic}, "|"),
 		worker:   w,
 		model:    m.Name,
 		endpoint: events,
@@ -140,20 +225,17 @@ func (st *stream) Reset(ctx context.Context, reason string) error {
 
 // Run starts every subscription and blocks until ctx is cancelled.
 func (s *Service) Run(ctx context.Context) error {
-	var wg sync.WaitGroup
+	s.mu.Lock()
+	s.runCtx = ctx
 	for _, st := range s.streams {
-		wg.Add(1)
-		go func(st *stream) {
-			defer wg.Done()
-			if err := st.sub.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
-				s.log.Error("subscription ended", "worker", st.worker.String(), "err", err)
-			}
-		}(st)
+		s.startLocked(st)
 	}
+	n := len(s.streams)
+	s.mu.Unlock()
 	s.started.Store(true)
-	s.log.Info("indexer running", "streams", len(s.streams), "backend", s.cfg.Index.Backend)
+	s.log.Info("indexer running", "streams", n, "backend", s.cfg.Index.Backend)
 	<-ctx.Done()
-	wg.Wait()
+	s.wg.Wait()
 	return nil
 }
 

@@ -283,3 +283,39 @@ func get(t *testing.T, url string, want int) string {
 	}
 	return string(b)
 }
+
+// Discovery changes the engine set at run time: a new engine is
+// subscribed, a departed one's entries leave the index.
+func TestServiceSetEngines(t *testing.T) {
+	engines, cfg := startEngines(t, 2)
+	first := cfg
+	first.Engines = cfg.Engines[:1]
+	idx := index.NewMemory(index.MemoryConfig{})
+	svc := runService(t, first, idx)
+	engines[0].storeChain(t, seqTokens(1, 8), true)
+	waitBatches(t, svc, engines[:1])
+
+	if err := svc.SetEngines(context.Background(), cfg.Engines); err != nil {
+		t.Fatal(err)
+	}
+	engines[1].storeChain(t, seqTokens(1, 4), true)
+	st := waitBatches(t, svc, engines)
+	if len(st.Workers) != 2 {
+		t.Fatalf("workers %d after adding one", len(st.Workers))
+	}
+	m, _ := idx.Match(context.Background(), chain(seqTokens(1, 8)))
+	if m[engines[0].id][index.TierDevice] != 2 || m[engines[1].id][index.TierDevice] != 1 {
+		t.Fatalf("match %v", m)
+	}
+
+	if err := svc.SetEngines(context.Background(), cfg.Engines[1:]); err != nil {
+		t.Fatal(err)
+	}
+	m, _ = idx.Match(context.Background(), chain(seqTokens(1, 8)))
+	if _, ok := m[engines[0].id]; ok || m[engines[1].id][index.TierDevice] != 1 {
+		t.Fatalf("after removing engine 0: %v", m)
+	}
+	if st, _ := svc.Status(context.Background()); len(st.Workers) != 1 || st.Workers[0].Worker != engines[1].id.String() {
+		t.Fatalf("status after removal: %+v", st.Workers)
+	}
+}

@@ -125,9 +125,14 @@ func serveExtproc(ctx context.Context, cfg config.Config, o extprocOptions) erro
 	if err != nil {
 		return err
 	}
+	src, err := extproc.KubernetesSource(cfg.Extproc.Discovery.Kubernetes, o.log)
+	if err != nil {
+		return err
+	}
 	runCtx, cancelRun := context.WithCancel(context.Background())
 	defer cancelRun()
 	indexerDone := make(chan struct{})
+	var setEngines func(context.Context, []config.Engine) error
 	if cfg.Index.Backend == "memory" || o.withIndexer {
 		// The in-memory index lives in this process, so this process must
 		// also keep it fed.
@@ -136,9 +141,17 @@ func serveExtproc(ctx context.Context, cfg config.Config, o extprocOptions) erro
 			return err
 		}
 		promReg.MustRegister(svc.Collector())
+		setEngines = svc.SetEngines
 		go func() { svc.Run(runCtx); close(indexerDone) }()
 	} else {
 		close(indexerDone)
+	}
+	if src != nil {
+		go func() {
+			if err := extproc.FollowDiscovery(runCtx, src, router, setEngines, o.log); err != nil {
+				o.log.Error("kubernetes discovery stopped", "err", err)
+			}
+		}()
 	}
 
 	go router.Run(runCtx)
