@@ -311,7 +311,7 @@ func (c *Config) applyDefaults() {
 		x.MaxBodyBytes = 8 << 20
 	}
 	if x.Policy == "" {
-		x.Policy = "dynamo"
+		x.Policy = "kvgate"
 	}
 	if x.Fallbacks == 0 {
 		x.Fallbacks = 2

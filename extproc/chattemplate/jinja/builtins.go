@@ -482,9 +482,16 @@ func filterFromjson(args []Value, kwargs map[string]Value) (Value, error) {
 		return Undefined(), nil
 	}
 
+	// kvgate fork: json.Number keeps 42 an int and 42.0 a float, as
+	// Python's json.loads does (they print differently).
 	var result any
-	if err := json.Unmarshal([]byte(args[0].AsString()), &result); err != nil {
+	dec := json.NewDecoder(strings.NewReader(args[0].AsString()))
+	dec.UseNumber()
+	if err := dec.Decode(&result); err != nil {
 		return Undefined(), fmt.Errorf("fromjson: %w", err)
+	}
+	if dec.More() {
+		return Undefined(), fmt.Errorf("fromjson: extra data after the JSON value")
 	}
 
 	return FromGoValue(result), nil

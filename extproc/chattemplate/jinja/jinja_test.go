@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ardanlabs/jinja"
+	"github.com/kvgate/kvgate/extproc/chattemplate/jinja"
 )
 
 // =============================================================================

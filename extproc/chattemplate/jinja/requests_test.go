@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ardanlabs/jinja"
+	"github.com/kvgate/kvgate/extproc/chattemplate/jinja"
 )
 
 // TestRequestsAgainstTemplates renders every chat template under
