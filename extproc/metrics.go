@@ -14,6 +14,7 @@ type metrics struct {
 	decision      prometheus.Histogram
 	indexErrors   prometheus.Counter
 	fallbacksUsed prometheus.Counter
+	approximate   prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -36,13 +37,15 @@ func newMetrics() *metrics {
 			Help: "Index matches that failed or timed out; those requests were routed on load alone."}),
 		fallbacksUsed: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvgate_extproc_fallbacks_used_total",
 			Help: "Requests the proxy served on a fallback endpoint instead of the primary."}),
+		approximate: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvgate_extproc_untokenized_requests_total",
+			Help: "Requests kvgate could not tokenize exactly (e.g. media content parts) and routed on load alone."}),
 	}
 }
 
 // Register adds the router's metrics, and its load view as gauges, to reg.
 func (r *Router) Register(reg prometheus.Registerer) error {
 	m := r.metrics
-	cs := []prometheus.Collector{m.requests, m.picks, m.pd, m.finished, m.overlap, m.ttfb, m.decision, m.indexErrors, m.fallbacksUsed, loadCollector{r}}
+	cs := []prometheus.Collector{m.requests, m.picks, m.pd, m.finished, m.overlap, m.ttfb, m.decision, m.indexErrors, m.fallbacksUsed, m.approximate, loadCollector{r}}
 	if r.health != nil {
 		cs = append(cs, r.health.probes, r.health.failures)
 	}

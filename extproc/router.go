@@ -239,6 +239,10 @@ func (r *Router) Route(ctx context.Context, req *server.Request) (*server.Decisi
 		r.metrics.requests.WithLabelValues("", "bad_request").Inc()
 		return nil, routeError(http.StatusBadRequest, err.Error(), "invalid_request_error", "")
 	}
+	if res.Approximate != "" {
+		r.metrics.approximate.Inc()
+		r.log.Debug("routing without a prefix key", "request_id", req.RequestID, "reason", res.Approximate)
+	}
 	p := r.fleet.Load().pools[res.Model.Name]
 	if p == nil {
 		r.metrics.requests.WithLabelValues(res.Served, "no_worker").Inc()

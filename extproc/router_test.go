@@ -303,3 +303,18 @@ func defaultHarnessConfig() envoyharness.Config { return envoyharness.DefaultCon
 func memberAt(endpoint string) Member {
 	return Member{Worker: picker.Worker{ID: index.WorkerID{Endpoint: endpoint}, Endpoint: endpoint, Role: picker.RoleBoth}, Model: "qwen3"}
 }
+
+// A request kvgate cannot tokenize exactly (an image part: its placeholder
+// tokens are model-specific) is routed on load, never refused.
+func TestUntokenizableRequestIsRoutedNotRefused(t *testing.T) {
+	r := newRig(t, nil, defaultHarnessConfig())
+	body := []byte(`{"model":"qwen3","messages":[{"role":"user","content":[{"type":"text","text":"what is this?"},{"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA"}}]}]}`)
+	x, err := r.harness.Start(context.Background(), post(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if x.Forward == nil || x.Forward.Upstream == "" {
+		t.Fatalf("not routed: %+v", x.Local)
+	}
+	finishResponse(t, x, "")
+}

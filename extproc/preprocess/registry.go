@@ -129,6 +129,10 @@ type Result struct {
 	// Local and Sequence are the Dynamo block hashes of Tokens' full blocks,
 	// salted with the LoRA name and the model's namespace.
 	Local, Sequence []uint64
+	// Approximate, when set, says why the request could not be tokenized
+	// exactly; Tokens and the hashes are then empty and the router routes
+	// on load alone.
+	Approximate string
 }
 
 // Chat preprocesses a /v1/chat/completions body.
@@ -150,7 +154,12 @@ func (r *Registry) Chat(body []byte) (*Result, error) {
 			// this model (vLLM answers 400 too).
 			return nil, &openai.Error{Status: http.StatusBadRequest, Message: te.Message, Type: "invalid_request_error"}
 		}
-		return nil, &openai.Error{Status: http.StatusBadRequest, Message: "chat template: " + err.Error(), Type: "invalid_request_error", Param: "messages"}
+		// Anything else (media parts whose placeholders are model-specific,
+		// a construct the engine renders differently) is not the client's
+		// fault: vLLM may well serve it. Route it without a prefix key
+		// rather than refuse it.
+		res.Approximate = "chat template: " + err.Error()
+		return res, nil
 	}
 	res.Prompt = prompt
 	// vLLM tokenizes rendered chat prompts without adding special tokens:
