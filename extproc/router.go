@@ -269,10 +269,15 @@ func (r *Router) Route(ctx context.Context, req *server.Request) (*server.Decisi
 	var dec picker.Decision
 	var prefill *picker.Candidate
 	pdNote := ""
+	pd := r.cfg.PD.Enabled && p.hasPD
+	var prefillCands, decodeCands []picker.Candidate
+	if pd {
+		// Built before taking r.mu: candidates takes it too.
+		prefillCands = r.candidates(p, match, req.SubsetHint, picker.RolePrefill)
+		decodeCands = r.candidates(p, match, req.SubsetHint, picker.RoleDecode)
+	}
 	r.mu.Lock()
-	if r.cfg.PD.Enabled && p.hasPD {
-		prefillCands := r.candidates(p, match, req.SubsetHint, picker.RolePrefill)
-		decodeCands := r.candidates(p, match, req.SubsetHint, picker.RoleDecode)
+	if pd {
 		var pdd picker.PDDecision
 		pdd, err = picker.DecidePD(preq, prefillCands, decodeCands, r.pd, r.rnd)
 		if err == nil {

@@ -318,3 +318,49 @@ func TestUntokenizableRequestIsRoutedNotRefused(t *testing.T) {
 	}
 	finishResponse(t, x, "")
 }
+
+// Conditional P/D: with prefill workers in the pool, a long uncached
+// prompt is prefilled on a prefill worker (named in x-prefiller-host-port)
+// and decoded on a decode worker; a short one stays aggregated.
+func TestPrefillDecodeDisaggregation(t *testing.T) {
+	r := newRig(t, func(c *config.Config) {
+		c.Extproc.PD.Enabled = true
+		c.Extproc.PD.MinUncachedTokens = 256
+		c.Engines[0].Role = "prefill"
+		c.Engines[1].Role = "decode"
+		c.Engines[2].Role = "decode"
+	}, defaultHarnessConfig())
+	// Decode workers with prefill work queued make the split pay: the
+	// prefill worker is idle.
+	for _, w := range workers[1:] {
+		r.router.load.Begin(index.WorkerID{Endpoint: w}, 200000, 0, time.Now())
+	}
+	long := chatBody("qwen3", strings.Repeat("An uncached question about the contract's clauses. ", 120))
+	x, err := r.harness.Start(context.Background(), post(long))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if x.Forward == nil {
+		t.Fatalf("not routed: %+v", x.Local)
+	}
+	pre, _ := envoyharness.Get(x.Forward.Headers, "x-prefiller-host-port")
+	if pre != workers[0] || x.Forward.Upstream == workers[0] {
+		t.Fatalf("long prompt: prefiller %q, decode %q; want prefill on %s and decode elsewhere", pre, x.Forward.Upstream, workers[0])
+	}
+	x.Cancel()
+	<-x.Done()
+
+	short := chatBody("qwen3", "hi")
+	x, err = r.harness.Start(context.Background(), post(short))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pre, ok := envoyharness.Get(x.Forward.Headers, "x-prefiller-host-port"); ok {
+		t.Fatalf("short prompt disaggregated to %s", pre)
+	}
+	if x.Forward.Upstream == workers[0] {
+		t.Fatal("an aggregated request went to a prefill-only worker")
+	}
+	x.Cancel()
+	<-x.Done()
+}
