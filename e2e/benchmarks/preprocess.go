@@ -49,10 +49,9 @@ func Preprocess(ctx context.Context, w io.Writer, opt PreprocessOptions) error {
 	}
 	rnd := rand.New(rand.NewPCG(7, 11))
 	type row struct {
-		name           string
-		bytes, tokens  int
-		warm, cold     latency
-		warmOK, coldOK bool
+		name          string
+		bytes, tokens int
+		warm, cold    latency
 	}
 	var rows []row
 	for _, c := range []struct {

@@ -37,7 +37,6 @@ type tracked struct {
 	generated    int           // tokens produced so far
 	firstTokenAt time.Duration // from the core's first-token record
 	lastTokenAt  time.Duration // virtual time of the latest token
-	itls         []time.Duration
 	final        *Output
 }
 

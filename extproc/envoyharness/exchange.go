@@ -40,7 +40,7 @@ type seqState struct {
 	reqHeadersReplied, reqTrailersReplied         bool
 	reqBodyEndSeen                                bool
 	requestDone                                   bool
-	resHeadersSent, resTrailersSent, resBodyEnd   bool
+	resHeadersSent, resTrailersSent               bool
 	resBodySent                                   int
 	resHeadersReplied, resTrailersReplied, resEnd bool
 	pendingChunks                                 []pendingChunk // STREAMED / BUFFERED response chunks awaiting replies

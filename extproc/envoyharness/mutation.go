@@ -86,6 +86,7 @@ func applyHeaderMutation(hs []Header, m *extprocv3.HeaderMutation) ([]Header, in
 		case corev3.HeaderValueOption_APPEND_IF_EXISTS_OR_ADD:
 			// The zero value: Envoy then reads the deprecated append field,
 			// whose default is false (overwrite).
+			//lint:ignore SA1019 Envoy still honours the deprecated field when append_action is unset; the harness must too.
 			appendMode = sh.GetAppend().GetValue()
 		case corev3.HeaderValueOption_ADD_IF_ABSENT:
 			if has(out, name) {
