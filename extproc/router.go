@@ -233,7 +233,7 @@ func (r *Router) Route(ctx context.Context, req *server.Request) (*server.Decisi
 	if err != nil {
 		var oe *openai.Error
 		if errors.As(err, &oe) {
-			r.metrics.requests.WithLabelValues(requestModel(res), outcomeFor(oe.Status)).Inc()
+			r.metrics.requests.WithLabelValues("", outcomeFor(oe.Status)).Inc()
 			return nil, &server.RouteError{Status: oe.Status, Body: oe.JSON()}
 		}
 		r.metrics.requests.WithLabelValues("", "bad_request").Inc()
@@ -249,7 +249,7 @@ func (r *Router) Route(ctx context.Context, req *server.Request) (*server.Decisi
 		return nil, routeError(http.StatusServiceUnavailable, fmt.Sprintf("no worker serves model %s", res.Served), "service_unavailable", "no_eligible_worker")
 	}
 	match := r.match(ctx, p, res.Sequence, start)
-	cands := r.candidates(p, match, req.SubsetHint, picker.RoleBoth)
+	cands := r.candidates(p, match, req.SubsetHint)
 	if len(cands) == 0 {
 		r.metrics.requests.WithLabelValues(res.Served, "no_worker").Inc()
 		return nil, routeError(http.StatusServiceUnavailable, "no eligible worker for model "+res.Served, "service_unavailable", "no_eligible_worker")
@@ -272,9 +272,8 @@ func (r *Router) Route(ctx context.Context, req *server.Request) (*server.Decisi
 	pd := r.cfg.PD.Enabled && p.hasPD
 	var prefillCands, decodeCands []picker.Candidate
 	if pd {
-		// Built before taking r.mu: candidates takes it too.
-		prefillCands = r.candidates(p, match, req.SubsetHint, picker.RolePrefill)
-		decodeCands = r.candidates(p, match, req.SubsetHint, picker.RoleDecode)
+		prefillCands = byRole(cands, picker.RolePrefill)
+		decodeCands = byRole(cands, picker.RoleDecode)
 	}
 	r.mu.Lock()
 	if pd {
@@ -366,9 +365,8 @@ func (r *Router) match(ctx context.Context, p *pool, chain []uint64, now time.Ti
 }
 
 // candidates lists the pool's workers with their cached depths and load,
-// restricted to the proxy's subset hint when it sent one. role selects
-// prefill or decode workers for P/D; RoleBoth means every worker.
-func (r *Router) candidates(p *pool, m index.Match, hint []string, role picker.Role) []picker.Candidate {
+// restricted to the proxy's subset hint when it sent one.
+func (r *Router) candidates(p *pool, m index.Match, hint []string) []picker.Candidate {
 	var allowed map[string]bool
 	if hint != nil {
 		allowed = make(map[string]bool, len(hint))
@@ -383,9 +381,6 @@ func (r *Router) candidates(p *pool, m index.Match, hint []string, role picker.R
 	defer r.mu.Unlock()
 	for _, w := range p.workers {
 		if allowed != nil && !allowed[w.Endpoint] {
-			continue
-		}
-		if role != picker.RoleBoth && w.Role != role && !(role == picker.RoleDecode && w.Role == picker.RoleBoth) {
 			continue
 		}
 		if !r.health.healthy(w.Endpoint) {
@@ -404,6 +399,19 @@ func (r *Router) candidates(p *pool, m index.Match, hint []string, role picker.R
 		cands = append(cands, picker.Candidate{Worker: w, Depths: m[w.ID], Load: l})
 	}
 	return cands
+}
+
+// byRole keeps the candidates that can serve a P/D leg: prefill-only
+// workers for the prefill leg; decode-only and aggregated workers for the
+// decode leg (they also serve requests that stay aggregated).
+func byRole(cands []picker.Candidate, role picker.Role) []picker.Candidate {
+	var out []picker.Candidate
+	for _, c := range cands {
+		if c.Worker.Role == role || (role == picker.RoleDecode && c.Worker.Role == picker.RoleBoth) {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // admit applies the pool's admission bounds; it returns why a request is
@@ -432,7 +440,7 @@ func (r *Router) admit(cands []picker.Candidate) string {
 // eligible worker.
 func (r *Router) routeWithoutBody(req *server.Request) (*server.Decision, *server.RouteError) {
 	p := &pool{workers: r.fleet.Load().all}
-	cands := r.candidates(p, nil, req.SubsetHint, picker.RoleBoth)
+	cands := r.candidates(p, nil, req.SubsetHint)
 	r.mu.Lock()
 	dec, err := picker.Pick(picker.Request{Stage: picker.StageAggregated, BlockSize: 1}, cands, r.pick, r.rnd)
 	r.mu.Unlock()
@@ -455,13 +463,6 @@ func (r *Router) routeWithoutBody(req *server.Request) (*server.Decision, *serve
 func routeError(status int, msg, typ, code string) *server.RouteError {
 	e := &openai.Error{Status: status, Message: msg, Type: typ, Code: code}
 	return &server.RouteError{Status: status, Body: e.JSON()}
-}
-
-func requestModel(res *preprocess.Result) string {
-	if res == nil {
-		return ""
-	}
-	return res.Served
 }
 
 func outcomeFor(status int) string {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -50,7 +51,7 @@ func hashInput(r io.Reader) (blockhash.Result, error) {
 		LoRA      string    `json:"lora"`
 		Namespace string    `json:"namespace"`
 	}
-	dec := json.NewDecoder(bytesReader(data))
+	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
 		return blockhash.Result{}, describeJSONError(err)

@@ -1,14 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 )
-
-func bytesReader(b []byte) io.Reader { return bytes.NewReader(b) }
 
 // describeJSONError turns encoding/json's errors into one line that names
 // the field or byte offset at fault.
