@@ -32,6 +32,8 @@ type Config struct {
 	Extproc Extproc  `yaml:"extproc"`
 	Models  []Model  `yaml:"models"`
 	Engines []Engine `yaml:"engines"`
+	Kvagent Kvagent  `yaml:"kvagent"`
+	Planner Planner  `yaml:"planner"`
 }
 
 // Extproc configures the `kvgate extproc` process (the Envoy-facing picker).
@@ -64,6 +66,14 @@ type Extproc struct {
 	HealthCheck   HealthCheck   `yaml:"health_check"`
 	EngineMetrics EngineMetrics `yaml:"engine_metrics"`
 	Discovery     Discovery     `yaml:"discovery"`
+	// Outlier ejects workers whose responses fail (passive health).
+	Outlier Outlier `yaml:"outlier"`
+	// SharedLoad shares in-flight accounting between extproc replicas.
+	SharedLoad SharedLoad `yaml:"shared_load"`
+	// TLS secures the ext_proc gRPC listener (Envoy ↔ extproc).
+	TLS ServerTLS `yaml:"tls"`
+	// AdminAuth protects the admin endpoints when they are not on loopback.
+	AdminAuth AdminAuth `yaml:"admin_auth"`
 }
 
 // EngineMetrics scrapes each engine's /metrics (vLLM and SGLang names) as
@@ -346,6 +356,10 @@ func (c *Config) applyDefaults() {
 	if x.EngineMetrics.Staleness == 0 {
 		x.EngineMetrics.Staleness = Duration(2 * time.Second)
 	}
+	x.Outlier.applyDefaults()
+	x.SharedLoad.applyDefaults()
+	c.Kvagent.applyDefaults()
+	c.Planner.applyDefaults()
 	hc := &x.HealthCheck
 	if hc.Interval == 0 {
 		hc.Interval = Duration(time.Second)
@@ -396,6 +410,24 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("indexer.listen: %w", err)
 	}
 	if err := c.Extproc.validate(); err != nil {
+		return err
+	}
+	if err := c.Extproc.Outlier.validate("extproc.outlier"); err != nil {
+		return err
+	}
+	if err := c.Extproc.SharedLoad.validate("extproc.shared_load"); err != nil {
+		return err
+	}
+	if err := c.Extproc.TLS.validate("extproc.tls"); err != nil {
+		return err
+	}
+	if err := c.Extproc.AdminAuth.validate("extproc.admin_auth"); err != nil {
+		return err
+	}
+	if err := c.Kvagent.validate("kvagent"); err != nil {
+		return err
+	}
+	if err := c.Planner.validate("planner"); err != nil {
 		return err
 	}
 	models := map[string]bool{}

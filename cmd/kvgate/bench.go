@@ -20,7 +20,7 @@ import (
 
 func init() {
 	register("bench", command{
-		summary: "run the benchmarks and write BENCHMARKS.md (--out, --only index,tokenizer,preprocess,extproc,routing)",
+		summary: "run the benchmarks and write BENCHMARKS.md (--out, --only section,... ; --list names the sections)",
 		run:     runBench,
 	})
 }
@@ -39,14 +39,32 @@ var benchSections = []benchSection{
 	{"routing", benchRouting},
 }
 
+// registerBench adds a section from its own file (bench_<name>.go), so a
+// new benchmark touches nothing else; sections run in registration order.
+func registerBench(name string, run func(ctx context.Context, w io.Writer, phase time.Duration) error) {
+	for _, s := range benchSections {
+		if s.name == name {
+			panic("kvgate: duplicate bench section " + name)
+		}
+	}
+	benchSections = append(benchSections, benchSection{name, run})
+}
+
 func runBench(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("kvgate bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	out := fs.String("out", "BENCHMARKS.md", "Markdown file to write ('-' = stdout)")
 	only := fs.String("only", "", "comma-separated sections to run (default: all)")
 	phase := fs.Duration("phase", 2*time.Second, "length of each measured phase")
+	list := fs.Bool("list", false, "print the section names and exit")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *list {
+		for _, s := range benchSections {
+			fmt.Fprintln(stdout, s.name)
+		}
+		return 0
 	}
 	want := map[string]bool{}
 	for _, s := range strings.Split(*only, ",") {
