@@ -23,7 +23,15 @@ FUZZ_TARGETS := \
 	./envoy:FuzzValidate \
 	./e2e/replay:FuzzParseTrace \
 	./e2e/enginesim:FuzzGenerateRequest \
-	./extproc/enginemetrics:FuzzParse
+	./extproc/enginemetrics:FuzzParse \
+	./kvagent/store:FuzzDecodeHeader \
+	./kvagent/connector:FuzzValidateRequest \
+	./kvagent/transfer:FuzzReadFrame \
+	./kvagent/transfer:FuzzLoadRemoteMetadata \
+	./planner-sidecar/simulate:FuzzParseAzure \
+	./planner-sidecar/perfmodel:FuzzReadProfile \
+	./planner-sidecar/collect:FuzzParseAnswer \
+	./planner-sidecar/journal:FuzzRead
 
 .PHONY: all build run test unit fuzz bench lint e2e models golden clean
 

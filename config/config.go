@@ -61,6 +61,10 @@ type Extproc struct {
 	ExpectedOutputTokens int       `yaml:"expected_output_tokens"`
 	Admission            Admission `yaml:"admission"`
 	PD                   PD        `yaml:"pd"`
+	// SyncTimeout bounds how long an extproc holding the index in memory
+	// waits, at start, for its engines' event streams to catch up (replay)
+	// before reporting ready; past it, it reports ready anyway.
+	SyncTimeout Duration `yaml:"sync_timeout"`
 	// DecisionsKept is how many recent decisions /debug/decisions shows.
 	DecisionsKept int           `yaml:"decisions_kept"`
 	HealthCheck   HealthCheck   `yaml:"health_check"`
@@ -164,11 +168,20 @@ type RedisIndex struct {
 	Cluster bool     `yaml:"cluster"`
 	// PasswordEnv names the environment variable holding the password, so
 	// that secrets stay out of the file.
-	PasswordEnv string   `yaml:"password_env"`
-	DB          int      `yaml:"db"`
-	Prefix      string   `yaml:"prefix"`
-	BlockTTL    Duration `yaml:"block_ttl"`
-	WorkerTTL   Duration `yaml:"worker_ttl"`
+	PasswordEnv string `yaml:"password_env"`
+	// PasswordFile is a file holding the password (a mounted Secret),
+	// re-read for every new connection so a rotated password applies
+	// without a restart. At most one of password_env, password_file.
+	PasswordFile string `yaml:"password_file"`
+	// Username is the Redis 6+ ACL user (AUTH username password); empty
+	// authenticates as the default user.
+	Username string `yaml:"username"`
+	// TLS encrypts the connections to Redis (and Cluster nodes).
+	TLS       ClientTLS `yaml:"tls"`
+	DB        int       `yaml:"db"`
+	Prefix    string    `yaml:"prefix"`
+	BlockTTL  Duration  `yaml:"block_ttl"`
+	WorkerTTL Duration  `yaml:"worker_ttl"`
 }
 
 // Indexer configures the `kvgate indexer` process.
@@ -179,6 +192,8 @@ type Indexer struct {
 	// EngineDeadAfter: an engine whose event socket stays unreachable this
 	// long has its entries dropped from the index (rebuilt when it returns).
 	EngineDeadAfter Duration `yaml:"engine_dead_after"`
+	// AdminAuth protects the listener when it is not on loopback.
+	AdminAuth AdminAuth `yaml:"admin_auth"`
 }
 
 // Model is one served model as the router sees it.
@@ -211,6 +226,13 @@ type Engine struct {
 	Role string `yaml:"role"`
 	// Draining workers get no new requests.
 	Draining bool `yaml:"draining"`
+	// TierEvents is the ZMQ PUB endpoint (tcp://host:port) of the node's
+	// kvagent that serves this engine (rank r: port+r): its host- and
+	// disk-tier residency, credited to this worker as a second event source.
+	// Its gaps and restarts clear only those tiers, never the GPU blocks.
+	TierEvents string `yaml:"tier_events"`
+	// TierReplay is the kvagent's replay endpoint (optional; port+r likewise).
+	TierReplay string `yaml:"tier_replay"`
 }
 
 // Duration is a time.Duration written as "250ms", "30s", "1h".
@@ -347,6 +369,9 @@ func (c *Config) applyDefaults() {
 	if x.PD.TransferGBps == 0 {
 		x.PD.TransferGBps = 10
 	}
+	if x.SyncTimeout == 0 {
+		x.SyncTimeout = Duration(10 * time.Second)
+	}
 	if x.DecisionsKept == 0 {
 		x.DecisionsKept = 256
 	}
@@ -403,11 +428,20 @@ func (c *Config) Validate() error {
 				return fmt.Errorf("index.redis.password_env: environment variable %s is not set", r.PasswordEnv)
 			}
 		}
+		if err := r.validateAuth("index.redis"); err != nil {
+			return err
+		}
 	default:
 		return fmt.Errorf("index.backend: %q is not one of memory, redis", c.Index.Backend)
 	}
 	if err := checkHostPort(c.Indexer.Listen); err != nil {
 		return fmt.Errorf("indexer.listen: %w", err)
+	}
+	if err := c.Indexer.AdminAuth.validate("indexer.admin_auth"); err != nil {
+		return err
+	}
+	if err := c.Indexer.AdminAuth.checkExposure("indexer.listen", c.Indexer.Listen, "indexer.admin_auth"); err != nil {
+		return err
 	}
 	if err := c.Extproc.validate(); err != nil {
 		return err
@@ -422,6 +456,9 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if err := c.Extproc.AdminAuth.validate("extproc.admin_auth"); err != nil {
+		return err
+	}
+	if err := c.Extproc.AdminAuth.checkExposure("extproc.admin", c.Extproc.Admin, "extproc.admin_auth"); err != nil {
 		return err
 	}
 	if err := c.Kvagent.validate("kvagent"); err != nil {
@@ -481,6 +518,21 @@ func (c *Config) Validate() error {
 		if e.Replay != "" {
 			if _, _, err := ZMQEndpoint(e.Replay, 0); err != nil {
 				return fmt.Errorf("%s.replay: %w", p, err)
+			}
+		}
+		if e.TierEvents != "" {
+			if _, _, err := ZMQEndpoint(e.TierEvents, e.DPRanks-1); err != nil {
+				return fmt.Errorf("%s.tier_events: %w", p, err)
+			}
+			if e.TierEvents == e.Events {
+				return fmt.Errorf("%s.tier_events: same endpoint as events", p)
+			}
+		} else if e.TierReplay != "" {
+			return fmt.Errorf("%s.tier_replay: set without tier_events", p)
+		}
+		if e.TierReplay != "" {
+			if _, _, err := ZMQEndpoint(e.TierReplay, e.DPRanks-1); err != nil {
+				return fmt.Errorf("%s.tier_replay: %w", p, err)
 			}
 		}
 	}

@@ -1,9 +1,254 @@
 package config
 
-// Kvagent configures the `kvgate kvagent` node-local KV tier daemon.
-type Kvagent struct{}
+import (
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strings"
+)
 
-func (x *Kvagent) applyDefaults() {}
+// Kvagent configures the `kvgate kvagent` node-local KV tier daemon: a
+// host-memory arena in a shared-memory file and a disk tier, an engine
+// connector on a Unix socket, residency KV events, and peer transfers.
+//
+//	kvagent:
+//	  name: node-a                       # agent name among peers
+//	  socket: /run/kvgate/kvagent.sock   # engine connector (gRPC over a Unix socket)
+//	  shm_path: /dev/shm/kvgate-kvagent  # host arena, created at start
+//	  block_bytes: 0                     # bytes per block, or derive it from model:
+//	  model: {layers: 36, kv_heads: 8, head_dim: 128, dtype_bytes: 2, tokens_per_block: 16}
+//	  host_blocks: 4096                  # host arena capacity (0 = no host tier)
+//	  disk: {dir: /var/lib/kvgate/kvagent, blocks: 65536, direct_io: auto, admit_after: 2, queue: 256}
+//	  events: tcp://127.0.0.1:5600       # residency KV events (ZMQ PUB), credited by the indexer
+//	  replay: tcp://127.0.0.1:5601       # their replay endpoint (ZMQ ROUTER)
+//	  admin: 127.0.0.1:9500              # /metrics /healthz /readyz (loopback only)
+//	  peer: {listen: 10.0.0.11:5700, transfer_listen: 10.0.0.11:5701, streams: 4}
+//	  peers: [{name: node-b, addr: 10.0.0.12:5700}]
+type Kvagent struct {
+	Name string `yaml:"name"`
+	// Socket is the Unix socket path of the engine connector.
+	Socket string `yaml:"socket"`
+	// ShmPath is the host arena file; it must be on a memory filesystem
+	// (/dev/shm) for the engine to share it without page-cache copies.
+	ShmPath    string       `yaml:"shm_path"`
+	BlockBytes int          `yaml:"block_bytes"`
+	Model      KvagentModel `yaml:"model"`
+	HostBlocks int          `yaml:"host_blocks"`
+	Disk       KvagentDisk  `yaml:"disk"`
+	Events     string       `yaml:"events"`
+	Replay     string       `yaml:"replay"`
+	// Admin serves /metrics, /healthz, /readyz; loopback only (no auth).
+	Admin string `yaml:"admin"`
+	// MaxChain bounds the blocks of one connector request.
+	MaxChain int `yaml:"max_chain"`
+	// DrainTimeout bounds the graceful stop on SIGTERM.
+	DrainTimeout Duration      `yaml:"drain_timeout"`
+	Peer         KvagentPeer   `yaml:"peer"`
+	Peers        []KvagentPeer `yaml:"peers"`
+}
+
+// KvagentModel derives the block size in bytes: layers × kv_heads ×
+// head_dim × 2 (K and V) × dtype_bytes × tokens_per_block.
+type KvagentModel struct {
+	Layers         int `yaml:"layers"`
+	KVHeads        int `yaml:"kv_heads"`
+	HeadDim        int `yaml:"head_dim"`
+	DtypeBytes     int `yaml:"dtype_bytes"`
+	TokensPerBlock int `yaml:"tokens_per_block"`
+}
+
+// KvagentDisk configures the disk tier.
+type KvagentDisk struct {
+	Dir    string `yaml:"dir"`
+	Blocks int    `yaml:"blocks"` // capacity; 0 = no disk tier
+	// DirectIO is "auto" (O_DIRECT where the filesystem takes it), "on" or "off".
+	DirectIO string `yaml:"direct_io"`
+	// AdmitAfter: a block goes to disk only once seen this many times
+	// (protects SSD endurance from one-off prefixes).
+	AdmitAfter int `yaml:"admit_after"`
+	// Queue bounds pending disk writes; beyond it offloads to disk are
+	// dropped and counted (the engine is never blocked).
+	Queue int `yaml:"queue"`
+}
+
+// KvagentPeer is this agent's peer endpoint (kvagent.peer) or one remote
+// agent (kvagent.peers[i]).
+type KvagentPeer struct {
+	Name string `yaml:"name"` // peers[i] only
+	// Listen (kvagent.peer) is where peers reach this agent's control
+	// service; Addr (peers[i]) is a remote agent's.
+	Listen string `yaml:"listen"`
+	Addr   string `yaml:"addr"`
+	// TransferListen is the TCP transfer engine's listen address.
+	TransferListen string `yaml:"transfer_listen"`
+	Streams        int    `yaml:"streams"`
+}
+
+// Kvagent bounds.
+const (
+	MaxKvagentBlockBytes = 1 << 30
+	MaxKvagentChain      = 1 << 16
+)
+
+func (x *Kvagent) applyDefaults() {
+	if x.Name == "" {
+		x.Name = "kvagent"
+	}
+	if x.Admin == "" {
+		x.Admin = "127.0.0.1:9500"
+	}
+	if x.Disk.DirectIO == "" {
+		x.Disk.DirectIO = "auto"
+	}
+	if x.Disk.AdmitAfter == 0 {
+		x.Disk.AdmitAfter = 2
+	}
+	if x.Disk.Queue == 0 {
+		x.Disk.Queue = 256
+	}
+	if x.MaxChain == 0 {
+		x.MaxChain = 4096
+	}
+	if x.DrainTimeout == 0 {
+		x.DrainTimeout = Duration(10e9)
+	}
+	if x.Peer.Streams == 0 {
+		x.Peer.Streams = 4
+	}
+}
+
+// Enabled reports whether the section was filled in (the kvagent command
+// needs it; other processes ignore it).
+func (x *Kvagent) Enabled() bool { return x.Socket != "" }
+
+// BlockSize is the configured or derived block size in bytes.
+func (x *Kvagent) BlockSize() int {
+	if x.BlockBytes > 0 {
+		return x.BlockBytes
+	}
+	m := x.Model
+	n := int64(m.Layers) * int64(m.KVHeads) * int64(m.HeadDim) * 2 * int64(m.DtypeBytes) * int64(m.TokensPerBlock)
+	if n <= 0 || n > MaxKvagentBlockBytes {
+		return 0
+	}
+	return int(n)
+}
 
 // validate reports the first invalid value; path is the section's key path.
-func (x *Kvagent) validate(path string) error { return nil }
+// An empty section (no socket) is valid: only `kvgate kvagent` needs it.
+func (x *Kvagent) validate(path string) error {
+	if !x.Enabled() {
+		return nil
+	}
+	if !filepath.IsAbs(x.Socket) {
+		return fmt.Errorf("%s.socket: %q: want an absolute path", path, x.Socket)
+	}
+	if len(x.Socket) > 107 {
+		return fmt.Errorf("%s.socket: %q: longer than a Unix socket path may be (107 bytes)", path, x.Socket)
+	}
+	if x.Name == "" || len(x.Name) > 128 || strings.ContainsAny(x.Name, "/ \t\n") {
+		return fmt.Errorf("%s.name: %q: want 1..128 characters without '/' or spaces", path, x.Name)
+	}
+	if x.HostBlocks > 0 && !filepath.IsAbs(x.ShmPath) {
+		return fmt.Errorf("%s.shm_path: %q: want an absolute path (e.g. /dev/shm/kvgate-kvagent)", path, x.ShmPath)
+	}
+	m := x.Model
+	switch {
+	case x.BlockBytes < 0 || x.BlockBytes > MaxKvagentBlockBytes:
+		return fmt.Errorf("%s.block_bytes: %d: want 0 (derive from model) or 1..%d", path, x.BlockBytes, MaxKvagentBlockBytes)
+	case x.BlockBytes > 0 && m != (KvagentModel{}):
+		return fmt.Errorf("%s.model: set together with block_bytes; give one", path)
+	case x.BlockBytes == 0 && (m.Layers <= 0 || m.KVHeads <= 0 || m.HeadDim <= 0 || m.DtypeBytes <= 0 || m.TokensPerBlock <= 0):
+		return fmt.Errorf("%s.model: layers, kv_heads, head_dim, dtype_bytes and tokens_per_block must all be > 0 (or set block_bytes)", path)
+	case x.BlockSize() == 0:
+		return fmt.Errorf("%s.model: derived block size is beyond %d bytes", path, MaxKvagentBlockBytes)
+	case x.HostBlocks < 0 || x.HostBlocks > 1<<24:
+		return fmt.Errorf("%s.host_blocks: %d: want 0..%d", path, x.HostBlocks, 1<<24)
+	case x.HostBlocks == 0:
+		// The connector's data path is the host arena.
+		return fmt.Errorf("%s.host_blocks: must be > 0: the engine connector reads and writes the host arena", path)
+	case int64(x.HostBlocks)*int64(x.BlockSize()) > 1<<40:
+		return fmt.Errorf("%s.host_blocks: %d blocks of %d bytes is more than 1 TiB", path, x.HostBlocks, x.BlockSize())
+	case x.MaxChain < 1 || x.MaxChain > MaxKvagentChain:
+		return fmt.Errorf("%s.max_chain: %d: want 1..%d", path, x.MaxChain, MaxKvagentChain)
+	}
+	d := x.Disk
+	switch {
+	case d.Blocks < 0 || d.Blocks > 1<<28:
+		return fmt.Errorf("%s.disk.blocks: %d: want 0..%d", path, d.Blocks, 1<<28)
+	case d.Blocks > 0 && !filepath.IsAbs(d.Dir):
+		return fmt.Errorf("%s.disk.dir: %q: want an absolute path", path, d.Dir)
+	case d.DirectIO != "auto" && d.DirectIO != "on" && d.DirectIO != "off":
+		return fmt.Errorf("%s.disk.direct_io: %q is not one of auto, on, off", path, d.DirectIO)
+	case d.AdmitAfter < 1 || d.AdmitAfter > 255:
+		return fmt.Errorf("%s.disk.admit_after: %d: want 1..255", path, d.AdmitAfter)
+	case d.Queue < 1 || d.Queue > 1<<20:
+		return fmt.Errorf("%s.disk.queue: %d: want 1..%d", path, d.Queue, 1<<20)
+	}
+	if x.Events != "" {
+		if _, _, err := ZMQEndpoint(x.Events, 0); err != nil {
+			return fmt.Errorf("%s.events: %w", path, err)
+		}
+	} else if x.Replay != "" {
+		return fmt.Errorf("%s.replay: set without events", path)
+	}
+	if x.Replay != "" {
+		if _, _, err := ZMQEndpoint(x.Replay, 0); err != nil {
+			return fmt.Errorf("%s.replay: %w", path, err)
+		}
+	}
+	if err := checkLoopback(x.Admin); err != nil {
+		return fmt.Errorf("%s.admin: %w", path, err)
+	}
+	if x.DrainTimeout.D() <= 0 {
+		return fmt.Errorf("%s.drain_timeout: must be > 0", path)
+	}
+	p := x.Peer
+	if (p.Listen == "") != (p.TransferListen == "") {
+		return fmt.Errorf("%s.peer: listen and transfer_listen go together", path)
+	}
+	if p.Listen != "" {
+		if err := checkHostPort(p.Listen); err != nil {
+			return fmt.Errorf("%s.peer.listen: %w", path, err)
+		}
+		if err := checkHostPort(p.TransferListen); err != nil {
+			return fmt.Errorf("%s.peer.transfer_listen: %w", path, err)
+		}
+	}
+	if p.Streams < 1 || p.Streams > 64 {
+		return fmt.Errorf("%s.peer.streams: %d: want 1..64", path, p.Streams)
+	}
+	names := map[string]bool{x.Name: true}
+	for i, q := range x.Peers {
+		pp := fmt.Sprintf("%s.peers[%d]", path, i)
+		if q.Name == "" || names[q.Name] {
+			return fmt.Errorf("%s.name: empty, duplicate or this agent's own name %q", pp, q.Name)
+		}
+		names[q.Name] = true
+		if err := checkHostPort(q.Addr); err != nil {
+			return fmt.Errorf("%s.addr: %w", pp, err)
+		}
+	}
+	if len(x.Peers) > 0 && p.Listen == "" {
+		return fmt.Errorf("%s.peer.listen: required with peers (fetching needs a transfer endpoint)", path)
+	}
+	return nil
+}
+
+// checkLoopback accepts host:port on a loopback address (the kvagent's
+// admin endpoints have no authentication).
+func checkLoopback(s string) error {
+	if err := checkHostPort(s); err != nil {
+		return err
+	}
+	host, _, _ := net.SplitHostPort(s)
+	if host == "localhost" {
+		return nil
+	}
+	ip := net.ParseIP(host)
+	if ip == nil || !ip.IsLoopback() {
+		return errors.New(s + ": want a loopback address (127.0.0.1, [::1], localhost)")
+	}
+	return nil
+}

@@ -78,16 +78,6 @@ func chosenOf(dbg string) string {
 	return rest
 }
 
-// candidateOf returns the debug header's entry for the worker at endpoint.
-func candidateOf(dbg, endpoint string) string {
-	for _, part := range strings.Split(dbg, "; ") {
-		if strings.HasPrefix(part, endpoint) {
-			return part
-		}
-	}
-	return ""
-}
-
 // With a Redis Cluster index, `kvgate indexer` and `kvgate extproc` are
 // separate processes; killing and restarting the indexer must leave the
 // index routing cache-aware for a prefix stored before the restart.

@@ -17,6 +17,7 @@ var shippedConfigs = map[string][]Kind{
 	"envoy-header-routing.yaml":          {KindBootstrap},
 	"envoy-buffered-failopen.yaml":       {KindBootstrap},
 	"envoy-override-host.yaml":           {KindBootstrap},
+	"envoy-mtls.yaml":                    {KindBootstrap},
 	"istio/envoyfilter.yaml":             {KindEnvoyFilter},
 	"istio/destinationrule.yaml":         {KindDestinationRule},
 	"envoy-gateway/extensionpolicy.yaml": {KindEnvoyExtensionPolicy, KindEnvoyPatchPolicy},

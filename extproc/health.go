@@ -24,6 +24,9 @@ type healthChecker struct {
 
 	mu      sync.Mutex
 	targets map[string]*healthState // by endpoint ip:port
+	// onRecover, if set, hears of an endpoint passing a probe after being
+	// marked unhealthy (outlier detection slow-starts it).
+	onRecover func(endpoint string)
 
 	probes, failures *prometheus.CounterVec
 }
@@ -108,7 +111,9 @@ func (h *healthChecker) probeAll(ctx context.Context) {
 			if ok {
 				h.probes.WithLabelValues("ok").Inc()
 				s.failures = 0
-				s.unhealthy.Store(false)
+				if s.unhealthy.Swap(false) && h.onRecover != nil {
+					h.onRecover(e)
+				}
 				return
 			}
 			h.probes.WithLabelValues("failed").Inc()

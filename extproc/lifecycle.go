@@ -22,15 +22,21 @@ type ticket struct {
 	uncached int64
 	load     *loadview.Ticket
 	prefill  *loadview.Ticket // the prefill worker's leg of a P/D request
+	// fallbacks are the endpoints the proxy may walk after the primary.
+	fallbacks []string
 
 	once   sync.Once
 	served string
+	status int // response :status; 0 until response headers pass
 }
 
 var (
-	_ server.Lifecycle      = (*ticket)(nil)
-	_ server.ServedReporter = (*ticket)(nil)
+	_ server.Lifecycle        = (*ticket)(nil)
+	_ server.ServedReporter   = (*ticket)(nil)
+	_ server.ResponseReporter = (*ticket)(nil)
 )
+
+func (t *ticket) ResponseStatus(status int, _ bool) { t.status = status }
 
 func (t *ticket) FirstByte() {
 	t.load.PrefillDone()
@@ -80,6 +86,9 @@ func (t *ticket) Finish(o server.Outcome) {
 		}
 		t.load.Finish(lo)
 		t.prefill.Finish(lo)
+		if t.worker.Endpoint != "" {
+			t.router.outlier.observeRequest(t.worker.Endpoint, t.fallbacks, t.served, t.status, t.router.now())
+		}
 		t.router.metrics.finished.WithLabelValues(o.String()).Inc()
 	})
 }

@@ -49,6 +49,12 @@ func (r *Router) Register(reg prometheus.Registerer) error {
 	if r.health != nil {
 		cs = append(cs, r.health.probes, r.health.failures)
 	}
+	if r.outlier != nil {
+		cs = append(cs, r.outlier.ejections, r.outlier.responses, outlierCollector{r.outlier, r.now})
+	}
+	if r.shared != nil {
+		cs = append(cs, r.shared.collectors()...)
+	}
 	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
 			return err

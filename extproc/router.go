@@ -20,6 +20,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/kvgate/kvgate/config"
 	"github.com/kvgate/kvgate/extproc/enginemetrics"
 	"github.com/kvgate/kvgate/extproc/loadview"
@@ -71,6 +73,8 @@ type Router struct {
 	debug   *decisionLog
 	health  *healthChecker         // nil when disabled
 	engines *enginemetrics.Scraper // nil when disabled
+	outlier *outlierDetector       // nil when disabled
+	shared  *sharedLoad            // nil unless the Redis backend shares load
 	now     func() time.Time
 
 	mu         sync.Mutex // guards rnd and throughput
@@ -113,8 +117,21 @@ func NewRouter(cfg config.Config, reg *preprocess.Registry, idx index.Index, log
 		rnd:        rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0x6b766761)),
 		throughput: map[index.WorkerID]*picker.ThroughputEstimator{},
 	}
+	if !x.Outlier.Disabled {
+		r.outlier = newOutlierDetector(x.Outlier)
+	}
 	if !x.HealthCheck.Disabled {
 		r.health = newHealthChecker(x.HealthCheck)
+		if r.outlier != nil {
+			r.health.onRecover = func(endpoint string) { r.outlier.recovered(endpoint, r.now()) }
+		}
+	}
+	if cfg.Index.Backend == "redis" && !x.SharedLoad.Disabled {
+		if h, ok := idx.(redisClientHolder); ok {
+			r.shared = newSharedLoad(h.RedisClient(), cfg.Index.Redis.Prefix, x.SharedLoad, r.load.SnapshotAll, log)
+		} else {
+			log.Warn("extproc.shared_load: the index gives no Redis client to share load through; replicas count only their own load")
+		}
 	}
 	if !x.EngineMetrics.Disabled {
 		r.engines = enginemetrics.New(enginemetrics.Config{Interval: x.EngineMetrics.Interval.D(), Staleness: x.EngineMetrics.Staleness.D(), Log: log})
@@ -171,6 +188,13 @@ func (r *Router) SetMembers(members []Member) error {
 		}
 		f.all = append(f.all, m.Worker)
 	}
+	if r.outlier != nil {
+		poolOf := make(map[string]string, len(members))
+		for _, m := range members {
+			poolOf[m.Worker.Endpoint] = m.Model
+		}
+		r.outlier.setTargets(poolOf)
+	}
 	if r.health != nil {
 		eps := make([]string, 0, len(f.all))
 		for _, w := range f.all {
@@ -208,6 +232,10 @@ func (r *Router) Run(ctx context.Context) {
 	if r.engines != nil {
 		wg.Add(1)
 		go func() { defer wg.Done(); r.engines.Run(ctx) }()
+	}
+	if r.shared != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); r.shared.run(ctx) }()
 	}
 	wg.Wait()
 }
@@ -315,6 +343,7 @@ func (r *Router) Route(ctx context.Context, req *server.Request) (*server.Decisi
 	for _, fb := range dec.Fallbacks {
 		d.Fallbacks = append(d.Fallbacks, cands[fb].Worker.Endpoint)
 	}
+	t.fallbacks = d.Fallbacks
 	if prefill != nil {
 		d.Prefiller = prefill.Worker.Endpoint
 	}
@@ -379,14 +408,33 @@ func (r *Router) candidates(p *pool, m index.Match, hint []string) []picker.Cand
 	cands := make([]picker.Candidate, 0, len(p.workers))
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	warming, usable := 0, 0
 	for _, w := range p.workers {
 		if allowed != nil && !allowed[w.Endpoint] {
 			continue
 		}
+		ejected, weight := r.outlier.state(w.Endpoint, now)
+		// Ejected workers stay listed (the debug header shows why) but the
+		// picker excludes them: no traffic, not even as a fallback.
+		w.Ejected = ejected
 		if !r.health.healthy(w.Endpoint) {
 			w.Unhealthy = true // failed its health probes: eligible again after one success
 		}
+		if !w.Unhealthy && !w.Draining && !w.Ejected {
+			usable++
+			if weight < 1 && r.rnd.Float64() >= weight {
+				w.Warming = true
+				warming++
+			}
+		}
 		l := loads[w.ID]
+		if peer := r.shared.peerLoad(w.ID); peer != (picker.Load{}) {
+			// The other replicas' last published load: without it every
+			// replica sends a burst to the same idle worker.
+			l.InflightRequests += peer.InflightRequests
+			l.PrefillTokens += peer.PrefillTokens
+			l.DecodeBlocks += peer.DecodeBlocks
+		}
 		if r.engines != nil {
 			if smp, ok := r.engines.Get(w.ID, now); ok {
 				l.HaveEngine, l.Waiting, l.Running, l.KVUsage = true, smp.Waiting, smp.Running, smp.KVUsage
@@ -398,7 +446,19 @@ func (r *Router) candidates(p *pool, m index.Match, hint []string) []picker.Cand
 		}
 		cands = append(cands, picker.Candidate{Worker: w, Depths: m[w.ID], Load: l})
 	}
+	if warming > 0 && warming == usable {
+		// Every usable worker is ramping and this draw left them all out:
+		// slow start shapes traffic, it must never refuse it.
+		for i := range cands {
+			cands[i].Worker.Warming = false
+		}
+	}
 	return cands
+}
+
+// redisClientHolder is the Redis index opened by indexer.OpenIndex.
+type redisClientHolder interface {
+	RedisClient() redis.UniversalClient
 }
 
 // byRole keeps the candidates that can serve a P/D leg: prefill-only
@@ -456,6 +516,7 @@ func (r *Router) routeWithoutBody(req *server.Request) (*server.Decision, *serve
 	for _, fb := range dec.Fallbacks {
 		d.Fallbacks = append(d.Fallbacks, cands[fb].Worker.Endpoint)
 	}
+	t.fallbacks = d.Fallbacks
 	r.metrics.requests.WithLabelValues("", "routed").Inc()
 	return d, nil
 }

@@ -87,7 +87,7 @@ func (s *Service) Status(ctx context.Context) (Status, error) {
 
 func (st *stream) status() WorkerStatus {
 	return WorkerStatus{
-		Worker:       st.worker.String(),
+		Worker:       st.label,
 		Model:        st.model,
 		Events:       st.endpoint,
 		Stream:       st.sub.Stats(),

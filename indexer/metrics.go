@@ -65,7 +65,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, l...)
 	}
 	for _, st := range c.s.snapshot() {
-		w, m := st.worker.String(), st.model
+		w, m := st.label, st.model
 		ss, is := st.sub.Stats(), st.ing.Stats()
 		counter(mBatches, is.Batches, w, m)
 		counter(mReplayed, ss.BatchesReplayed, w, m)

@@ -3,7 +3,6 @@ package indexer
 import (
 	"context"
 	"fmt"
-	"os"
 
 	"github.com/redis/go-redis/v9"
 
@@ -18,9 +17,9 @@ func OpenIndex(ctx context.Context, c config.Index) (index.Index, error) {
 	case "memory":
 		return index.NewMemory(index.MemoryConfig{Shards: c.Memory.Shards, MaxEntries: c.Memory.MaxEntries}), nil
 	case "redis":
-		opts := &redis.UniversalOptions{Addrs: c.Redis.Addrs, DB: c.Redis.DB, IsClusterMode: c.Redis.Cluster}
-		if c.Redis.PasswordEnv != "" {
-			opts.Password = os.Getenv(c.Redis.PasswordEnv)
+		opts, err := redisOptions(c.Redis)
+		if err != nil {
+			return nil, err
 		}
 		client := redis.NewUniversalClient(opts)
 		if err := client.Ping(ctx).Err(); err != nil {
@@ -40,6 +39,30 @@ func OpenIndex(ctx context.Context, c config.Index) (index.Index, error) {
 		return &ownedClient{Index: idx, client: client}, nil
 	}
 	return nil, fmt.Errorf("index backend %q: not one of memory, redis", c.Backend)
+}
+
+// redisOptions turns index.redis into client options: TLS, and the ACL
+// user and password fetched for every new connection (a rotated password
+// file applies to the next connection; the password never enters a log
+// line or an error).
+func redisOptions(r config.RedisIndex) (*redis.UniversalOptions, error) {
+	opts := &redis.UniversalOptions{Addrs: r.Addrs, DB: r.DB, IsClusterMode: r.Cluster}
+	tlsCfg, err := r.TLS.Load()
+	if err != nil {
+		return nil, fmt.Errorf("redis index: index.redis.%w", err)
+	}
+	opts.TLSConfig = tlsCfg
+	if r.PasswordFile != "" || r.PasswordEnv != "" || r.Username != "" {
+		user := r.Username
+		opts.CredentialsProviderContext = func(context.Context) (string, string, error) {
+			p, err := r.Password()
+			if err != nil {
+				return "", "", fmt.Errorf("redis index: password: %w", err)
+			}
+			return user, p, nil
+		}
+	}
+	return opts, nil
 }
 
 // ownedClient closes the Redis client with the index that uses it.

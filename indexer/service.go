@@ -41,6 +41,7 @@ type Service struct {
 // stream is one worker's event path: subscriber → decoder → ingest.
 type stream struct {
 	worker   index.WorkerID
+	label    string // worker in metrics and /status; "/kvagent" appended for a tier stream
 	model    string
 	endpoint string
 	sub      *kvstream.Subscriber
@@ -80,15 +81,26 @@ func (s *Service) buildStreams(engines []config.Engine) ([]*stream, error) {
 		if m == nil {
 			return nil, fmt.Errorf("engine %s: unknown model %q", e.Endpoint, e.Model)
 		}
-		if e.Events == "" {
+		if e.Events == "" && e.TierEvents == "" {
 			continue // no KV events: the extproc routes it in approximate mode
 		}
 		for rank := 0; rank < max(e.DPRanks, 1); rank++ {
-			st, err := s.newStream(e, m, rank)
-			if err != nil {
-				return nil, fmt.Errorf("engine %s rank %d: %w", e.Endpoint, rank, err)
+			var gpu *stream
+			if e.Events != "" {
+				st, err := s.newStream(e, m, rank)
+				if err != nil {
+					return nil, fmt.Errorf("engine %s rank %d: %w", e.Endpoint, rank, err)
+				}
+				out = append(out, st)
+				gpu = st
 			}
-			out = append(out, st)
+			if e.TierEvents != "" {
+				st, err := s.newTierStream(e, m, rank, gpu)
+				if err != nil {
+					return nil, fmt.Errorf("engine %s rank %d tier events: %w", e.Endpoint, rank, err)
+				}
+				out = append(out, st)
+			}
 		}
 	}
 	return out, nil
@@ -167,21 +179,64 @@ func (s *Service) newStream(e config.Engine, m *config.Model, rank int) (*stream
 		}
 	}
 	w := index.WorkerID{Endpoint: e.Endpoint, DPRank: rank}
+	// With a kvagent stream beside it, each stream's reset must remove only
+	// its own entries (ingest.Config.ScopedClear).
+	ing := ingest.NewWorker(w, s.idx, ingest.Config{BlockSize: m.BlockSize, Namespace: m.Namespace, ScopedClear: e.TierEvents != ""})
+	return s.subscribe(w, m, ing, strings.Join([]string{w.String(), m.Name, events, replay, e.Topic, e.TierEvents}, "|"), events, replay, e.Topic, "")
+}
+
+// tierStreamSuffix marks a kvagent stream in metrics and /status: the
+// worker label reads "ip:port#rank/kvagent", so the engine's and the
+// kvagent's series of one worker stay distinct without a new label.
+const tierStreamSuffix = "/kvagent"
+
+// newTierStream subscribes to the kvagent residency stream credited to
+// worker (e, rank): host and disk tiers only, resets scoped to what that
+// stream stored, parents resolved through the engine stream (gpu, may be
+// nil) when the kvagent does not hold them.
+func (s *Service) newTierStream(e config.Engine, m *config.Model, rank int, gpu *stream) (*stream, error) {
+	events, _, err := config.ZMQEndpoint(e.TierEvents, rank)
+	if err != nil {
+		return nil, err
+	}
+	replay := ""
+	if e.TierReplay != "" {
+		if replay, _, err = config.ZMQEndpoint(e.TierReplay, rank); err != nil {
+			return nil, err
+		}
+	}
+	w := index.WorkerID{Endpoint: e.Endpoint, DPRank: rank}
+	icfg := ingest.Config{
+		BlockSize:   m.BlockSize,
+		Namespace:   m.Namespace,
+		Tiers:       1<<index.TierHost | 1<<index.TierDisk,
+		ScopedClear: true,
+	}
+	if gpu != nil {
+		icfg.ParentSeq = gpu.ing.SeqOf
+	}
+	key := strings.Join([]string{w.String() + tierStreamSuffix, m.Name, events, replay, e.Events}, "|")
+	return s.subscribe(w, m, ingest.NewWorker(w, s.idx, icfg), key, events, replay, "", tierStreamSuffix)
+}
+
+func (s *Service) subscribe(w index.WorkerID, m *config.Model, ing *ingest.Worker, key, events, replay, topic, suffix string) (*stream, error) {
 	st := &stream{
-		key:      strings.Join([]string{w.String(), m.Name, events, replay, e.Topic}, "|"),
+		key:      key,
 		worker:   w,
+		label:    w.String() + suffix,
 		model:    m.Name,
 		endpoint: events,
-		ing:      ingest.NewWorker(w, s.idx, ingest.Config{BlockSize: m.BlockSize, Namespace: m.Namespace}),
+		ing:      ing,
 		dec:      kvevents.NewDecoder(kvevents.DefaultLimits()),
 	}
+	var err error
 	st.sub, err = kvstream.NewSubscriber(kvstream.Config{
 		Endpoint:       events,
 		ReplayEndpoint: replay,
-		Topic:          e.Topic,
+		Topic:          topic,
 		ReplayTimeout:  s.cfg.Indexer.ReplayTimeout.D(),
 		DeadAfter:      s.cfg.Indexer.EngineDeadAfter.D(),
-		Logger:         s.log.With("worker", w.String()),
+		Logger:         s.log.With("worker", st.label),
 	}, st)
 	if err != nil {
 		return nil, err

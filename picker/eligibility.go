@@ -4,6 +4,8 @@ package picker
 const (
 	ReasonDraining        = "draining"
 	ReasonUnhealthy       = "unhealthy"
+	ReasonWarming         = "slow-start"
+	ReasonEjected         = "ejected"
 	ReasonRole            = "role does not serve this stage"
 	ReasonInflightBound   = "saturated: in-flight requests at bound"
 	ReasonPrefillTokBound = "saturated: queued prefill tokens at bound"
@@ -14,8 +16,12 @@ func exclusion(c *Candidate, s Stage, cfg *Config) string {
 	switch {
 	case c.Worker.Unhealthy:
 		return ReasonUnhealthy
+	case c.Worker.Ejected:
+		return ReasonEjected
 	case c.Worker.Draining:
 		return ReasonDraining
+	case c.Worker.Warming:
+		return ReasonWarming
 	case !c.Worker.Role.serves(s):
 		return ReasonRole
 	case cfg.MaxInflight > 0 && inflight(&c.Load) >= float64(cfg.MaxInflight):

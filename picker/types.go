@@ -75,6 +75,15 @@ type Worker struct {
 	// Unhealthy workers are excluded; the caller decides what unhealthy means
 	// (failed readiness, stale metrics, ...).
 	Unhealthy bool
+	// Warming: the worker is slow-starting after a recovery and the
+	// caller's weighted draw left it out of this one pick (Envoy
+	// slow_start_config: a recovering host gets a ramping share of traffic
+	// rather than all of it at once for being idle).
+	Warming bool
+	// Ejected: passive outlier detection took the worker out (it failed
+	// its recent requests); it gets no traffic, not even as a fallback,
+	// until the ejection ends.
+	Ejected bool
 }
 
 // Load is a worker's current load. The first three fields come from kvgate's

@@ -17,6 +17,7 @@ import (
 
 	"github.com/kvgate/kvgate/e2e/enginesim"
 	"github.com/kvgate/kvgate/extproc/modelfiles"
+	"github.com/kvgate/kvgate/kvagent/connector"
 )
 
 func init() {
@@ -55,6 +56,8 @@ func runEnginesim(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	dpRank := fs.Int("dp-rank", 0, "data-parallel rank (in event batches and the event ports)")
 	seed := fs.Uint64("seed", 0, "seed for request and engine ids")
 	drain := fs.Duration("drain", 30*time.Second, "on SIGTERM, how long in-flight requests may take to finish")
+	kvagentSock := fs.String("kvagent", "", "a kvgate kvagent's connector socket: offload evicted GPU blocks there, onboard hits from it")
+	h2dGBps := fs.Float64("kvagent-gbps", enginesim.DefaultHostToGPUGBps, "host-to-GPU copy bandwidth (GB/s) charged for blocks onboarded from the kvagent")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -80,6 +83,20 @@ func runEnginesim(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	cfg.Logger = slog.New(slog.NewJSONHandler(stderr, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	if *kvagentSock != "" {
+		kc, err := dialKVAgent(ctx, *kvagentSock, cfg)
+		if err != nil {
+			fmt.Fprintf(stderr, "kvgate enginesim: --kvagent: %v\n", err)
+			return 1
+		}
+		defer kc.Close()
+		cfg.Engine.KVTier = enginesim.NewKVAgentTier(kc, cfg.Model, time.Second, cfg.Logger)
+		cfg.Engine.HostToGPUGBps = *h2dGBps
+		if err := cfg.Engine.Validate(); err != nil {
+			fmt.Fprintf(stderr, "kvgate enginesim: --kvagent-gbps: %v\n", err)
+			return 2
+		}
+	}
 	err = serveEnginesim(ctx, cfg, *listen, *drain, func(addr net.Addr, s *enginesim.Server) {
 		fmt.Fprintf(stdout, "kvgate enginesim: %s (%s) serving on http://%s", cfg.Model, cfg.Role, addr)
 		if ev := s.EventsAddr(); ev != "" {
@@ -183,4 +200,11 @@ func serveEnginesim(ctx context.Context, cfg enginesim.ServerConfig, listen stri
 		listening(ln.Addr(), s)
 	}
 	return s.Serve(ctx, ln, drain)
+}
+
+// dialKVAgent connects to a kvagent's connector socket, bounded in time.
+func dialKVAgent(ctx context.Context, sock string, cfg enginesim.ServerConfig) (*connector.Client, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	return connector.Dial(ctx, sock, connector.Registration{Namespace: cfg.Model, TokensPerBlock: cfg.Engine.BlockSize})
 }

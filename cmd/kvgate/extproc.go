@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/kvgate/kvgate/config"
 	"github.com/kvgate/kvgate/extproc"
@@ -133,10 +134,11 @@ func serveExtproc(ctx context.Context, cfg config.Config, o extprocOptions) erro
 	defer cancelRun()
 	indexerDone := make(chan struct{})
 	var setEngines func(context.Context, []config.Engine) error
+	var svc *indexer.Service
 	if cfg.Index.Backend == "memory" || o.withIndexer {
 		// The in-memory index lives in this process, so this process must
 		// also keep it fed.
-		svc, err := indexer.New(cfg, idx, o.log)
+		svc, err = indexer.New(cfg, idx, o.log)
 		if err != nil {
 			return err
 		}
@@ -156,11 +158,23 @@ func serveExtproc(ctx context.Context, cfg config.Config, o extprocOptions) erro
 
 	go router.Run(runCtx)
 
+	// TLS material is loaded before listening: a bad file fails the start,
+	// and every later handshake re-reads rotated files.
+	tlsCfg, err := cfg.Extproc.TLS.Load()
+	if err != nil {
+		return fmt.Errorf("extproc.%w", err)
+	}
+	var grpcOpts []grpc.ServerOption
+	if tlsCfg != nil {
+		grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(tlsCfg)))
+		o.log.Info("ext_proc listener serves TLS", "cert_file", cfg.Extproc.TLS.CertFile,
+			"client_ca_file", cfg.Extproc.TLS.ClientCAFile, "require_client_cert", cfg.Extproc.TLS.RequireClientCert)
+	}
 	gln, err := net.Listen("tcp", cfg.Extproc.Listen)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Extproc.Listen, err)
 	}
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(grpcOpts...)
 	srv.Register(gs)
 	go gs.Serve(gln)
 	defer gs.Stop()
@@ -182,10 +196,20 @@ func serveExtproc(ctx context.Context, cfg config.Config, o extprocOptions) erro
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Extproc.Admin, err)
 	}
-	hs := newHTTPServer(mux)
+	hs := newHTTPServer(withAdminAuth(mux, "extproc.admin", cfg.Extproc.Admin, cfg.Extproc.AdminAuth, o.log))
 	go hs.Serve(aln)
 	defer hs.Close()
 
+	if svc != nil {
+		syncStart := time.Now()
+		sctx, cancel := context.WithTimeout(ctx, cfg.Extproc.SyncTimeout.D())
+		if err := svc.WaitSynced(sctx); err != nil {
+			o.log.Warn("reporting ready before every engine's events were replayed", "err", err, "waited", time.Since(syncStart).Round(time.Millisecond))
+		} else {
+			o.log.Info("index rebuilt from the engines' event streams", "took", time.Since(syncStart).Round(time.Millisecond))
+		}
+		cancel()
+	}
 	srv.SetServing()
 	close(ready)
 	if o.listening != nil {

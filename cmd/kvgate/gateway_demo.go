@@ -164,6 +164,7 @@ func gatewayDemo(ctx context.Context, out io.Writer, o gatewayDemoOptions) error
 	fmt.Fprintf(out, "kvgate demo: %d simulated vLLM engines (%s, KV events over ZMQ), kvgate extproc on %s (in-memory index),\n", o.engines, demoModel, a.grpc)
 	fmt.Fprintf(out, "and a gateway playing Envoy's side of ext_proc on %s. Metrics and recent decisions: http://%s/metrics, http://%s/debug/decisions\n\n", base, a.admin, a.admin)
 	fmt.Fprintf(out, "Try it:\n  curl -s %s/v1/chat/completions -H 'content-type: application/json' -H 'x-kvgate-debug: 1' -D - \\\n    -d '{\"model\":\"%s\",\"messages\":[{\"role\":\"user\",\"content\":\"Hello!\"}],\"max_tokens\":16}'\n\n", base, demoModel)
+	fmt.Fprint(out, plannerDemoHint(cfg.Engines, a.admin.String()))
 
 	if o.requests > 0 {
 		if err := replaySlice(ctx, out, base, o, engines); err != nil {

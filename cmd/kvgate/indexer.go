@@ -75,7 +75,7 @@ func serveIndexer(ctx context.Context, cfg config.Config, log *slog.Logger, list
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Indexer.Listen, err)
 	}
-	srv := newHTTPServer(svc.Handler())
+	srv := newHTTPServer(withAdminAuth(svc.Handler(), "indexer.listen", cfg.Indexer.Listen, cfg.Indexer.AdminAuth, log))
 	go func() {
 		if err := srv.Serve(ln); err != nil && err != http.ErrServerClosed {
 			log.Error("http server", "err", err)

@@ -77,6 +77,15 @@ type Config struct {
 	// request, so that decode blocks hold what a wrapper streams. Nil gives
 	// each request its own pseudo-random tokens.
 	OutputToken func(i int) uint32
+	// KVTier, if set, is a node-local KV tier (the kvagent, kvtier.go):
+	// blocks the GPU pool evicts are offloaded to it, and at admission the
+	// part of the prompt beyond the GPU-cached prefix is looked up there;
+	// hits are onboarded and charged as a host→GPU copy instead of a
+	// prefill. It is called synchronously from the engine's steps.
+	KVTier KVTier
+	// HostToGPUGBps is the copy bandwidth of onboarded blocks in GB/s
+	// (default 25: what a PCIe 5 x16 link sustains for pinned copies).
+	HostToGPUGBps float64
 }
 
 func (c Config) withDefaults() Config {
@@ -95,6 +104,9 @@ func (c Config) withDefaults() Config {
 	if c.SpeedUp == 0 {
 		c.SpeedUp = 1
 	}
+	if c.HostToGPUGBps == 0 {
+		c.HostToGPUGBps = DefaultHostToGPUGBps
+	}
 	return c
 }
 
@@ -112,6 +124,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("enginesim: max num batched tokens %d outside [1, 2^24]", c.MaxNumBatchedTokens)
 	case math.IsNaN(c.SpeedUp) || c.SpeedUp < 1e-3 || c.SpeedUp > 1e6:
 		return fmt.Errorf("enginesim: speed-up %v outside [0.001, 1e6]", c.SpeedUp)
+	case math.IsNaN(c.HostToGPUGBps) || c.HostToGPUGBps < 1e-3 || c.HostToGPUGBps > 1e6:
+		return fmt.Errorf("enginesim: host-to-GPU bandwidth %v GB/s outside [0.001, 1e6]", c.HostToGPUGBps)
 	case len(c.Namespace) > MaxLoRANameLen:
 		return fmt.Errorf("enginesim: namespace of %d bytes, more than %d", len(c.Namespace), MaxLoRANameLen)
 	}
@@ -188,6 +202,11 @@ type Stats struct {
 	EvictedBlocks     uint64
 	Finished          uint64 // requests that reached MaxTokens
 	Aborted           uint64
+	// With a KVTier: blocks offloaded on eviction, blocks onboarded at
+	// admission, and the prompt tokens those onboarded blocks saved.
+	TierOffloadedBlocks uint64
+	TierOnboardedBlocks uint64
+	TierHitTokens       uint64
 }
 
 // Engine is one simulated engine. See the package comment.
@@ -210,6 +229,7 @@ type Engine struct {
 	batch     []*seq
 
 	events  []kvevents.Event
+	tier    tierState // with Config.KVTier
 	out     []Output
 	scratch []uint32 // one block of tokens, for hashing decode blocks
 	salt    uint64   // mixed into default output tokens
@@ -381,6 +401,7 @@ func (e *Engine) Reset() error {
 		return fmt.Errorf("%w (%d blocks)", ErrBlocksInUse, used)
 	}
 	e.pool.clearHashes()
+	clear(e.tier.blocks)
 	if e.onEvents != nil {
 		e.onEvents([]kvevents.Event{{Kind: kvevents.AllBlocksCleared}})
 	}

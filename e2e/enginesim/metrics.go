@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // vLLM's Prometheus metrics (vllm/v1/metrics/loggers.py, PrometheusStatLogger),
@@ -154,4 +155,13 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		[]string{"max_lora", "running_lora_adapters", "waiting_lora_adapters"}, nil)
 	ch <- prometheus.MustNewConstMetric(lora, prometheus.GaugeValue, float64(time.Now().UnixNano())/1e9,
 		strconv.Itoa(c.cfg.MaxLoRAs), strings.Join(s.RunningLoRAs, ","), strings.Join(s.WaitingLoRAs, ","))
+}
+
+// MetricFamilies gathers what an idle engine serving model exposes on
+// /metrics: every vLLM family the simulator emits, with its labels, so
+// that dashboards and alerts can be checked against it (deploy/inventory)
+// without starting a server.
+func MetricFamilies(model string) ([]*dto.MetricFamily, error) {
+	m := newMetrics(metricsConfig{Model: model, Engine: "0", BlockSize: 16, NumGPUBlocks: 1}, func() engineGauges { return engineGauges{} })
+	return m.reg.Gather()
 }

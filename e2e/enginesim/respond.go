@@ -62,6 +62,13 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request, kind api
 		// request (vLLM WAITING_FOR_REMOTE_KVS), then tells the prefill
 		// worker it may free the blocks.
 		if !s.awaitTransfer(ctx, len(req.Tokens)) {
+			// Aborted before the KV arrived: still tell the prefill worker,
+			// so its blocks are freed now rather than at the abort timeout
+			// (vLLM NixlConnectorScheduler.request_finished: a decode
+			// request finished while do_remote_prefill is still set sends
+			// the notification with no blocks read, "to avoid stranding the
+			// prefill blocks in the prefill instance").
+			s.notifyPrefill(kvp)
 			return
 		}
 		s.notifyPrefill(kvp)

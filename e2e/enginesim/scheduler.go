@@ -111,8 +111,12 @@ func (e *Engine) startStep(start time.Duration) bool {
 			break
 		}
 		hit := e.prefixHit(s)
-		computed := hit * bs
 		transfer := s.req.KVTransferred && !s.transferUsed
+		ext := 0 // blocks beyond the GPU hit that the KV tier holds
+		if !transfer {
+			ext = e.tierLookup(s, hit)
+		}
+		computed := (hit + ext) * bs
 		n := min(s.numTokens-computed, budget)
 		if transfer {
 			// The remote engine computed the prompt; only its last token
@@ -128,6 +132,16 @@ func (e *Engine) startStep(start time.Duration) bool {
 		if take > e.pool.free {
 			break
 		}
+		if ext > 0 {
+			// Fewer blocks onboarded than looked up (evicted meanwhile, a
+			// failed copy) are computed instead; computed+n cannot grow,
+			// so the blocks counted in take still suffice.
+			if got := e.tierOnboard(s, hit, ext); got < ext {
+				ext = got
+				computed = (hit + ext) * bs
+				n = min(s.numTokens-computed, budget)
+			}
+		}
 		e.waiting = e.waiting[1:]
 		for _, h := range s.hashes[:hit] {
 			blk, _ := e.pool.lookup(h)
@@ -138,7 +152,9 @@ func (e *Engine) startStep(start time.Duration) bool {
 		e.st.PrefixQueryTokens += uint64(s.numTokens)
 		e.st.PrefixHitTokens += uint64(hit * bs)
 		if s.cachedTokens < 0 {
-			s.cachedTokens = hit * bs
+			// vLLM's num_cached_tokens counts local and external
+			// (connector) hits alike.
+			s.cachedTokens = (hit + ext) * bs
 			e.st.PromptTokens += uint64(len(s.req.Tokens))
 		}
 		e.ensureBlocks(s, computed+n) // cannot fail: checked above
@@ -151,6 +167,7 @@ func (e *Engine) startStep(start time.Duration) bool {
 		budget -= n
 	}
 
+	e.tierFlush()
 	if len(e.batch) == 0 {
 		return false
 	}
@@ -162,7 +179,7 @@ func (e *Engine) startStep(start time.Duration) bool {
 		}
 	}
 	p := float64(e.pool.used()) / float64(e.cfg.NumGPUBlocks)
-	d := StepDuration(prefillTokens, decoding, p, e.cfg.SpeedUp)
+	d := StepDuration(prefillTokens, decoding, p, e.cfg.SpeedUp) + e.tierCopyTime()
 	e.inFlight, e.stepStart, e.stepEnd = true, start, start+d
 	e.st.Steps++
 	e.st.BusyTime += d
@@ -199,6 +216,7 @@ func (e *Engine) ensureBlocks(s *seq, tokens int) bool {
 		if evicted {
 			e.st.EvictedBlocks++
 			e.emitRemoved(h)
+			e.tierEvicted(h)
 		}
 		s.blocks = append(s.blocks, b)
 	}
@@ -319,6 +337,7 @@ func (e *Engine) registerFull(s *seq) {
 			continue
 		}
 		e.pool.register(s.blocks[b], h)
+		e.tierRemember(s, b)
 		if run < 0 {
 			run = b
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -264,4 +265,16 @@ func (pg page) capacity(sel selector, s *Sample) error {
 	}
 	s.KVCapacityTokens = int64(v)
 	return nil
+}
+
+// ScrapedMetricNames lists the engine metric families kvgate reads (vLLM's
+// and SGLang's), sorted, so that deploy/inventory can check dashboards and
+// alerts against what kvgate really depends on.
+func ScrapedMetricNames() []string {
+	names := make([]string, 0, len(wanted))
+	for n := range wanted {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
 }

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -21,6 +22,11 @@ import (
 // client that goes away cancels the exchange.
 type Gateway struct {
 	Harness *Harness
+	// Replicas, when set, replaces Harness: each request's stream goes to
+	// the next processor in turn, as Envoy spreads ext_proc streams over
+	// the hosts of a processor cluster with several replicas.
+	Replicas []*Harness
+	next     atomic.Uint64
 	// Client reaches the upstreams; nil uses a dedicated transport without
 	// proxies or compression.
 	Client *http.Client
@@ -83,10 +89,14 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 
-	x, err := g.Harness.Start(ctx, req)
+	h := g.Harness
+	if len(g.Replicas) > 0 {
+		h = g.Replicas[(g.next.Add(1)-1)%uint64(len(g.Replicas))]
+	}
+	x, err := h.Start(ctx, req)
 	if err != nil {
 		g.logger().Error("envoyharness gateway: ext_proc unreachable", "err", err)
-		writeLocal(w, &LocalReply{Status: g.Harness.cfg.StatusOnError, Body: []byte("ext_proc unavailable")})
+		writeLocal(w, &LocalReply{Status: h.cfg.StatusOnError, Body: []byte("ext_proc unavailable")})
 		return
 	}
 	defer x.Cancel()
@@ -103,14 +113,37 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeLocal(w, &LocalReply{Status: http.StatusServiceUnavailable, Body: []byte("no healthy upstream")})
 		return
 	}
-	resp, served, err := g.forward(ctx, f)
+	client := g.Client
+	if client == nil {
+		client = &http.Client{Transport: defaultTransport}
+	}
+	if pre, ok := Get(f.Headers, prefillerHeader); ok && pre != "" {
+		body, err := g.prefillFirst(ctx, client, f, pre)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			g.logger().Warn("envoyharness gateway: prefill leg failed", "err", err)
+			writeLocal(w, &LocalReply{Status: http.StatusBadGateway, Body: []byte(err.Error())})
+			return
+		}
+		f = withBody(f, body)
+	}
+	sent := time.Now()
+	resp, served, err := g.forward(ctx, client, f)
 	if err != nil {
 		if ctx.Err() != nil {
 			return
 		}
 		g.logger().Warn("envoyharness gateway: upstream failed", "err", err)
-		writeLocal(w, &LocalReply{Status: http.StatusServiceUnavailable, Body: []byte("upstream connect error or disconnect/reset before headers")})
-		return
+		// Envoy's router answers locally, and the local reply passes the
+		// encoder filters, ext_proc included: the processor sees a 503
+		// without x-envoy-upstream-service-time.
+		resp = localResponse(http.StatusServiceUnavailable, "upstream connect error or disconnect/reset before headers")
+	} else {
+		// Envoy's router stamps upstream responses with this header; its
+		// own local replies never carry it.
+		resp.Header.Set("x-envoy-upstream-service-time", strconv.FormatInt(time.Since(sent).Milliseconds(), 10))
 	}
 	defer resp.Body.Close()
 
@@ -130,7 +163,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	out, err := x.RespondHeaders(resp.StatusCode, rh, noBody, served)
 	if err != nil {
 		g.logger().Warn("envoyharness gateway: response headers", "err", err)
-		writeLocal(w, &LocalReply{Status: g.Harness.cfg.StatusOnError, Body: []byte("ext_proc error on response headers")})
+		writeLocal(w, &LocalReply{Status: h.cfg.StatusOnError, Body: []byte("ext_proc error on response headers")})
 		return
 	}
 	code := resp.StatusCode
@@ -218,11 +251,8 @@ func (g *Gateway) pumpUpstream(x *Exchange, resp *http.Response) error {
 
 // forward sends the processed request to the chosen upstream, then to each
 // fallback in turn while connecting fails (override_host retry walk).
-func (g *Gateway) forward(ctx context.Context, f *Forwarded) (*http.Response, string, error) {
-	client := g.Client
-	if client == nil {
-		client = &http.Client{Transport: defaultTransport}
-	}
+// On failure the last endpoint tried is returned with the error.
+func (g *Gateway) forward(ctx context.Context, client *http.Client, f *Forwarded) (*http.Response, string, error) {
 	method, _ := Get(f.Headers, ":method")
 	path, _ := Get(f.Headers, ":path")
 	authority, _ := Get(f.Headers, ":authority")
@@ -230,7 +260,9 @@ func (g *Gateway) forward(ctx context.Context, f *Forwarded) (*http.Response, st
 		return nil, "", fmt.Errorf("content-length %s does not match the %d-byte body the processor left", cl, len(f.Body))
 	}
 	var lastErr error
+	tried := ""
 	for _, ep := range append([]string{f.Upstream}, f.Fallbacks...) {
+		tried = ep
 		req, err := http.NewRequestWithContext(ctx, method, "http://"+ep+path, strings.NewReader(string(f.Body)))
 		if err != nil {
 			return nil, "", fmt.Errorf("build upstream request: %w", err)
@@ -253,7 +285,13 @@ func (g *Gateway) forward(ctx context.Context, f *Forwarded) (*http.Response, st
 			break // only a connect failure is retried on the next host
 		}
 	}
-	return nil, "", fmt.Errorf("upstream: %w", lastErr)
+	return nil, tried, fmt.Errorf("upstream: %w", lastErr)
+}
+
+// localResponse is a reply the proxy makes up itself.
+func localResponse(status int, body string) *http.Response {
+	return &http.Response{StatusCode: status, Header: http.Header{"Content-Type": {"text/plain"}},
+		ContentLength: int64(len(body)), Body: io.NopCloser(strings.NewReader(body))}
 }
 
 func writeLocal(w http.ResponseWriter, l *LocalReply) {

@@ -234,3 +234,62 @@ func TestGatewayRouteErrorReachesClient(t *testing.T) {
 		t.Fatalf("%d %v %q", resp.StatusCode, resp.Header, b)
 	}
 }
+
+type statusTicket struct {
+	gwTicket
+	status   atomic.Int32
+	upstream atomic.Bool
+}
+
+func (t *statusTicket) ResponseStatus(status int, fromUpstream bool) {
+	t.status.Store(int32(status))
+	t.upstream.Store(fromUpstream)
+}
+
+// As Envoy does, an upstream's response reaches the processor stamped with
+// x-envoy-upstream-service-time, and the proxy's own 503 for an upstream
+// it could not reach passes the processor too, without it: that is how
+// passive outlier detection tells a worker's 503 from a dead worker.
+func TestGatewayReportsUpstreamAndLocalStatuses(t *testing.T) {
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = io.WriteString(w, "overloaded")
+	}))
+	defer backend.Close()
+	dead, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadAddr := dead.Addr().String()
+	dead.Close()
+	for _, c := range []struct {
+		name     string
+		endpoint string
+		upstream bool
+		served   string
+	}{
+		{"upstream 503", hostPort(t, backend.URL), true, hostPort(t, backend.URL)},
+		{"connect failure", deadAddr, false, deadAddr},
+	} {
+		tk := &statusTicket{gwTicket: gwTicket{done: make(chan struct{})}}
+		url := gateway(t, routerFunc(func(context.Context, *server.Request) (*server.Decision, *server.RouteError) {
+			return &server.Decision{Endpoint: c.endpoint, Ticket: tk}, nil
+		}))
+		resp, err := http.Get(url + "/v1/models")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable {
+			t.Fatalf("%s: status %d", c.name, resp.StatusCode)
+		}
+		tk.wait(t)
+		if tk.status.Load() != 503 || tk.upstream.Load() != c.upstream || tk.served.Load() != c.served {
+			t.Errorf("%s: processor saw status %d fromUpstream %v served %v; want 503 %v %s", c.name, tk.status.Load(), tk.upstream.Load(), tk.served.Load(), c.upstream, c.served)
+		}
+		if server.Outcome(tk.outcome.Load()) != server.OutcomeUpstreamError {
+			t.Errorf("%s: outcome %v", c.name, server.Outcome(tk.outcome.Load()))
+		}
+	}
+}

@@ -12,19 +12,22 @@ import (
 // (gateway-api-inference-extension pkg/lwepp/metadata/consts.go) and the
 // llm-d P/D sidecar.
 const (
-	HeaderDestination    = "x-gateway-destination-endpoint"
-	HeaderPrefiller      = "x-prefiller-host-port"
-	HeaderDebug          = "x-kvgate-debug"
-	MetadataNamespace    = "envoy.lb"
-	MetadataDestination  = "x-gateway-destination-endpoint"
-	MetadataServed       = "x-gateway-destination-endpoint-served"
-	SubsetHintNamespace  = "envoy.lb.subset_hint"
-	SubsetHintKey        = "x-gateway-destination-endpoint-subset"
-	headerRequestID      = "x-request-id"
-	headerContentLength  = "content-length"
-	headerContentType    = "content-type"
-	maxSubsetHintEntries = 1 << 16
-	maxServedValueBytes  = 1024
+	HeaderDestination   = "x-gateway-destination-endpoint"
+	HeaderPrefiller     = "x-prefiller-host-port"
+	HeaderDebug         = "x-kvgate-debug"
+	MetadataNamespace   = "envoy.lb"
+	MetadataDestination = "x-gateway-destination-endpoint"
+	MetadataServed      = "x-gateway-destination-endpoint-served"
+	SubsetHintNamespace = "envoy.lb.subset_hint"
+	SubsetHintKey       = "x-gateway-destination-endpoint-subset"
+	headerRequestID     = "x-request-id"
+	headerContentLength = "content-length"
+	headerContentType   = "content-type"
+	// headerUpstreamServiceTime is set by Envoy's router on responses that
+	// came from the upstream, never on its local replies.
+	headerUpstreamServiceTime = "x-envoy-upstream-service-time"
+	maxSubsetHintEntries      = 1 << 16
+	maxServedValueBytes       = 1024
 )
 
 // isRoutingHeader reports whether a client-supplied header could steer
@@ -173,4 +176,14 @@ func responseStatus(hm *corev3.HeaderMap) int {
 		return n
 	}
 	return 0
+}
+
+// hasHeader reports whether hm carries name (lower-case, as Envoy sends).
+func hasHeader(hm *corev3.HeaderMap, name string) bool {
+	for _, h := range hm.GetHeaders() {
+		if h.GetKey() == name {
+			return true
+		}
+	}
+	return false
 }

@@ -81,6 +81,16 @@ type ServedReporter interface {
 	Served(endpoint string)
 }
 
+// ResponseReporter is optionally implemented by a Lifecycle that wants the
+// response's status (passive outlier detection). Called at most once, when
+// the response headers pass, before Finish. fromUpstream is false for a
+// reply the proxy generated itself (a connect failure's 503, an upstream
+// timeout's 504): Envoy's router adds x-envoy-upstream-service-time only to
+// responses that came from the upstream.
+type ResponseReporter interface {
+	ResponseStatus(status int, fromUpstream bool)
+}
+
 // Outcome is how a routed request ended.
 type Outcome int
 

@@ -446,6 +446,9 @@ func (st *streamState) onResponseHeaders(msg *extprocv3.ProcessingRequest, h *ex
 	st.resHeaders = true
 	st.resStatus = responseStatus(h.GetHeaders())
 	st.reportServed(msg)
+	if r, ok := st.ticket.(ResponseReporter); ok && !st.finished {
+		r.ResponseStatus(st.resStatus, hasHeader(h.GetHeaders(), headerUpstreamServiceTime))
+	}
 	c := &extprocv3.CommonResponse{}
 	if st.debugHeader != "" {
 		c.HeaderMutation = &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{setHeader(HeaderDebug, st.debugHeader)}}

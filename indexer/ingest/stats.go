@@ -20,6 +20,9 @@ const (
 	RejectLoRAWithoutName
 	// RejectCapacity: storing would exceed Config.MaxBlocks.
 	RejectCapacity
+	// RejectTierNotAllowed: the event's medium maps to a tier outside
+	// Config.Tiers (a kvagent stream announcing GPU blocks).
+	RejectTierNotAllowed
 	NumRejectReasons
 )
 
@@ -37,6 +40,8 @@ func (r RejectReason) String() string {
 		return "lora_without_name"
 	case RejectCapacity:
 		return "capacity"
+	case RejectTierNotAllowed:
+		return "tier_not_allowed"
 	}
 	return "unknown"
 }

@@ -36,6 +36,22 @@ type Config struct {
 	// DefaultMaxBlocks. The map mirrors the engine's cache, so size it from
 	// the engine's block count (GPU + offload tiers) with headroom.
 	MaxBlocks int
+	// Tiers, when not 0, is the set of tiers (bit t = index.Tier t) this
+	// stream may write; events for other tiers are rejected
+	// (RejectTierNotAllowed). A node's kvagent stream credits host and disk
+	// only: it must never claim, or drop, the engine's GPU blocks.
+	Tiers uint8
+	// ScopedClear makes Reset and AllBlocksCleared remove only the entries
+	// this Worker stored (one Remove per tier) instead of Index.Clear, which
+	// drops every tier of the worker. Set it when two streams feed one
+	// worker (the engine's GPU events and its kvagent's host/disk events):
+	// one stream's gap must not erase what the other announced.
+	ScopedClear bool
+	// ParentSeq, if set, resolves a parent engine hash this Worker does not
+	// know (ok false: unknown). The kvagent stream offloads a block whose
+	// parent is often still on the GPU: only the engine stream knows it.
+	// It must not call back into this Worker.
+	ParentSeq func(engineHash uint64) (seq uint64, ok bool)
 }
 
 // Validate reports a configuration that would reject every event.
@@ -179,7 +195,11 @@ func (w *Worker) Reset(ctx context.Context) error {
 // clear drops the worker's index entries first: if that fails, the local
 // maps still describe a superset of what the index may hold.
 func (w *Worker) clear(ctx context.Context) error {
-	if err := w.idx.Clear(ctx, w.id); err != nil {
+	if w.cfg.ScopedClear {
+		if err := w.removeOwn(ctx); err != nil {
+			return err
+		}
+	} else if err := w.idx.Clear(ctx, w.id); err != nil {
 		return fmt.Errorf("index clear: %w", err)
 	}
 	// Fresh maps rather than clear(): a cleared map keeps its buckets, and
@@ -188,6 +208,46 @@ func (w *Worker) clear(ctx context.Context) error {
 	w.refs = make(map[uint64]seqRefs)
 	w.entries = 0
 	return nil
+}
+
+// removeOwnChunk bounds one Remove call of a scoped clear, so that a large
+// worker does not become one huge index command (one Redis pipeline).
+const removeOwnChunk = 4096
+
+// removeOwn removes, tier by tier, every entry this Worker stored: the
+// scoped form of Index.Clear (Config.ScopedClear).
+func (w *Worker) removeOwn(ctx context.Context) error {
+	var byTier [index.NumTiers][]uint64
+	for seq, r := range w.refs {
+		for t := range r {
+			if r[t] > 0 {
+				byTier[t] = append(byTier[t], seq)
+			}
+		}
+	}
+	for t, hs := range byTier {
+		for len(hs) > 0 {
+			n := min(len(hs), removeOwnChunk)
+			if err := w.idx.Remove(ctx, w.id, index.Tier(t), hs[:n]); err != nil {
+				return fmt.Errorf("index remove (scoped clear, tier %v): %w", index.Tier(t), err)
+			}
+			hs = hs[n:]
+		}
+	}
+	return nil
+}
+
+// SeqOf returns the sequence hash of an engine block hash this Worker
+// holds on some tier (the other stream's Config.ParentSeq).
+func (w *Worker) SeqOf(engineHash uint64) (uint64, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	b, ok := w.blocks[engineHash]
+	return b.seq, ok
+}
+
+func (w *Worker) allowed(t index.Tier) bool {
+	return w.cfg.Tiers == 0 || w.cfg.Tiers&(1<<t) != 0
 }
 
 func (w *Worker) reject(r RejectReason, ev *kvevents.Event, detail string) {
@@ -210,6 +270,10 @@ func (w *Worker) stored(ctx context.Context, ev *kvevents.Event) error {
 		w.reject(RejectUnknownMedium, ev, err.Error())
 		return nil
 	}
+	if !w.allowed(tier) {
+		w.reject(RejectTierNotAllowed, ev, fmt.Sprintf("medium %q (tier %v)", ev.Medium, tier))
+		return nil
+	}
 	if ev.HasLoRAID && ev.LoRAID != 0 && ev.LoRAName == "" {
 		w.reject(RejectLoRAWithoutName, ev, fmt.Sprintf("lora_id %d", ev.LoRAID))
 		return nil
@@ -217,6 +281,9 @@ func (w *Worker) stored(ctx context.Context, ev *kvevents.Event) error {
 	var parent *uint64
 	if ev.HasParent {
 		p, ok := w.blocks[ev.ParentHash]
+		if !ok && w.cfg.ParentSeq != nil {
+			p.seq, ok = w.cfg.ParentSeq(ev.ParentHash)
+		}
 		if !ok {
 			w.reject(RejectUnknownParent, ev, fmt.Sprintf("parent %#x", ev.ParentHash))
 			return nil
@@ -278,6 +345,10 @@ func (w *Worker) removed(ctx context.Context, ev *kvevents.Event) error {
 	tier, err := index.TierFromMedium(ev.Medium)
 	if err != nil {
 		w.reject(RejectUnknownMedium, ev, err.Error())
+		return nil
+	}
+	if !w.allowed(tier) {
+		w.reject(RejectTierNotAllowed, ev, fmt.Sprintf("medium %q (tier %v)", ev.Medium, tier))
 		return nil
 	}
 	bit := uint8(1) << tier

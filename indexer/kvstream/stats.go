@@ -28,6 +28,13 @@ type Stats struct {
 	// after a publisher restart, until the new stream's first batch).
 	HaveLastSeq bool
 	LastSeq     uint64
+	// Synced turns true once the subscription has caught up with the
+	// publisher for the first time: a replay (tail poll or catch-up) that
+	// completed, or the first live batch when there is no replay endpoint.
+	// It stays true; a process with an in-memory index reports ready only
+	// after its streams have synced, so it never routes on an empty index
+	// that the engines' replay buffers could have filled.
+	Synced bool
 	// LastMessageTime is when the last valid live message arrived; the
 	// zero time if none has. Lag = now − LastMessageTime.
 	LastMessageTime time.Time
@@ -53,6 +60,7 @@ type counters struct {
 	deadResets        atomic.Uint64
 	connectedOnce     atomic.Bool // a connection succeeded since the Run loop last looked
 	haveLastSeq       atomic.Bool
+	synced            atomic.Bool
 	lastSeq           atomic.Uint64
 	lastMessageNanos  atomic.Int64 // UnixNano; 0 = never
 }
@@ -77,6 +85,7 @@ func (c *counters) snapshot() Stats {
 		Disconnects:       c.disconnects.Load(),
 		DeadResets:        c.deadResets.Load(),
 		HaveLastSeq:       c.haveLastSeq.Load(),
+		Synced:            c.synced.Load(),
 		LastSeq:           c.lastSeq.Load(),
 	}
 	if n := c.lastMessageNanos.Load(); n != 0 {

@@ -411,6 +411,9 @@ func (s *Subscriber) restarted(ctx context.Context, reason string, m liveMessage
 // counted as an unrepaired gap but costs no Reset: nothing was delivered
 // for this stream yet, so nothing known can be stale.
 func (s *Subscriber) catchUp(ctx context.Context, m liveMessage) {
+	// Whatever path it takes, the first message has been caught up with as
+	// far as the publisher allows.
+	defer s.c.synced.Store(true)
 	if m.seq == 0 {
 		s.deliver(ctx, m.seq, m.payload, false)
 		return
@@ -503,14 +506,17 @@ func (s *Subscriber) pollTail(ctx context.Context) {
 		from = s.last
 	}
 	s.c.tailPolls.Add(1)
-	found, holes, restarted := false, false, false
+	found, holes, restarted, sawLast := false, false, false, false
 	err := s.replay(ctx, from, func(seq uint64, payload []byte) {
 		if restarted {
 			return
 		}
-		if s.haveLast && seq == s.last && xxh3.Hash(payload) != s.lastHash {
-			restarted = true
-			return
+		if s.haveLast && seq == s.last {
+			sawLast = true
+			if xxh3.Hash(payload) != s.lastHash {
+				restarted = true
+				return
+			}
 		}
 		if s.haveLast && seq <= s.last {
 			return
@@ -525,6 +531,17 @@ func (s *Subscriber) pollTail(ctx context.Context) {
 		}
 		s.deliver(ctx, seq, payload, true)
 	})
+	// The publisher that delivered seq last still buffers it, or newer
+	// batches that pushed it out. A replay holding neither comes from a
+	// new publisher that has not yet counted up to last (a restarted
+	// kvagent or engine whose first batches this subscriber missed live):
+	// without this, its batches would be ignored until it passed last.
+	if err == nil && s.haveLast && !sawLast && !found {
+		restarted = true
+	}
+	if err == nil && !restarted {
+		s.c.synced.Store(true)
+	}
 	switch {
 	case err != nil:
 		s.c.replayFailures.Add(1)
@@ -533,7 +550,11 @@ func (s *Subscriber) pollTail(ctx context.Context) {
 		// A new publisher is behind the endpoint: forget the old stream;
 		// the next poll or live message catches up from its start.
 		s.c.publisherRestarts.Add(1)
-		s.reset(ctx, fmt.Sprintf("publisher restarted: replayed seq %d differs from the batch delivered as seq %d", s.last, s.last))
+		reason := fmt.Sprintf("publisher restarted: replayed seq %d differs from the batch delivered as seq %d", s.last, s.last)
+		if !sawLast {
+			reason = fmt.Sprintf("publisher restarted: its replay buffer holds neither seq %d, the last delivered, nor anything after it", s.last)
+		}
+		s.reset(ctx, reason)
 		s.haveLast = false
 		s.c.haveLastSeq.Store(false)
 	case found && holes:

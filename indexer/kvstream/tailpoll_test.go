@@ -18,8 +18,30 @@ func TestTailPollCatchesUpAnIdlePublisher(t *testing.T) {
 	s := runSubscriber(t, Config{Endpoint: p.endpoint(), ReplayEndpoint: p.replayEndpoint(), TailPoll: 50 * time.Millisecond}, r)
 	ev := r.waitForSeq(t, 2)
 	checkContiguous(t, p, ev, 0, 2)
+	waitSynced(t, s)
 	if st := s.Stats(); st.Resets != 0 || st.TailPolls == 0 || st.BatchesReplayed != 3 {
-		t.Fatalf("stats %+v: want 3 replayed batches via tail polls and no reset", st)
+		t.Fatalf("stats %+v: want 3 replayed batches via tail polls, no reset, synced", st)
+	}
+}
+
+// Synced must not turn true while the replay endpoint cannot be reached:
+// a router that reported ready then would route on an index missing what
+// the engine's buffer holds.
+func TestNotSyncedWhileReplayUnreachable(t *testing.T) {
+	p := startPublisher(t, "tcp://127.0.0.1:0", "tcp://127.0.0.1:0", 100)
+	p.publish(t, true, "before-subscribe")
+	dead := freeTCPEndpoint(t)
+	r := newRecorder()
+	s := runSubscriber(t, Config{Endpoint: p.endpoint(), ReplayEndpoint: dead, TailPoll: 30 * time.Millisecond, ReplayTimeout: 100 * time.Millisecond}, r)
+	deadline := time.Now().Add(20 * time.Second)
+	for s.Stats().ReplayFailures < 3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("stats %+v: the tail polls never failed", s.Stats())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if st := s.Stats(); st.Synced || st.BatchesDelivered != 0 {
+		t.Fatalf("stats %+v: synced or delivered with an unreachable replay endpoint and a silent stream", st)
 	}
 }
 
@@ -69,5 +91,16 @@ func TestDeadEngineResetsOnce(t *testing.T) {
 	time.Sleep(300 * time.Millisecond) // several more failed reconnects
 	if st := s.Stats(); st.DeadResets != 1 {
 		t.Fatalf("dead resets %d, want exactly 1 while the engine stays down", st.DeadResets)
+	}
+}
+
+func waitSynced(t *testing.T, s *Subscriber) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !s.Stats().Synced {
+		if time.Now().After(deadline) {
+			t.Fatalf("stats %+v: never synced", s.Stats())
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

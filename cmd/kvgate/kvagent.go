@@ -1,0 +1,54 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os/signal"
+	"syscall"
+
+	"github.com/kvgate/kvgate/config"
+	"github.com/kvgate/kvgate/kvagent"
+)
+
+func init() {
+	register("kvagent", command{
+		summary: "node-local KV tiers (host memory, disk) for engines, with residency KV events (--config FILE)",
+		run:     runKvagent,
+	})
+}
+
+func runKvagent(args []string, _ io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("kvgate kvagent", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfgPath := fs.String("config", "", "configuration file (YAML) with a kvagent section")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *cfgPath == "" {
+		fmt.Fprintln(stderr, "kvgate kvagent: --config is required")
+		return 2
+	}
+	cfg, err := config.Load(*cfgPath)
+	if err != nil {
+		fmt.Fprintf(stderr, "kvgate kvagent: %v\n", err)
+		return 2
+	}
+	if !cfg.Kvagent.Enabled() {
+		fmt.Fprintf(stderr, "kvgate kvagent: %s: kvagent.socket: required\n", *cfgPath)
+		return 2
+	}
+	log := slog.New(slog.NewJSONHandler(stderr, nil))
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := kvagent.Serve(ctx, cfg.Kvagent, log, func(admin net.Addr, a *kvagent.Agent) {
+		fmt.Fprintf(stdout, "kvgate kvagent: connector on %s, events on %s, admin on http://%s\n", a.SocketPath(), a.EventsEndpoint(), admin)
+	}); err != nil {
+		fmt.Fprintf(stderr, "kvgate kvagent: %v\n", err)
+		return 1
+	}
+	return 0
+}

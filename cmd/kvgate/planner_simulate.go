@@ -1,0 +1,194 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/kvgate/kvgate/planner-sidecar/plan"
+	"github.com/kvgate/kvgate/planner-sidecar/simulate"
+)
+
+// Default traces, relative to the repository root (as `kvgate replay`'s).
+const (
+	defaultAzureTrace    = "../shared/traces/azure2023/AzureLLMInferenceTrace_conv.csv"
+	defaultMooncakeTrace = defaultTracePath
+)
+
+// runPlannerSimulate is `kvgate planner simulate` (dispatched from
+// planner.go): the planner, a threshold (HPA-style) policy and static
+// fleets on the same load in simulated time.
+func runPlannerSimulate(args []string, _ io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("kvgate planner simulate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	shape := fs.String("shape", "sine", "load shape: azure (Azure LLM inference trace 2023 CSV), sine (Dynamo-style sinusoidal), mooncake (Mooncake JSONL trace)")
+	trace := fs.String("trace", "", "trace file for --shape azure or mooncake (default: the shared Azure conversation trace / Mooncake conversation trace)")
+	limit := fs.Int("limit", 0, "use only the first N requests of the trace (0: all)")
+	timeScale := fs.Float64("time-scale", 1, "play the load this many times faster (arrival times divided; the same requests in less time)")
+	rateScale := fs.Float64("rate-scale", 1, "multiply the arrival rate on the same timeline (thinning below 1, copies above)")
+	s := simulate.DefaultSine
+	fs.DurationVar(&s.Duration, "sine-duration", s.Duration, "sine: length of the load")
+	fs.DurationVar(&s.Period, "sine-period", s.Period, "sine: period of the request rate")
+	fs.Float64Var(&s.MinRate, "sine-min-rate", s.MinRate, "sine: lowest request rate (req/s)")
+	fs.Float64Var(&s.MaxRate, "sine-max-rate", s.MaxRate, "sine: highest request rate (req/s)")
+	fs.IntVar(&s.ISL, "isl", s.ISL, "sine: input tokens per request")
+	fs.IntVar(&s.OSL, "osl", s.OSL, "sine: output tokens per request")
+	mode := fs.String("mode", string(simulate.Disaggregated), "fleet: disagg (prefill and decode pools) or agg (one pool)")
+	ttft := fs.Duration("ttft", simulate.DefaultTTFT, "SLA target for time to first token")
+	itl := fs.Duration("itl", simulate.DefaultITL, "SLA target for mean inter-token latency")
+	delay := fs.Duration("provision-delay", simulate.DefaultProvisionDelay, "from a scale-up to a ready replica")
+	interval := fs.Duration("interval", simulate.DefaultInterval, "between policy decisions (simulated)")
+	gpus := fs.Int("gpus-per-replica", 1, "GPUs each replica bills")
+	maxReplicas := fs.Int("max-replicas", simulate.DefaultMaxReplicas, "largest size of a pool")
+	forecaster := fs.String("forecaster", simulate.DefaultPlannerForecaster, "the planner's forecaster: constant, ewma, holt or kalman")
+	upUtil := fs.Float64("up-utilization", 0, "the planner's scale-up utilisation (0: the simulator's default 0.7)")
+	downUtil := fs.Float64("down-utilization", 0, "the planner's scale-down utilisation (0: the simulator's default 0.5)")
+	horizon := fs.Duration("forecast-horizon", 0, "the planner's forecast horizon (0: two provisioning delays)")
+	warmUp := fs.Duration("warm-up", -1, "unscored lead of the load, in simulated time after scaling (default: one period for sine, none for traces)")
+	statics := fs.String("static", "", "static fleets to run, comma-separated: 4p2d (disagg) or 6 (agg); default: search for the cheapest one reaching 99 % SLA attainment")
+	seed := fs.Uint64("seed", 1, "seed for the sine's arrivals and --rate-scale's sampling")
+	asJSON := fs.Bool("json", false, `print exactly one JSON object {"policies":{"<name>":{"sla_attainment","gpu_hours","ttft_p90_ms","itl_p90_ms","scale_events"}}}`)
+	plotDir := fs.String("plot", "", "write PNG charts (replicas, TTFT and ITL over time per policy) into this directory")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	bad := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "kvgate planner simulate: "+format+"\n", a...)
+		return 2
+	}
+	if fs.NArg() != 0 {
+		return bad("unexpected arguments %q", fs.Args())
+	}
+	if *limit < 0 {
+		return bad("--limit %d is negative", *limit)
+	}
+	m, err := simulate.ParseMode(*mode)
+	if err != nil {
+		return bad("--mode: %v", err)
+	}
+	cfg := simulate.Config{
+		Mode: m, GPUsPerReplica: *gpus, ProvisionDelay: *delay, Interval: *interval,
+		TTFT: *ttft, ITL: *itl, MaxReplicas: *maxReplicas,
+	}
+	if *delay == 0 {
+		cfg.ProvisionDelay = simulate.NoProvisionDelay
+	} else if *delay < 0 {
+		return bad("--provision-delay %v is negative", *delay)
+	}
+	if err := cfg.Validate(); err != nil {
+		return bad("%v", err)
+	}
+	var load simulate.Load
+	switch *shape {
+	case "sine":
+		if *trace != "" {
+			return bad("--trace is for --shape azure or mooncake")
+		}
+		s.Seed = *seed
+		s.WarmUp = 0 // set on the load below
+		if *warmUp < 0 && s.Duration > s.Period {
+			s.WarmUp = s.Period // the first period, whatever the flags made it
+		}
+		load, err = s.Load()
+	case "azure":
+		load, err = simulate.LoadAzure(orDefault(*trace, defaultAzureTrace), *limit)
+	case "mooncake":
+		load, err = simulate.LoadMooncake(orDefault(*trace, defaultMooncakeTrace), *limit)
+	default:
+		return bad("--shape %q: want azure, sine or mooncake", *shape)
+	}
+	if err != nil {
+		return bad("%v", err)
+	}
+	if *timeScale != 1 || *rateScale != 1 {
+		if err := load.Scale(*timeScale, *rateScale, *seed); err != nil {
+			return bad("%v", err)
+		}
+	}
+	if *warmUp >= 0 {
+		load.WarmUp = *warmUp
+	}
+	if err := load.Validate(); err != nil {
+		return bad("%v", err)
+	}
+	opt := simulate.CompareOptions{Forecaster: *forecaster}
+	opt.Planner.UpUtilization, opt.Planner.DownUtilization, opt.Planner.Horizon = *upUtil, *downUtil, *horizon
+	if *statics != "" {
+		if opt.Statics, err = parseStatics(*statics, m); err != nil {
+			return bad("--static: %v", err)
+		}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	rep, err := simulate.Compare(ctx, cfg, &load, opt)
+	if err != nil {
+		fmt.Fprintf(stderr, "kvgate planner simulate: %v\n", err)
+		return 1
+	}
+	if *plotDir != "" {
+		if err := simulate.WritePlots(*plotDir, rep); err != nil {
+			fmt.Fprintf(stderr, "kvgate planner simulate: %v\n", err)
+			return 1
+		}
+	}
+	if *asJSON {
+		if err := rep.WriteJSON(stdout); err != nil {
+			fmt.Fprintf(stderr, "kvgate planner simulate: %v\n", err)
+			return 1
+		}
+		return 0
+	}
+	fmt.Fprintf(stdout, "load: %s, %d requests; fleet %s, provisioning %v, decisions every %v; SLA TTFT ≤ %v, ITL ≤ %v\n\n",
+		load.Name, rep.Requests, m, *delay, *interval, *ttft, *itl)
+	simulate.WriteTable(stdout, rep)
+	return 0
+}
+
+func orDefault(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}
+
+// maxStatics bounds --static.
+const maxStatics = 64
+
+// parseStatics reads "4p2d,5p2d" (disaggregated) or "4,6" (aggregated).
+func parseStatics(s string, m simulate.Mode) ([]map[string]int, error) {
+	var out []map[string]int
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		if len(out) == maxStatics {
+			return nil, fmt.Errorf("more than %d fleets", maxStatics)
+		}
+		if m == simulate.Aggregated {
+			n, err := strconv.Atoi(f)
+			if err != nil || n < 1 || n > 1024 {
+				return nil, fmt.Errorf("%q: want a replica count in [1, 1024]", f)
+			}
+			out = append(out, map[string]int{plan.PoolAggregated: n})
+			continue
+		}
+		ps, ds, ok := strings.Cut(strings.TrimSuffix(f, "d"), "p")
+		p, perr := strconv.Atoi(ps)
+		d, derr := strconv.Atoi(ds)
+		if !ok || !strings.HasSuffix(f, "d") || perr != nil || derr != nil || p < 1 || d < 1 || p > 1024 || d > 1024 {
+			return nil, fmt.Errorf("%q: want <prefill>p<decode>d, like 4p2d, each in [1, 1024]", f)
+		}
+		out = append(out, map[string]int{plan.PoolPrefill: p, plan.PoolDecode: d})
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no fleet listed")
+	}
+	return out, nil
+}

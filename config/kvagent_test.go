@@ -1,0 +1,85 @@
+package config
+
+import (
+	"strings"
+	"testing"
+)
+
+const kvagentBase = `kvagent:
+  socket: /run/kvgate/kvagent.sock
+  shm_path: /dev/shm/kvgate-kvagent
+  model: {layers: 36, kv_heads: 8, head_dim: 128, dtype_bytes: 2, tokens_per_block: 16}
+  host_blocks: 1024
+  disk: {dir: /var/lib/kvgate/kvagent, blocks: 4096}
+  events: tcp://127.0.0.1:5600
+  replay: tcp://127.0.0.1:5601
+  peer: {listen: 10.0.0.11:5700, transfer_listen: 10.0.0.11:5701}
+  peers: [{name: node-b, addr: 10.0.0.12:5700}]
+`
+
+func TestKvagentSectionDefaultsAndDerivedBlockSize(t *testing.T) {
+	c, err := Parse(strings.NewReader(kvagentBase))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := c.Kvagent
+	// 36 layers × 8 heads × 128 dims × 2 (K, V) × 2 bytes × 16 tokens.
+	if got, want := k.BlockSize(), 36*8*128*2*2*16; got != want {
+		t.Errorf("block size %d, want %d", got, want)
+	}
+	if k.Disk.DirectIO != "auto" || k.Disk.AdmitAfter != 2 || k.Admin != "127.0.0.1:9500" || k.MaxChain != 4096 || k.Peer.Streams != 4 {
+		t.Errorf("defaults: %+v", k)
+	}
+	// Without a socket the section is off, and valid empty.
+	if c, err := Parse(strings.NewReader("")); err != nil || c.Kvagent.Enabled() {
+		t.Errorf("empty file: %v, enabled %v", err, c.Kvagent.Enabled())
+	}
+}
+
+func TestKvagentErrorsNameTheKey(t *testing.T) {
+	cases := []struct{ old, new, want string }{
+		{"socket: /run/kvgate/kvagent.sock", "socket: kvagent.sock", "kvagent.socket:"},
+		{"host_blocks: 1024", "host_blocks: 0", "kvagent.host_blocks: must be > 0"},
+		{"kv_heads: 8", "kv_heads: 0", "kvagent.model:"},
+		{"model: {layers: 36, kv_heads: 8, head_dim: 128, dtype_bytes: 2, tokens_per_block: 16}", "model: {layers: 36, kv_heads: 8, head_dim: 128, dtype_bytes: 2, tokens_per_block: 16}\n  block_bytes: 4096", "kvagent.model: set together with block_bytes"},
+		{"blocks: 4096}", "blocks: 4096, direct_io: maybe}", `kvagent.disk.direct_io: "maybe" is not one of auto, on, off`},
+		{"dir: /var/lib/kvgate/kvagent", "dir: relative", "kvagent.disk.dir:"},
+		{"events: tcp://127.0.0.1:5600", "events: udp://x:1", "kvagent.events:"},
+		{"peers: [{name: node-b, addr: 10.0.0.12:5700}]", "peers: [{name: node-b, addr: nope}]", "kvagent.peers[0].addr:"},
+		{"peers: [{name: node-b, addr: 10.0.0.12:5700}]", "peers: [{name: kvagent, addr: 10.0.0.12:5700}]", "kvagent.peers[0].name:"},
+		{"peer: {listen: 10.0.0.11:5700, transfer_listen: 10.0.0.11:5701}", "peer: {listen: 10.0.0.11:5700}", "kvagent.peer: listen and transfer_listen go together"},
+		{"replay: tcp://127.0.0.1:5601", "replay: tcp://127.0.0.1:5601\n  admin: 0.0.0.0:9500", "kvagent.admin: 0.0.0.0:9500: want a loopback address"},
+	}
+	for _, tc := range cases {
+		doc := strings.Replace(kvagentBase, tc.old, tc.new, 1)
+		if doc == kvagentBase {
+			t.Fatalf("case %q: nothing replaced", tc.want)
+		}
+		_, err := Parse(strings.NewReader(doc))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: got %v", tc.want, err)
+		}
+	}
+}
+
+func TestEngineTierEvents(t *testing.T) {
+	base := `models: [{name: m, block_size: 16}]
+engines:
+  - endpoint: 10.0.0.1:8000
+    model: m
+    events: tcp://10.0.0.1:5557
+`
+	if _, err := Parse(strings.NewReader(base + "    tier_events: tcp://10.0.0.1:5600\n    tier_replay: tcp://10.0.0.1:5601\n")); err != nil {
+		t.Fatal(err)
+	}
+	for extra, want := range map[string]string{
+		"    tier_replay: tcp://10.0.0.1:5601\n":                   "engines[0].tier_replay: set without tier_events",
+		"    tier_events: udp://10.0.0.1:5600\n":                   "engines[0].tier_events:",
+		"    tier_events: tcp://10.0.0.1:5557\n":                   "engines[0].tier_events: same endpoint as events",
+		"    tier_events: tcp://10.0.0.1:65535\n    dp_ranks: 2\n": "engines[0].tier_events:",
+	} {
+		if _, err := Parse(strings.NewReader(base + extra)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: got %v, want %q", extra, err, want)
+		}
+	}
+}

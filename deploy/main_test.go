@@ -1,0 +1,25 @@
+package deploy
+
+import (
+	"os"
+	"testing"
+)
+
+// tempRoot holds files shared by the tests (the built kvgate binary); it is
+// removed when the tests end.
+var tempRoot string
+
+func makeTempDir() (string, error) {
+	return os.MkdirTemp(tempRoot, "kvgate-bin-")
+}
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "kvgate-deploy-test-")
+	if err != nil {
+		panic(err)
+	}
+	tempRoot = dir
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}

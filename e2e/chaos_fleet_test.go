@@ -1,0 +1,240 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/kvgate/kvgate/e2e/procs"
+	"github.com/kvgate/kvgate/extproc/envoyharness"
+	"github.com/kvgate/kvgate/extproc/modelfiles"
+)
+
+// Chaos tests (issue 9 item 5) kill real processes under a steady stream
+// of requests. This file starts the fleet they break: engines, one or more
+// extproc replicas behind a gateway that fails over between them as Envoy
+// does between the hosts of an ext_proc cluster, and with the Redis
+// backend a separate `kvgate indexer`.
+
+type chaosOptions struct {
+	engines  int
+	replicas int // extproc processes (default 1)
+	// redisAddrs selects the Redis backend (cluster when more than one);
+	// empty keeps the index in the extproc's memory.
+	redisAddrs []string
+	// engineDeadAfter is indexer.engine_dead_after: the bound on how long
+	// a dead engine's entries may stay in the index.
+	engineDeadAfter time.Duration
+	// indexTimeout bounds one index match; a failed or slow match routes
+	// on load alone and counts kvgate_extproc_index_errors_total.
+	indexTimeout time.Duration
+	speedup      string
+}
+
+// chaosSlowStart is extproc.outlier.slow_start in the chaos fleets.
+const chaosSlowStart = 3 * time.Second
+
+type chaosFleet struct {
+	*fleet
+	opts    chaosOptions
+	tokDir  string
+	admins  []string // per extproc replica
+	listens []string
+	procs   []*procs.Proc // per extproc replica
+}
+
+func startChaosFleet(t *testing.T, o chaosOptions) *chaosFleet {
+	t.Helper()
+	if o.replicas == 0 {
+		o.replicas = 1
+	}
+	if o.speedup == "" {
+		o.speedup = speedup
+	}
+	tokDir, err := modelfiles.Model(modelName)
+	if err != nil {
+		t.Fatalf("tokenizer files missing (run `make models`): %v", err)
+	}
+	cf := &chaosFleet{fleet: &fleet{t: t}, opts: o, tokDir: tokDir}
+	var engs []map[string]any
+	for i := range o.engines {
+		e := cf.startEngineAt(t, i, nil)
+		cf.engines = append(cf.engines, e)
+		engs = append(engs, map[string]any{"endpoint": e.endpoint, "model": modelName, "events": e.events, "replay": e.replay})
+	}
+	indexer := map[string]any{"engine_dead_after": o.engineDeadAfter.String()}
+	extproc := map[string]any{
+		"health_check":  map[string]any{"interval": "200ms", "timeout": "1s", "unhealthy_after": 2},
+		"index_timeout": o.indexTimeout.String(),
+		// A recovered engine ramps up over slow_start (default 30s, as
+		// Envoy's); shortened so a test sees the whole ramp.
+		// base_ejection_time likewise (default 30s): kvgate keeps an
+		// engine ejected for it even once active health checks pass again.
+		"outlier": map[string]any{"slow_start": chaosSlowStart.String(), "base_ejection_time": chaosSlowStart.String()},
+	}
+	cfg := map[string]any{
+		"models":  []map[string]any{{"name": modelName, "block_size": blockSize, "tokenizer": tokDir}},
+		"engines": engs,
+		"extproc": extproc,
+		"indexer": indexer,
+	}
+	if len(o.redisAddrs) > 0 {
+		cf.registryLag = time.Second
+		cfg["index"] = map[string]any{"backend": "redis", "redis": map[string]any{
+			"addrs": o.redisAddrs, "cluster": len(o.redisAddrs) > 1, "prefix": "chaos:", "worker_ttl": "2s"}}
+	}
+	cf.cfgPath = filepath.Join(t.TempDir(), "kvgate.yaml")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*readyTimeout)
+	defer cancel()
+	if len(o.redisAddrs) > 0 {
+		for attempt := 1; ; attempt++ {
+			at, err := procs.FreeAddr()
+			if err != nil {
+				t.Fatal(err)
+			}
+			indexer["listen"] = at
+			writeConfig(t, cf.cfgPath, cfg)
+			cf.indexerAt = at
+			if cf.indexer = cf.startIndexer(ctx); cf.indexer != nil {
+				break
+			}
+			if attempt == startAttempts {
+				t.Fatal("indexer did not start")
+			}
+		}
+	} else {
+		writeConfig(t, cf.cfgPath, cfg)
+	}
+	var conns []*grpc.ClientConn
+	for r := range o.replicas {
+		for attempt := 1; ; attempt++ {
+			listen, err1 := procs.FreeAddr()
+			admin, err2 := procs.FreeAddr()
+			if err := firstErr(err1, err2); err != nil {
+				t.Fatal(err)
+			}
+			p := procs.Start(t, fmt.Sprintf("extproc%d", r), kvgateBin, "extproc", "--config", cf.cfgPath, "--listen", listen, "--admin", admin, "--drain", "2s")
+			err := p.WaitHTTP(ctx, "http://"+admin+"/readyz")
+			if err == nil {
+				conn, err := grpc.NewClient(listen, grpc.WithTransportCredentials(insecure.NewCredentials()))
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { conn.Close() })
+				conns = append(conns, conn)
+				cf.admins, cf.listens, cf.procs = append(cf.admins, admin), append(cf.listens, listen), append(cf.procs, p)
+				break
+			}
+			if attempt == startAttempts {
+				t.Fatalf("extproc %d: %v", r, err)
+			}
+			p.Stop()
+		}
+	}
+	cf.extproc, cf.admin = cf.procs[0], cf.admins[0]
+	h, err := envoyharness.New(&failoverConn{conns: conns, ejectFor: 5 * time.Second}, envoyharness.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw := httptest.NewServer(&envoyharness.Gateway{Harness: h})
+	t.Cleanup(gw.Close)
+	cf.gateway = gw.URL
+	return cf
+}
+
+// startEngineAt starts engine i; with prev set it restarts that engine on
+// the same ports (its identity and the addresses in the config).
+func (cf *chaosFleet) startEngineAt(t *testing.T, i int, prev *engine) *engine {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
+	for attempt := 1; ; attempt++ {
+		e := prev
+		if e == nil {
+			http, err1 := procs.FreeAddr()
+			ev, err2 := procs.FreeAddr()
+			rep, err3 := procs.FreeAddr()
+			if err := firstErr(err1, err2, err3); err != nil {
+				t.Fatal(err)
+			}
+			e = &engine{endpoint: http, events: "tcp://" + ev, replay: "tcp://" + rep}
+		}
+		e.proc = procs.Start(t, fmt.Sprintf("engine%d", i), kvgateBin, "enginesim",
+			"--listen", e.endpoint, "--model", modelName, "--tokenizer", cf.tokDir,
+			"--block-size", strconv.Itoa(blockSize), "--gpu-blocks", "8192", "--speedup", cf.opts.speedup,
+			"--kv-events-endpoint", e.events, "--kv-events-replay", e.replay,
+			"--seed", strconv.Itoa(i+1), "--drain", "2s")
+		err := e.proc.WaitHTTP(ctx, "http://"+e.endpoint+"/health")
+		if err == nil {
+			return e
+		}
+		// A restart reuses its ports: a socket in TIME_WAIT does not stop
+		// a listener (Go sets SO_REUSEADDR), so failing here is real.
+		if prev != nil || attempt == startAttempts || ctx.Err() != nil {
+			t.Fatalf("engine %d: %v", i, err)
+		}
+	}
+}
+
+// failoverConn is what Envoy does with an ext_proc cluster of several
+// hosts: each stream goes to the next host in turn; a host whose stream
+// cannot be opened (connect refused: the process is gone) is ejected for
+// ejectFor, as outlier detection on connect failures does, and the open is
+// retried on the next host (the grpc_service retry policy). Streams already
+// open on a host that dies fail: those are the requests lost.
+type failoverConn struct {
+	conns    []*grpc.ClientConn
+	ejectFor time.Duration
+	next     atomic.Uint64
+	mu       sync.Mutex
+	ejected  map[int]time.Time
+}
+
+func (c *failoverConn) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
+	return fmt.Errorf("failoverConn: unary %s not used by ext_proc", method)
+}
+
+func (c *failoverConn) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	start := int(c.next.Add(1) - 1)
+	var lastErr error
+	for k := range len(c.conns) {
+		i := (start + k) % len(c.conns)
+		if c.isEjected(i) && k < len(c.conns)-1 {
+			continue
+		}
+		s, err := c.conns[i].NewStream(ctx, desc, method, opts...)
+		if err == nil {
+			return s, nil
+		}
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		lastErr = err
+		c.eject(i)
+	}
+	return nil, fmt.Errorf("failoverConn: every ext_proc host failed: %w", lastErr)
+}
+
+func (c *failoverConn) isEjected(i int) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Now().Before(c.ejected[i])
+}
+
+func (c *failoverConn) eject(i int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ejected == nil {
+		c.ejected = map[int]time.Time{}
+	}
+	c.ejected[i] = time.Now().Add(c.ejectFor)
+}

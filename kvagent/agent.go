@@ -1,0 +1,279 @@
+// Package kvagent is the `kvgate kvagent` daemon: it wires the tiered
+// block store (kvagent/store), the engine connector on a Unix socket
+// (kvagent/connector), the residency KV events (kvagent/residency) and
+// peer fetches over the transfer engine (kvagent/transfer).
+//
+// Start order matters: the residency publisher exists before the store
+// opens, so the disk blocks the store recovers are announced as the new
+// stream's first batches; the connector serves only once the store is
+// open. Close runs the other way: the connector drains (slots held by
+// clients are given back), then the store closes (its host blocks are
+// announced as removed), then the publisher flushes and closes.
+//
+// See kvagent/README.md for how an engine's KV connector uses it.
+package kvagent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+
+	"github.com/kvgate/kvgate/config"
+	"github.com/kvgate/kvgate/kvagent/connector"
+	"github.com/kvgate/kvgate/kvagent/residency"
+	"github.com/kvgate/kvgate/kvagent/store"
+	"github.com/kvgate/kvgate/kvagent/transfer"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Agent is one running kvagent.
+type Agent struct {
+	cfg   config.Kvagent
+	log   *slog.Logger
+	st    *store.Store
+	pub   *residency.Publisher // nil without kvagent.events
+	conn  *connector.Server
+	connL net.Listener
+
+	// Peer side (nil without kvagent.peer).
+	xfer       transfer.Agent
+	arena      []byte // the shm arena, mapped for the transfer engine
+	region     uint32
+	peerSrv    *connector.Server
+	peerL      net.Listener
+	peerFetchM *peerFetchMetrics
+
+	wg       sync.WaitGroup
+	mu       sync.Mutex
+	peers    map[string]*peer // by name
+	closed   bool
+	serveErr chan error
+}
+
+// Start opens the store and starts serving. reg receives every metric
+// (store, transfer, connector); nil registers nothing.
+func Start(cfg config.Kvagent, reg prometheus.Registerer, log *slog.Logger) (_ *Agent, err error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	if !cfg.Enabled() {
+		return nil, errors.New("kvagent: the kvagent section has no socket")
+	}
+	a := &Agent{cfg: cfg, log: log, peers: map[string]*peer{}, serveErr: make(chan error, 2)}
+	defer func() {
+		if err != nil {
+			a.abandon()
+		}
+	}()
+	if cfg.Events != "" {
+		if a.pub, err = residency.New(residency.Config{Endpoint: cfg.Events, ReplayEndpoint: cfg.Replay, Logger: log.With("part", "residency")}); err != nil {
+			return nil, err
+		}
+	}
+	scfg := store.Config{
+		BlockBytes: cfg.BlockSize(),
+		HostBlocks: cfg.HostBlocks,
+		ShmPath:    cfg.ShmPath,
+		DiskBlocks: cfg.Disk.Blocks,
+		DiskDir:    cfg.Disk.Dir,
+		DirectIO:   cfg.Disk.DirectIO,
+		AdmitAfter: cfg.Disk.AdmitAfter,
+		DiskQueue:  cfg.Disk.Queue,
+		Registerer: reg,
+		Logger:     log.With("part", "store"),
+	}
+	if a.pub != nil {
+		scfg.OnChange = a.pub.OnChange
+	}
+	if a.st, err = store.Open(scfg); err != nil {
+		return nil, fmt.Errorf("kvagent: %w", err)
+	}
+	metrics := connector.NewMetrics(reg)
+	limits := connector.Limits{MaxChain: cfg.MaxChain}
+	if a.conn, err = connector.NewServer(connector.Config{
+		Store: a.st, Slots: cfg.HostBlocks, Limits: limits, Metrics: metrics, Logger: log.With("part", "connector"),
+	}); err != nil {
+		return nil, err
+	}
+	if a.connL, err = connector.ListenUnix(cfg.Socket); err != nil {
+		return nil, err
+	}
+	if cfg.Peer.Listen != "" {
+		if err = a.startPeer(reg, metrics, limits); err != nil {
+			return nil, err
+		}
+	}
+	a.serve(a.conn, a.connL)
+	for _, p := range cfg.Peers {
+		a.AddPeer(p.Name, p.Addr)
+	}
+	log.Info("kvagent serving", "socket", cfg.Socket, "shm", a.st.ShmPath(), "block_bytes", a.st.BlockBytes(),
+		"host_blocks", cfg.HostBlocks, "disk_blocks", cfg.Disk.Blocks, "events", a.EventsEndpoint(), "peer", a.PeerAddr())
+	return a, nil
+}
+
+func (a *Agent) serve(s *connector.Server, l net.Listener) {
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		if err := s.Serve(l); err != nil {
+			a.serveErr <- err
+		}
+	}()
+}
+
+// startPeer maps the arena for the transfer engine, starts it, and serves
+// the peer subset of the connector on kvagent.peer.listen.
+func (a *Agent) startPeer(reg prometheus.Registerer, m *connector.Metrics, limits connector.Limits) error {
+	size := a.cfg.HostBlocks * a.st.BlockBytes()
+	f, err := os.OpenFile(a.st.ShmPath(), os.O_RDWR, 0)
+	if err != nil {
+		return fmt.Errorf("kvagent: peer: open arena: %w", err)
+	}
+	a.arena, err = syscall.Mmap(int(f.Fd()), 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	f.Close()
+	if err != nil {
+		return fmt.Errorf("kvagent: peer: map arena: %w", err)
+	}
+	if a.xfer, err = transfer.NewTCP(transfer.TCPConfig{
+		Name:       a.cfg.Name,
+		Listen:     a.cfg.Peer.TransferListen,
+		Streams:    a.cfg.Peer.Streams,
+		Registerer: reg,
+		Logger:     a.log.With("part", "transfer"),
+	}); err != nil {
+		return fmt.Errorf("kvagent: peer transfer engine: %w", err)
+	}
+	if a.region, err = a.xfer.RegisterMem(transfer.Region{Kind: transfer.DRAM, Addr: a.arena}); err != nil {
+		return fmt.Errorf("kvagent: peer: register arena: %w", err)
+	}
+	a.peerFetchM = newPeerFetchMetrics(reg)
+	if a.peerSrv, err = connector.NewServer(connector.Config{
+		Store: a.st, Slots: a.cfg.HostBlocks, Limits: limits, Metrics: m, Peer: true, Name: a.cfg.Name,
+		PeerInfo: func() ([]byte, uint32, error) {
+			md, err := a.xfer.LocalMetadata()
+			return md, a.region, err
+		},
+		Logger: a.log.With("part", "peer"),
+	}); err != nil {
+		return err
+	}
+	if a.peerL, err = net.Listen("tcp", a.cfg.Peer.Listen); err != nil {
+		return fmt.Errorf("kvagent: peer listen %s: %w", a.cfg.Peer.Listen, err)
+	}
+	a.serve(a.peerSrv, a.peerL)
+	return nil
+}
+
+// Store is the agent's block store.
+func (a *Agent) Store() *store.Store { return a.st }
+
+// SocketPath is the connector's Unix socket.
+func (a *Agent) SocketPath() string { return a.cfg.Socket }
+
+// EventsEndpoint is the bound residency PUB endpoint, "" without one.
+func (a *Agent) EventsEndpoint() string {
+	if a.pub == nil {
+		return ""
+	}
+	return a.pub.Endpoint()
+}
+
+// ReplayEndpoint is the bound residency replay endpoint, "" without one.
+func (a *Agent) ReplayEndpoint() string {
+	if a.pub == nil {
+		return ""
+	}
+	return a.pub.ReplayEndpoint()
+}
+
+// PeerAddr is the bound peer control address, "" without one.
+func (a *Agent) PeerAddr() string {
+	if a.peerL == nil {
+		return ""
+	}
+	return a.peerL.Addr().String()
+}
+
+// Pinned reports the slots engine clients hold (reserved, acquired).
+func (a *Agent) Pinned() (reserved, acquired int) { return a.conn.Pinned() }
+
+// Ready reports whether the agent serves: the store is open and the
+// connector accepts connections.
+func (a *Agent) Ready() error {
+	a.mu.Lock()
+	closed := a.closed
+	a.mu.Unlock()
+	if closed {
+		return errors.New("kvagent: closing")
+	}
+	select {
+	case err := <-a.serveErr:
+		a.serveErr <- err
+		return fmt.Errorf("kvagent: a listener stopped: %w", err)
+	default:
+	}
+	c, err := net.Dial("unix", a.cfg.Socket)
+	if err != nil {
+		return fmt.Errorf("kvagent: connector socket: %w", err)
+	}
+	return c.Close()
+}
+
+// Close drains and stops everything (see the package comment for the
+// order). ctx bounds the connector's drain.
+func (a *Agent) Close(ctx context.Context) error {
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		return nil
+	}
+	a.closed = true
+	peers := a.peers
+	a.peers = map[string]*peer{}
+	a.mu.Unlock()
+	a.conn.Stop(ctx)
+	if a.peerSrv != nil {
+		a.peerSrv.Stop(ctx)
+	}
+	a.wg.Wait()
+	var errs []error
+	for _, p := range peers {
+		errs = append(errs, p.close())
+	}
+	errs = append(errs, a.abandon())
+	return errors.Join(errs...)
+}
+
+// abandon closes what Start opened, in reverse order (also on a failed
+// Start).
+func (a *Agent) abandon() error {
+	var errs []error
+	// Listeners a stopped gRPC server already closed report an error
+	// here that means nothing.
+	for _, l := range []net.Listener{a.connL, a.peerL} {
+		if l != nil {
+			_ = l.Close()
+		}
+	}
+	if a.xfer != nil {
+		errs = append(errs, a.xfer.Close())
+	}
+	if a.arena != nil {
+		errs = append(errs, syscall.Munmap(a.arena))
+		a.arena = nil
+	}
+	if a.st != nil {
+		errs = append(errs, a.st.Close())
+	}
+	if a.pub != nil {
+		errs = append(errs, a.pub.Close())
+	}
+	_ = os.Remove(a.cfg.Socket)
+	return errors.Join(errs...)
+}

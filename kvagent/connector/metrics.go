@@ -1,0 +1,47 @@
+package connector
+
+import (
+	"path"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+)
+
+// Metrics are the connector's request counters and latencies, labelled by
+// method, listener ("engine" or "peer") and gRPC status code.
+type Metrics struct {
+	requests *prometheus.CounterVec
+	latency  *prometheus.HistogramVec
+}
+
+// NewMetrics registers the connector's metrics on reg (nil: unregistered).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvgate_kvagent_connector_requests_total",
+			Help: "Connector requests by method, listener (engine, peer) and gRPC status code.",
+		}, []string{"method", "listener", "code"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "kvgate_kvagent_connector_request_duration_seconds",
+			Help: "Connector request handling time by method and listener.",
+			// Control calls on a Unix socket take tens of microseconds; a
+			// disk promotion inside Acquire, milliseconds.
+			Buckets: prometheus.ExponentialBuckets(10e-6, 4, 10),
+		}, []string{"method", "listener"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.requests, m.latency)
+	}
+	return m
+}
+
+func (m *Metrics) observe(fullMethod string, peer bool, code codes.Code, d time.Duration) {
+	listener := "engine"
+	if peer {
+		listener = "peer"
+	}
+	method := path.Base(fullMethod)
+	m.requests.WithLabelValues(method, listener, code.String()).Inc()
+	m.latency.WithLabelValues(method, listener).Observe(d.Seconds())
+}

@@ -1,0 +1,280 @@
+package transfer
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"net"
+)
+
+// The TCP backend's wire format. Every message is one frame:
+//
+//	length  u32  bytes after this field: 30 + len(payload)
+//	crc32c  u32  Castagnoli CRC of length, the fields below and the payload
+//	type    u8   frameType
+//	flags   u8   flagError on WRITE_ACK / NOTIF_ACK, else 0
+//	xfer    u64  wire transfer id (one per post), 0 for connection frames
+//	desc    u32  descriptor index in the request
+//	region  u32  region handle on the target agent
+//	offset  u64  byte offset inside that region
+//	payload      at most the receiver's MaxMessageBytes
+//
+// Big-endian throughout. A receiver checks the length against its bound
+// before it reads (or allocates) anything, and the CRC before it acts on a
+// frame; a frame that fails either ends the connection. The CRC sits in
+// the header, not after the payload, because the sender has the whole
+// payload in memory anyway: the receiver then needs no extra read for a
+// trailer, one system call less per frame.
+const (
+	frameHeadLen  = 4 + 4 + 26 // length, CRC, fixed fields
+	frameFixedLen = 4 + 26     // what length counts besides the payload
+	// bigPayload: payloads this large skip the bufio copy and go out with
+	// one writev (header, payload) straight from the region's memory.
+	bigPayload = 32 << 10
+	// readBufferBytes: the receive buffer is small on purpose. The header
+	// read fills it with the start of the payload, which then costs an
+	// extra copy; the rest of a payload is read straight into the region.
+	readBufferBytes = 4 << 10
+)
+
+type frameType uint8
+
+const (
+	frameHello     frameType = 1  // client → server: hello payload
+	frameHelloAck  frameType = 2  // server → client: hello payload
+	frameReadReq   frameType = 3  // client → server: payload = length u64 of [region, offset)
+	frameData      frameType = 4  // server → client: bytes of a read, in order
+	frameReadErr   frameType = 5  // server → client: the read request failed; payload = reason
+	frameWriteData frameType = 6  // client → server: bytes to store at [region, offset)
+	frameFlush     frameType = 7  // client → server: end of one write item
+	frameWriteAck  frameType = 8  // server → client: write item applied (flagError: payload = reason)
+	frameNotif     frameType = 9  // client → server: notification; payload = message
+	frameNotifAck  frameType = 10 // server → client: notification queued (flagError: payload = reason)
+	frameError     frameType = 11 // either way: fatal connection error; payload = reason
+)
+
+const flagError uint8 = 1
+
+// protocolVersion is carried in hello frames; a peer speaking another
+// version is refused with a clear error.
+const protocolVersion = 1
+
+func (t frameType) String() string {
+	names := [...]string{"", "HELLO", "HELLO_ACK", "READ_REQ", "DATA", "READ_ERR", "WRITE_DATA", "FLUSH", "WRITE_ACK", "NOTIF", "NOTIF_ACK", "ERROR"}
+	if int(t) < len(names) && t != 0 {
+		return names[t]
+	}
+	return fmt.Sprintf("frame(%d)", uint8(t))
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+type frameHeader struct {
+	typ    frameType
+	flags  uint8
+	xfer   uint64
+	desc   uint32
+	region uint32
+	offset uint64
+	n      int // payload length
+}
+
+var errChecksum = errors.New("frame checksum mismatch")
+
+// frameReader reads frames from a connection: next reads and checks the
+// header, then exactly one of payloadInto, payload or discard consumes the
+// payload and verifies the CRC.
+type frameReader struct {
+	r          io.Reader
+	maxPayload int
+	hdr        [frameHeadLen]byte
+	crc        uint32 // computed so far
+	want       uint32 // from the header
+	scratch    []byte
+}
+
+func newFrameReader(r io.Reader, maxPayload int) *frameReader {
+	return &frameReader{r: r, maxPayload: maxPayload}
+}
+
+func (fr *frameReader) next() (frameHeader, error) {
+	if _, err := io.ReadFull(fr.r, fr.hdr[:]); err != nil {
+		return frameHeader{}, err
+	}
+	wireAcquire()
+	b := fr.hdr[:]
+	length := binary.BigEndian.Uint32(b[0:])
+	if length < frameFixedLen || int64(length)-frameFixedLen > int64(fr.maxPayload) {
+		return frameHeader{}, withReason(reasonProtocol, fmt.Errorf("frame length %d outside [%d, %d]", length, frameFixedLen, frameFixedLen+fr.maxPayload))
+	}
+	h := frameHeader{
+		typ:    frameType(b[8]),
+		flags:  b[9],
+		xfer:   binary.BigEndian.Uint64(b[10:]),
+		desc:   binary.BigEndian.Uint32(b[18:]),
+		region: binary.BigEndian.Uint32(b[22:]),
+		offset: binary.BigEndian.Uint64(b[26:]),
+		n:      int(length) - frameFixedLen,
+	}
+	if h.typ < frameHello || h.typ > frameError {
+		return frameHeader{}, withReason(reasonProtocol, fmt.Errorf("unknown frame type %d", b[8]))
+	}
+	if h.flags&^flagError != 0 || (h.flags != 0 && h.typ != frameWriteAck && h.typ != frameNotifAck) {
+		return frameHeader{}, withReason(reasonProtocol, fmt.Errorf("%s frame with flags %#x", h.typ, h.flags))
+	}
+	fr.want = binary.BigEndian.Uint32(b[4:])
+	fr.crc = crc32.Update(crc32.Update(0, castagnoli, b[:4]), castagnoli, b[8:])
+	return h, nil
+}
+
+// payloadInto reads the payload into dst (len(dst) == h.n) and checks the
+// CRC. On a checksum error dst holds the bytes received.
+func (fr *frameReader) payloadInto(dst []byte) error {
+	// The CRC follows each read, over bytes the kernel just copied and
+	// that are still in cache, instead of a second pass over the payload.
+	for got := 0; got < len(dst); {
+		n, err := fr.r.Read(dst[got:])
+		fr.crc = crc32.Update(fr.crc, castagnoli, dst[got:got+n])
+		got += n
+		if err != nil && got < len(dst) {
+			return unexpectedEOF(err)
+		}
+	}
+	wireAcquire()
+	return fr.check()
+}
+
+// payload reads the payload into a new slice.
+func (fr *frameReader) payload(h frameHeader) ([]byte, error) {
+	p := make([]byte, h.n)
+	return p, fr.payloadInto(p)
+}
+
+// discard reads and checks a payload nobody wants.
+func (fr *frameReader) discard(h frameHeader) error {
+	n := h.n
+	for n > 0 {
+		if fr.scratch == nil {
+			fr.scratch = make([]byte, 64<<10)
+		}
+		c := min(n, len(fr.scratch))
+		if _, err := io.ReadFull(fr.r, fr.scratch[:c]); err != nil {
+			return unexpectedEOF(err)
+		}
+		fr.crc = crc32.Update(fr.crc, castagnoli, fr.scratch[:c])
+		n -= c
+	}
+	return fr.check()
+}
+
+func (fr *frameReader) check() error {
+	if fr.want != fr.crc {
+		return withReason(reasonChecksum, fmt.Errorf("%w: frame says %08x, computed %08x", errChecksum, fr.want, fr.crc))
+	}
+	return nil
+}
+
+// A frame cut short is a dead peer, not a clean end of stream.
+func unexpectedEOF(err error) error {
+	if err == io.EOF {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// frame is a whole frame, for small control frames, tests and fuzzing.
+type frame struct {
+	frameHeader
+	payload []byte
+}
+
+// readFrame reads one whole frame whose payload is at most maxPayload.
+func readFrame(r io.Reader, maxPayload int) (frame, error) {
+	fr := newFrameReader(r, maxPayload)
+	h, err := fr.next()
+	if err != nil {
+		return frame{}, err
+	}
+	p, err := fr.payload(h)
+	if err != nil {
+		return frame{}, err
+	}
+	return frame{h, p}, nil
+}
+
+// frameWriter writes frames to a connection: small frames through a
+// buffer (flushed by the caller when it has nothing more to send), big
+// payloads with one vectored write and no copy.
+type frameWriter struct {
+	conn io.Writer
+	bw   *bufio.Writer
+	hdr  [frameHeadLen]byte
+	vec  [2][]byte
+}
+
+func newFrameWriter(conn io.Writer) *frameWriter {
+	return &frameWriter{conn: conn, bw: bufio.NewWriterSize(conn, 64<<10)}
+}
+
+func (fw *frameWriter) write(h frameHeader, payload []byte) error {
+	payload = wireCopy(payload)
+	wireRelease()
+	b := fw.hdr[:]
+	binary.BigEndian.PutUint32(b[0:], uint32(frameFixedLen+len(payload)))
+	b[8] = byte(h.typ)
+	b[9] = h.flags
+	binary.BigEndian.PutUint64(b[10:], h.xfer)
+	binary.BigEndian.PutUint32(b[18:], h.desc)
+	binary.BigEndian.PutUint32(b[22:], h.region)
+	binary.BigEndian.PutUint64(b[26:], h.offset)
+	crc := crc32.Update(crc32.Update(0, castagnoli, b[:4]), castagnoli, b[8:])
+	binary.BigEndian.PutUint32(b[4:], crc32.Update(crc, castagnoli, payload))
+	if len(payload) < bigPayload {
+		fw.bw.Write(b)
+		_, err := fw.bw.Write(payload)
+		return err
+	}
+	if err := fw.bw.Flush(); err != nil {
+		return err
+	}
+	fw.vec = [2][]byte{b, payload}
+	bufs := net.Buffers(fw.vec[:])
+	_, err := bufs.WriteTo(fw.conn)
+	fw.vec = [2][]byte{}
+	return err
+}
+
+func (fw *frameWriter) flush() error { return fw.bw.Flush() }
+
+func (fw *frameWriter) buffered() int { return fw.bw.Buffered() }
+
+// hello is the payload of HELLO and HELLO_ACK.
+type hello struct {
+	version    uint8
+	maxPayload uint32
+	name       string
+}
+
+func (h hello) encode() []byte {
+	p := make([]byte, 5, 5+len(h.name))
+	p[0] = h.version
+	binary.BigEndian.PutUint32(p[1:], h.maxPayload)
+	return append(p, h.name...)
+}
+
+func decodeHello(p []byte) (hello, error) {
+	if len(p) < 6 || len(p) > 5+maxNameLen {
+		return hello{}, withReason(reasonProtocol, fmt.Errorf("hello payload of %d bytes, want 6..%d", len(p), 5+maxNameLen))
+	}
+	h := hello{version: p[0], maxPayload: binary.BigEndian.Uint32(p[1:]), name: string(p[5:])}
+	if h.version != protocolVersion {
+		return hello{}, withReason(reasonProtocol, fmt.Errorf("peer speaks protocol version %d, this agent %d", h.version, protocolVersion))
+	}
+	if h.maxPayload < minMessageBytes || h.maxPayload > maxMessageBytes {
+		return hello{}, withReason(reasonProtocol, fmt.Errorf("peer max message %d bytes outside [%d, %d]", h.maxPayload, minMessageBytes, maxMessageBytes))
+	}
+	return h, nil
+}

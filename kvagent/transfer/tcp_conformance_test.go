@@ -1,0 +1,30 @@
+package transfer_test
+
+import (
+	"testing"
+
+	"github.com/kvgate/kvgate/kvagent/transfer"
+	"github.com/kvgate/kvgate/kvagent/transfer/transfertest"
+)
+
+func TestTCPConformance(t *testing.T) {
+	transfertest.RunConformance(t, func(t *testing.T, name string) transfer.Agent {
+		a, err := transfer.NewTCP(transfer.TCPConfig{Name: name, Streams: 3, MaxMessageBytes: 64 << 10})
+		if err != nil {
+			t.Fatalf("NewTCP: %v", err)
+		}
+		return a
+	})
+}
+
+// One stream and the largest frames: the other end of the configuration
+// space.
+func TestTCPConformanceOneStream(t *testing.T) {
+	transfertest.RunConformance(t, func(t *testing.T, name string) transfer.Agent {
+		a, err := transfer.NewTCP(transfer.TCPConfig{Name: name, Streams: 1, MaxMessageBytes: 16 << 20})
+		if err != nil {
+			t.Fatalf("NewTCP: %v", err)
+		}
+		return a
+	})
+}

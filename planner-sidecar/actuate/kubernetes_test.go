@@ -1,0 +1,147 @@
+package actuate
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes/fake"
+	scalefake "k8s.io/client-go/scale/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/kvgate/kvgate/planner-sidecar/plan"
+)
+
+// scaleStore backs client-go's fake scale client with replica counts per
+// resource/name, as the API server's /scale would.
+type scaleStore struct {
+	mu        sync.Mutex
+	replicas  map[string]int32
+	updates   []string
+	conflicts int // Update answers Conflict this many times first
+}
+
+func (s *scaleStore) client() *scalefake.FakeScaleClient {
+	c := &scalefake.FakeScaleClient{}
+	c.AddReactor("get", "*", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		g := a.(k8stesting.GetAction)
+		key := g.GetResource().Resource + "/" + g.GetName()
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		n, ok := s.replicas[key]
+		if !ok {
+			return true, nil, apierrors.NewNotFound(g.GetResource().GroupResource(), g.GetName())
+		}
+		return true, &autoscalingv1.Scale{ObjectMeta: metav1.ObjectMeta{Name: g.GetName(), Namespace: g.GetNamespace(), ResourceVersion: "1"},
+			Spec: autoscalingv1.ScaleSpec{Replicas: n}}, nil
+	})
+	c.AddReactor("update", "*", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		u := a.(k8stesting.UpdateAction)
+		sc := u.GetObject().(*autoscalingv1.Scale)
+		key := u.GetResource().Resource + "/" + sc.Name
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.conflicts > 0 {
+			s.conflicts--
+			return true, nil, apierrors.NewConflict(u.GetResource().GroupResource(), sc.Name, nil)
+		}
+		s.replicas[key] = sc.Spec.Replicas
+		s.updates = append(s.updates, key)
+		return true, sc, nil
+	})
+	return c
+}
+
+func mapper() meta.RESTMapper {
+	m := meta.NewDefaultRESTMapper([]schema.GroupVersion{{Group: "apps", Version: "v1"}, {Group: "leaderworkerset.x-k8s.io", Version: "v1"}})
+	m.Add(schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"}, meta.RESTScopeNamespace)
+	m.Add(schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "StatefulSet"}, meta.RESTScopeNamespace)
+	// A custom resource with a scale subresource, as LeaderWorkerSet has.
+	m.Add(schema.GroupVersionKind{Group: "leaderworkerset.x-k8s.io", Version: "v1", Kind: "LeaderWorkerSet"}, meta.RESTScopeNamespace)
+	return m
+}
+
+func pod(name, ip string, labels map[string]string) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "llm", Labels: labels}, Status: corev1.PodStatus{PodIP: ip}}
+}
+
+func TestKubernetesScalesAndDrains(t *testing.T) {
+	store := &scaleStore{replicas: map[string]int32{"deployments/prefill": 2, "statefulsets/decode": 3, "leaderworkersets/big": 1}}
+	pods := fake.NewClientset(
+		pod("decode-0", "10.0.0.1", map[string]string{"app": "decode"}),
+		pod("decode-1", "10.0.0.2", map[string]string{"app": "decode"}),
+		pod("decode-2", "10.0.0.3", map[string]string{"app": "decode"}),
+		pod("other", "10.0.0.3", map[string]string{"app": "other"}), // same IP, another selector
+	)
+	k := NewKubernetes(pods, store.client(), mapper(), map[string]Target{
+		"prefill":    {Group: "apps", Kind: "Deployment", Name: "prefill", Namespace: "llm"},
+		"decode":     {Group: "apps", Kind: "StatefulSet", Name: "decode", Namespace: "llm", PodSelector: "app=decode"},
+		"aggregated": {Group: "leaderworkerset.x-k8s.io", Kind: "LeaderWorkerSet", Name: "big", Namespace: "llm"},
+	})
+	ctx := context.Background()
+	cur, err := k.Current(ctx)
+	if err != nil || cur["prefill"] != 2 || cur["decode"] != 3 || cur["aggregated"] != 1 {
+		t.Fatalf("current %v %v", cur, err)
+	}
+	store.conflicts = 1 // a concurrent writer: the update is retried
+	err = k.Apply(ctx, plan.Decision{
+		Desired: map[string]int{"prefill": 5, "decode": 3, "aggregated": 2},
+		Drain:   map[string][]string{"decode": {"10.0.0.2:8000", "decode-2"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if store.replicas["deployments/prefill"] != 5 || store.replicas["statefulsets/decode"] != 3 || store.replicas["leaderworkersets/big"] != 2 {
+		t.Fatalf("replicas %v", store.replicas)
+	}
+	// decode is unchanged: no update was sent for it.
+	for _, u := range store.updates {
+		if strings.HasPrefix(u, "statefulsets/") {
+			t.Fatalf("needless update %v", store.updates)
+		}
+	}
+	for name, want := range map[string]bool{"decode-0": false, "decode-1": true, "decode-2": true, "other": false} {
+		p, _ := pods.CoreV1().Pods("llm").Get(ctx, name, metav1.GetOptions{})
+		got := p.Labels[DrainingLabel] == "true" && p.Annotations[DeletionCostAnnotation] == "-1000"
+		if got != want || p.Labels["app"] == "" {
+			t.Errorf("pod %s: draining %v, want %v (labels %v)", name, got, want, p.Labels)
+		}
+	}
+	// Remove: the scale-down to 1.
+	if err := k.Apply(ctx, plan.Decision{Desired: map[string]int{"decode": 1}, Remove: map[string][]string{"decode": {"decode-1", "decode-2"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if store.replicas["statefulsets/decode"] != 1 {
+		t.Fatalf("replicas %v", store.replicas)
+	}
+}
+
+func TestKubernetesErrorsNameThePool(t *testing.T) {
+	store := &scaleStore{replicas: map[string]int32{"deployments/prefill": 1}}
+	k := NewKubernetes(fake.NewClientset(), store.client(), mapper(), map[string]Target{
+		"prefill":    {Group: "apps", Kind: "Deployment", Name: "prefill", Namespace: "llm"},
+		"decode":     {Group: "apps", Kind: "Deployment", Name: "missing", Namespace: "llm"},
+		"aggregated": {Group: "example.com", Kind: "Unknown", Name: "x", Namespace: "llm"},
+	})
+	err := k.Apply(context.Background(), plan.Decision{
+		Desired: map[string]int{"prefill": 2, "decode": 2, "aggregated": 1},
+		Drain:   map[string][]string{"prefill": {"10.9.9.9:80"}},
+	})
+	for _, want := range []string{"pool decode: scale llm/missing to 2", "not found", "pool prefill: drain 10.9.9.9:80: no pod with IP 10.9.9.9", "pool aggregated", "Unknown.example.com"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q: %v", want, err)
+		}
+	}
+	// The pool that could be scaled was.
+	if store.replicas["deployments/prefill"] != 2 {
+		t.Fatalf("replicas %v", store.replicas)
+	}
+}

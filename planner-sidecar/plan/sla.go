@@ -1,0 +1,463 @@
+package plan
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/kvgate/kvgate/planner-sidecar/forecast"
+	"github.com/kvgate/kvgate/planner-sidecar/perfmodel"
+)
+
+// PoolLimits bounds one pool.
+type PoolLimits struct {
+	Min, Max       int
+	GPUsPerReplica int // 0 counts as 1
+}
+
+// SLAConfig configures the SLA planner.
+type SLAConfig struct {
+	// TTFT and ITL are the p90 latency targets.
+	TTFT, ITL time.Duration
+	// Horizon is how far ahead load is forecast: set it to the time a new
+	// replica takes to become ready, so capacity arrives with the load.
+	Horizon time.Duration
+	// Pools to size: "prefill" and "decode" (disaggregated) and/or
+	// "aggregated". A pool missing from an observation is seen as idle.
+	Pools map[string]PoolLimits
+	// GPUBudget bounds Σ replicas × GPUs per replica over all pools (0 = none).
+	GPUBudget int
+	// UpUtilization: a pool scales up, at once, as soon as its forecast load
+	// needs more than current × UpUtilization replicas' SLA capacity, to
+	// ceil(need / UpUtilization). In (0, 1]; default 0.9.
+	UpUtilization float64
+	// DownUtilization: a pool scales down only when
+	// ceil(need / DownUtilization) < current for DownAfter decisions in a
+	// row (to the largest such size seen over those decisions), at least
+	// Cooldown after its last change, and only if the survivors' expected
+	// latencies meet the targets. In (0, UpUtilization]; default 0.7.
+	DownUtilization float64
+	DownAfter       int           // default 3
+	Cooldown        time.Duration // default 0 (DownAfter alone)
+	// Correction of the targets by observed/expected latency (EWMA weight
+	// CorrectionAlpha, clamped to [CorrectionMin, CorrectionMax]);
+	// CorrectionAlpha < 0 disables it. Defaults 0.3, 0.5, 3.
+	CorrectionAlpha, CorrectionMin, CorrectionMax float64
+}
+
+func (c *SLAConfig) applyDefaults() {
+	if c.UpUtilization == 0 {
+		c.UpUtilization = 0.9
+	}
+	if c.DownUtilization == 0 {
+		c.DownUtilization = min(0.7, c.UpUtilization)
+	}
+	if c.DownAfter == 0 {
+		c.DownAfter = 3
+	}
+	if c.CorrectionAlpha == 0 {
+		c.CorrectionAlpha = 0.3
+	}
+	if c.CorrectionMin == 0 {
+		c.CorrectionMin = 0.5
+	}
+	if c.CorrectionMax == 0 {
+		c.CorrectionMax = 3
+	}
+}
+
+// Validate reports the first unusable setting.
+func (c SLAConfig) Validate() error {
+	c.applyDefaults()
+	switch {
+	case c.TTFT <= 0 || c.ITL <= 0:
+		return fmt.Errorf("plan: ttft and itl targets must be > 0")
+	case len(c.Pools) == 0:
+		return fmt.Errorf("plan: no pools to size")
+	case c.UpUtilization <= 0 || c.UpUtilization > 1:
+		return fmt.Errorf("plan: up utilization must be in (0, 1]")
+	case c.DownUtilization <= 0 || c.DownUtilization > c.UpUtilization:
+		return fmt.Errorf("plan: down utilization must be in (0, up utilization]")
+	case c.DownAfter < 1:
+		return fmt.Errorf("plan: down_after must be >= 1")
+	case c.CorrectionAlpha > 1 || c.CorrectionMin <= 0 || c.CorrectionMax < c.CorrectionMin:
+		return fmt.Errorf("plan: correction alpha must be <= 1 and 0 < min <= max")
+	}
+	mins := 0
+	for name, l := range c.Pools {
+		switch name {
+		case PoolPrefill, PoolDecode, PoolAggregated:
+		default:
+			return fmt.Errorf("plan: pool %q is not one of prefill, decode, aggregated", name)
+		}
+		if l.Min < 0 || l.Max < max(l.Min, 1) || l.GPUsPerReplica < 0 {
+			return fmt.Errorf("plan: pool %s: want 0 <= min <= max, max >= 1, gpus_per_replica >= 0", name)
+		}
+		mins += l.Min * gpus(l)
+	}
+	if c.GPUBudget > 0 && mins > c.GPUBudget {
+		return fmt.Errorf("plan: the pools' minimums need %d GPUs, over the budget of %d", mins, c.GPUBudget)
+	}
+	return nil
+}
+
+func gpus(l PoolLimits) int { return max(l.GPUsPerReplica, 1) }
+
+// SLA sizes prefill and decode (or aggregated) pools from a load forecast
+// and a performance model, to meet TTFT and ITL targets (Dynamo's SLA
+// planner, with hysteresis, a GPU budget and a drain protocol). Decide is
+// deterministic in the sequence of observations: replaying a journal
+// through a fresh SLA reproduces its decisions.
+type SLA struct {
+	cfg   SLAConfig
+	model *perfmodel.Model
+	pools map[string]*poolState
+	names []string
+}
+
+// poolState is what the SLA remembers of one pool between decisions.
+type poolState struct {
+	rate, input, output, hit forecast.Forecaster
+	sawLengths               bool
+	correction               perfmodel.Correction
+	below                    int // consecutive decisions a scale-down was wanted
+	belowMax                 int // largest scale-down size wanted over those
+	lastChange               time.Time
+	changed                  bool
+}
+
+var _ Policy = (*SLA)(nil)
+
+// NewSLA builds the policy; fc makes one fresh forecaster per pool and
+// signal (rate, mean input and output length). cfg must Validate.
+func NewSLA(cfg SLAConfig, model *perfmodel.Model, fc func() forecast.Forecaster) *SLA {
+	cfg.applyDefaults()
+	s := &SLA{cfg: cfg, model: model, pools: map[string]*poolState{}}
+	for name := range cfg.Pools {
+		s.names = append(s.names, name)
+		s.pools[name] = &poolState{
+			rate: fc(), input: fc(), output: fc(),
+			// The hit rate moves with the workload mix, not with load: it is
+			// smoothed, never extrapolated.
+			hit:        forecast.NewEWMA(0.3),
+			correction: perfmodel.NewCorrection(max(cfg.CorrectionAlpha, 0), cfg.CorrectionMin, cfg.CorrectionMax),
+		}
+	}
+	slices.Sort(s.names)
+	return s
+}
+
+// Name implements Policy.
+func (s *SLA) Name() string { return "planner" }
+
+// Config returns the configuration with defaults applied.
+func (s *SLA) Config() SLAConfig { return s.cfg }
+
+// poolPlan is one pool's sizing, before the budget.
+type poolPlan struct {
+	obs        PoolObservation
+	need       float64 // replicas' worth of SLA capacity the forecast needs
+	want       int     // size if scaling up now
+	downTo     int     // size a scale-down would go to
+	rate       float64
+	input      float64
+	output     float64
+	hit        float64
+	prefillTPS float64
+	decodeTPS  float64
+}
+
+// Decide implements Policy.
+func (s *SLA) Decide(obs Observation) Decision {
+	d := Decision{
+		Time: obs.Time, Desired: map[string]int{}, Active: map[string]int{}, Action: map[string]string{},
+		Drain: map[string][]string{}, Remove: map[string][]string{}, Terms: map[string]float64{},
+	}
+	plans := map[string]*poolPlan{}
+	for _, name := range s.names {
+		plans[name] = s.size(name, obs, d.Terms)
+	}
+	targets := s.budget(plans, d.Terms)
+	var reasons []string
+	for _, name := range s.names {
+		reasons = append(reasons, s.act(name, plans[name], targets[name], obs.Time, &d))
+	}
+	d.Reason = strings.Join(reasons, "; ")
+	return d
+}
+
+// size observes one pool and computes its need.
+func (s *SLA) size(name string, obs Observation, terms map[string]float64) *poolPlan {
+	st := s.pools[name]
+	o := obs.Pools[name]
+	lim := s.cfg.Pools[name]
+	clean := func(v float64) float64 {
+		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+			return 0
+		}
+		return v
+	}
+	o.RequestRate, o.MeanInputTokens, o.MeanOutputTokens = clean(o.RequestRate), clean(o.MeanInputTokens), clean(o.MeanOutputTokens)
+	o.CacheHitRate = min(clean(o.CacheHitRate), 1)
+
+	// Correct the model by how this interval's latencies compared with what
+	// the profile expects at the load each serving replica carried.
+	if s.cfg.CorrectionAlpha > 0 && o.Replicas > 0 && o.RequestRate > 0 && st.sawLengths {
+		n := float64(o.Replicas)
+		in, out := o.MeanInputTokens, o.MeanOutputTokens
+		var expTTFT, expITL time.Duration
+		if name != PoolDecode {
+			expTTFT = s.model.ExpectedTTFT(in, o.RequestRate*in*(1-o.CacheHitRate)/n)
+		}
+		if name != PoolPrefill {
+			expITL = s.model.ExpectedITL(in+out/2, o.RequestRate*out/n)
+		}
+		st.correction.Observe(o.TTFTP90, expTTFT, o.ITLP90, expITL)
+	}
+
+	st.rate.Observe(obs.Time, o.RequestRate)
+	// Lengths are undefined in an interval without requests; they keep
+	// their last forecast instead of dropping to zero.
+	if o.RequestRate > 0 && (o.MeanInputTokens > 0 || o.MeanOutputTokens > 0) {
+		st.input.Observe(obs.Time, o.MeanInputTokens)
+		st.output.Observe(obs.Time, o.MeanOutputTokens)
+		st.hit.Observe(obs.Time, o.CacheHitRate)
+		st.sawLengths = true
+	}
+	p := &poolPlan{obs: o}
+	p.rate = max(st.rate.Predict(s.cfg.Horizon), 0)
+	p.input = max(st.input.Predict(s.cfg.Horizon), 0)
+	p.output = max(st.output.Predict(s.cfg.Horizon), 0)
+	p.hit = min(max(st.hit.Predict(0), 0), 1)
+
+	ttft := perfmodel.Target(s.cfg.TTFT, st.correction.TTFT)
+	itl := perfmodel.Target(s.cfg.ITL, st.correction.ITL)
+	p.prefillTPS = s.model.PrefillThroughput(p.input, ttft)
+	p.decodeTPS = s.model.DecodeThroughput(p.input+p.output/2, itl)
+	prefillNeed := p.rate * p.input * (1 - p.hit) / p.prefillTPS
+	decodeNeed := p.rate * p.output / p.decodeTPS
+	switch name {
+	case PoolPrefill:
+		p.need = prefillNeed
+	case PoolDecode:
+		p.need = decodeNeed
+	default:
+		// An aggregated replica runs prefill and decode in the same engine
+		// steps, and a mixed step costs about the sum of its parts (the
+		// step model of Dynamo's mocker, e2e/enginesim/timing.go): the
+		// fractions of a replica each phase needs add up. max() would
+		// assume the phases overlap for free and undersize.
+		p.need = prefillNeed + decodeNeed
+	}
+	if math.IsNaN(p.need) || math.IsInf(p.need, 0) {
+		p.need = float64(lim.Max)
+	}
+	p.want = clampInt(ceilEps(p.need/s.cfg.UpUtilization), lim.Min, lim.Max)
+	p.downTo = clampInt(ceilEps(p.need/s.cfg.DownUtilization), lim.Min, lim.Max)
+
+	t := func(k string, v float64) { terms[name+"."+k] = v }
+	t("forecast_request_rate", p.rate)
+	t("forecast_input_tokens", p.input)
+	t("forecast_output_tokens", p.output)
+	t("expected_hit_rate", p.hit)
+	t("ttft_correction", st.correction.TTFT)
+	t("itl_correction", st.correction.ITL)
+	t("prefill_tokens_per_second_per_replica", p.prefillTPS)
+	t("decode_tokens_per_second_per_replica", p.decodeTPS)
+	t("prefill_need_replicas", prefillNeed)
+	t("decode_need_replicas", decodeNeed)
+	t("need_replicas", p.need)
+	t("up_size", float64(p.want))
+	t("down_size", float64(p.downTo))
+	return p
+}
+
+// ceilEps is ceil that forgives float noise (3.0000000001 is 3).
+func ceilEps(v float64) int {
+	if v <= 0 {
+		return 0
+	}
+	if v > 1e9 {
+		return 1e9
+	}
+	return int(math.Ceil(v - 1e-9))
+}
+
+func clampInt(v, lo, hi int) int { return min(max(v, lo), hi) }
+
+// budget caps each pool's size so that Σ size × GPUs fits the budget. Each
+// pool asks for max(up-size, current): what it would grow to or hold. If
+// all asks fit, nothing is capped (caps are the pools' max). Otherwise every
+// pool gets its minimum, then replicas go one at a time to the pool whose
+// size covers the smallest fraction of its need (ties by name), as long as
+// it fits and the pool asked for more.
+func (s *SLA) budget(plans map[string]*poolPlan, terms map[string]float64) map[string]int {
+	caps := map[string]int{}
+	asks := map[string]int{}
+	total := 0
+	for _, name := range s.names {
+		p := plans[name]
+		caps[name] = s.cfg.Pools[name].Max
+		asks[name] = max(p.want, p.obs.Replicas+p.obs.Pending)
+		total += asks[name] * gpus(s.cfg.Pools[name])
+	}
+	if s.cfg.GPUBudget <= 0 || total <= s.cfg.GPUBudget {
+		return caps
+	}
+	used := 0
+	for _, name := range s.names {
+		caps[name] = s.cfg.Pools[name].Min
+		used += caps[name] * gpus(s.cfg.Pools[name])
+	}
+	for {
+		best, bestCover := "", math.Inf(1)
+		for _, name := range s.names {
+			p := plans[name]
+			if caps[name] >= asks[name] || used+gpus(s.cfg.Pools[name]) > s.cfg.GPUBudget {
+				continue
+			}
+			cover := math.Inf(1)
+			if p.need > 0 {
+				cover = float64(caps[name]) / p.need
+			}
+			if cover < bestCover || best == "" {
+				best, bestCover = name, cover
+			}
+		}
+		if best == "" {
+			break
+		}
+		caps[best]++
+		used += gpus(s.cfg.Pools[best])
+	}
+	for _, name := range s.names {
+		if caps[name] < asks[name] {
+			terms[name+".budget_cap"] = float64(caps[name])
+		}
+	}
+	return caps
+}
+
+// act applies hysteresis, cooldown, the survivors' check and the drain
+// protocol to one pool and writes its part of the decision.
+func (s *SLA) act(name string, p *poolPlan, capSize int, now time.Time, d *Decision) string {
+	st := s.pools[name]
+	o := p.obs
+	cur := o.Replicas + o.Pending
+	active := cur
+	action := "hold"
+	var drain []string
+	remove := slices.Clone(o.Idle)
+	slices.Sort(remove)
+	if len(remove) > o.Draining {
+		remove = remove[:o.Draining]
+	}
+	want := min(p.want, capSize)
+	downTo := min(p.downTo, capSize)
+	var why string
+
+	switch {
+	case want > cur:
+		action, active = "up", want
+		st.below, st.belowMax = 0, 0
+		why = fmt.Sprintf("%s up %d→%d: forecast %.2f req/s needs %.2f replicas at the SLA", name, cur, want, p.rate, p.need)
+	case downTo < cur || capSize < cur:
+		if capSize < cur {
+			// Over the GPU budget: shrink now, no hysteresis.
+			downTo = capSize
+			st.below = s.cfg.DownAfter
+			st.belowMax = capSize
+		} else {
+			st.below++
+			if st.below == 1 {
+				st.belowMax = downTo
+			}
+			st.belowMax = max(st.belowMax, downTo)
+		}
+		target := st.belowMax
+		switch {
+		case st.below < s.cfg.DownAfter:
+			why = fmt.Sprintf("%s hold %d: down to %d wanted for %d of %d decisions", name, cur, downTo, st.below, s.cfg.DownAfter)
+		case st.changed && now.Sub(st.lastChange) < s.cfg.Cooldown && capSize >= cur:
+			why = fmt.Sprintf("%s hold %d: cooldown, last change %s ago", name, cur, now.Sub(st.lastChange))
+		case o.Pending > 0 && capSize >= cur:
+			why = fmt.Sprintf("%s hold %d: %d replicas still provisioning", name, cur, o.Pending)
+		default:
+			if ok, miss := s.survivorsMeetSLA(name, p, target); !ok && capSize >= cur {
+				why = fmt.Sprintf("%s hold %d: %d survivors would miss the SLA (%s)", name, cur, target, miss)
+				break
+			}
+			action, active = "down", target
+			st.below, st.belowMax = 0, 0
+			k := cur - target
+			ready := slices.Clone(o.Ready)
+			slices.Sort(ready)
+			if len(ready) >= k {
+				// The last names drain: a StatefulSet removes its highest
+				// ordinals first, so these are the ones a scale-down takes.
+				drain = ready[len(ready)-k:]
+				why = fmt.Sprintf("%s down %d→%d: draining %s", name, cur, target, strings.Join(drain, ","))
+			} else {
+				why = fmt.Sprintf("%s down %d→%d without draining (replicas not named)", name, cur, target)
+			}
+		}
+	default:
+		st.below, st.belowMax = 0, 0
+		why = fmt.Sprintf("%s hold %d: need %.2f replicas", name, cur, p.need)
+	}
+	if action != "hold" {
+		st.lastChange, st.changed = now, true
+	}
+	stillDraining := o.Draining + len(drain) - len(remove)
+	d.Desired[name] = active + stillDraining
+	d.Active[name] = active
+	d.Action[name] = action
+	if len(drain) > 0 {
+		d.Drain[name] = drain
+	}
+	if len(remove) > 0 {
+		d.Remove[name] = remove
+		why += fmt.Sprintf(", removing idle %s", strings.Join(remove, ","))
+	}
+	return why
+}
+
+// survivorsMeetSLA checks that n replicas would meet the targets under the
+// forecast by the profile's expected latencies, corrected.
+func (s *SLA) survivorsMeetSLA(name string, p *poolPlan, n int) (bool, string) {
+	if n <= 0 {
+		if p.rate > 0 {
+			return false, "no replicas for forecast load"
+		}
+		return true, ""
+	}
+	if p.rate == 0 {
+		return true, ""
+	}
+	st := s.pools[name]
+	if name != PoolDecode {
+		load := p.rate * p.input * (1 - p.hit) / float64(n)
+		if name == PoolAggregated {
+			// The prefill share of an aggregated replica is what decode leaves.
+			share := 1 - p.rate*p.output/p.decodeTPS/float64(n)
+			if share <= 0 {
+				return false, "decode alone would fill them"
+			}
+			load /= share
+		}
+		exp := time.Duration(float64(s.model.ExpectedTTFT(p.input, load)) * st.correction.TTFT)
+		if exp > s.cfg.TTFT {
+			return false, fmt.Sprintf("expected TTFT %s > %s", exp.Round(time.Millisecond), s.cfg.TTFT)
+		}
+	}
+	if name != PoolPrefill {
+		load := p.rate * p.output / float64(n)
+		exp := time.Duration(float64(s.model.ExpectedITL(p.input+p.output/2, load)) * st.correction.ITL)
+		if exp > s.cfg.ITL {
+			return false, fmt.Sprintf("expected ITL %s > %s", exp.Round(time.Millisecond), s.cfg.ITL)
+		}
+	}
+	return true, ""
+}
