@@ -31,7 +31,10 @@ FUZZ_TARGETS := \
 	./planner-sidecar/simulate:FuzzParseAzure \
 	./planner-sidecar/perfmodel:FuzzReadProfile \
 	./planner-sidecar/collect:FuzzParseAnswer \
-	./planner-sidecar/journal:FuzzRead
+	./planner-sidecar/journal:FuzzRead \
+	./extproc:FuzzDecodeLoadSnapshot \
+	./cmd/kvgate:FuzzBearerToken \
+	./config:FuzzParseCABundle
 
 .PHONY: all build run test unit fuzz bench lint e2e models golden clean
 

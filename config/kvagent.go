@@ -1,9 +1,7 @@
 package config
 
 import (
-	"errors"
 	"fmt"
-	"net"
 	"path/filepath"
 	"strings"
 )
@@ -22,8 +20,10 @@ import (
 //	  disk: {dir: /var/lib/kvgate/kvagent, blocks: 65536, direct_io: auto, admit_after: 2, queue: 256}
 //	  events: tcp://127.0.0.1:5600       # residency KV events (ZMQ PUB), credited by the indexer
 //	  replay: tcp://127.0.0.1:5601       # their replay endpoint (ZMQ ROUTER)
-//	  admin: 127.0.0.1:9500              # /metrics /healthz /readyz (loopback only)
-//	  peer: {listen: 10.0.0.11:5700, transfer_listen: 10.0.0.11:5701, streams: 4}
+//	  admin: 127.0.0.1:9500              # /metrics /healthz /readyz
+//	  admin_auth: {token_file: /var/run/secrets/kvgate/admin-token}  # needed beyond loopback
+//	  peer: {listen: 10.0.0.11:5700, transfer_listen: 10.0.0.11:5701, streams: 4,
+//	         tls: {cert_file: /etc/kvgate/peer/tls.crt, key_file: /etc/kvgate/peer/tls.key, ca_file: /etc/kvgate/peer/ca.crt}}
 //	  peers: [{name: node-b, addr: 10.0.0.12:5700}]
 type Kvagent struct {
 	Name string `yaml:"name"`
@@ -38,8 +38,11 @@ type Kvagent struct {
 	Disk       KvagentDisk  `yaml:"disk"`
 	Events     string       `yaml:"events"`
 	Replay     string       `yaml:"replay"`
-	// Admin serves /metrics, /healthz, /readyz; loopback only (no auth).
-	Admin string `yaml:"admin"`
+	// Admin serves /metrics, /healthz, /readyz. Beyond loopback it needs
+	// admin_auth (a bearer token on /metrics; the probes stay open) or
+	// admin_auth.allow_unauthenticated.
+	Admin     string    `yaml:"admin"`
+	AdminAuth AdminAuth `yaml:"admin_auth"`
 	// MaxChain bounds the blocks of one connector request.
 	MaxChain int `yaml:"max_chain"`
 	// DrainTimeout bounds the graceful stop on SIGTERM.
@@ -83,6 +86,11 @@ type KvagentPeer struct {
 	// TransferListen is the TCP transfer engine's listen address.
 	TransferListen string `yaml:"transfer_listen"`
 	Streams        int    `yaml:"streams"`
+	// TLS (kvagent.peer only) is mutual TLS on both peer channels, the
+	// control gRPC service and the transfer engine: every agent presents
+	// its certificate and accepts only peers signed by ca_file. Off when
+	// cert_file is empty: the KV bytes then cross the network in clear.
+	TLS PeerTLS `yaml:"tls"`
 }
 
 // Kvagent bounds.
@@ -198,8 +206,14 @@ func (x *Kvagent) validate(path string) error {
 			return fmt.Errorf("%s.replay: %w", path, err)
 		}
 	}
-	if err := checkLoopback(x.Admin); err != nil {
+	if err := checkHostPort(x.Admin); err != nil {
 		return fmt.Errorf("%s.admin: %w", path, err)
+	}
+	if err := x.AdminAuth.validate(path + ".admin_auth"); err != nil {
+		return err
+	}
+	if err := x.AdminAuth.checkExposure(path+".admin", x.Admin, path+".admin_auth"); err != nil {
+		return err
 	}
 	if x.DrainTimeout.D() <= 0 {
 		return fmt.Errorf("%s.drain_timeout: must be > 0", path)
@@ -219,6 +233,12 @@ func (x *Kvagent) validate(path string) error {
 	if p.Streams < 1 || p.Streams > 64 {
 		return fmt.Errorf("%s.peer.streams: %d: want 1..64", path, p.Streams)
 	}
+	if err := p.TLS.Validate(path + ".peer.tls"); err != nil {
+		return err
+	}
+	if p.TLS.Enabled() && p.Listen == "" {
+		return fmt.Errorf("%s.peer.tls: set without %s.peer.listen", path, path)
+	}
 	names := map[string]bool{x.Name: true}
 	for i, q := range x.Peers {
 		pp := fmt.Sprintf("%s.peers[%d]", path, i)
@@ -226,29 +246,15 @@ func (x *Kvagent) validate(path string) error {
 			return fmt.Errorf("%s.name: empty, duplicate or this agent's own name %q", pp, q.Name)
 		}
 		names[q.Name] = true
+		if q.TLS != (PeerTLS{}) || q.Listen != "" || q.TransferListen != "" {
+			return fmt.Errorf("%s: only name and addr belong here (tls, listen and transfer_listen are kvagent.peer's)", pp)
+		}
 		if err := checkHostPort(q.Addr); err != nil {
 			return fmt.Errorf("%s.addr: %w", pp, err)
 		}
 	}
 	if len(x.Peers) > 0 && p.Listen == "" {
 		return fmt.Errorf("%s.peer.listen: required with peers (fetching needs a transfer endpoint)", path)
-	}
-	return nil
-}
-
-// checkLoopback accepts host:port on a loopback address (the kvagent's
-// admin endpoints have no authentication).
-func checkLoopback(s string) error {
-	if err := checkHostPort(s); err != nil {
-		return err
-	}
-	host, _, _ := net.SplitHostPort(s)
-	if host == "localhost" {
-		return nil
-	}
-	ip := net.ParseIP(host)
-	if ip == nil || !ip.IsLoopback() {
-		return errors.New(s + ": want a loopback address (127.0.0.1, [::1], localhost)")
 	}
 	return nil
 }

@@ -1,8 +1,12 @@
 package config
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/kvgate/kvgate/config/tlstest"
 )
 
 const kvagentBase = `kvagent:
@@ -48,7 +52,11 @@ func TestKvagentErrorsNameTheKey(t *testing.T) {
 		{"peers: [{name: node-b, addr: 10.0.0.12:5700}]", "peers: [{name: node-b, addr: nope}]", "kvagent.peers[0].addr:"},
 		{"peers: [{name: node-b, addr: 10.0.0.12:5700}]", "peers: [{name: kvagent, addr: 10.0.0.12:5700}]", "kvagent.peers[0].name:"},
 		{"peer: {listen: 10.0.0.11:5700, transfer_listen: 10.0.0.11:5701}", "peer: {listen: 10.0.0.11:5700}", "kvagent.peer: listen and transfer_listen go together"},
-		{"replay: tcp://127.0.0.1:5601", "replay: tcp://127.0.0.1:5601\n  admin: 0.0.0.0:9500", "kvagent.admin: 0.0.0.0:9500: want a loopback address"},
+		{"replay: tcp://127.0.0.1:5601", "replay: tcp://127.0.0.1:5601\n  admin: 0.0.0.0:9500", "kvagent.admin: \"0.0.0.0:9500\" is not a loopback address and kvagent.admin_auth has no token"},
+		{"peers: [{name: node-b, addr: 10.0.0.12:5700}]", "peers: [{name: node-b, addr: 10.0.0.12:5700, tls: {cert_file: /x}}]", "kvagent.peers[0]: only name and addr belong here"},
+		{"transfer_listen: 10.0.0.11:5701}", "transfer_listen: 10.0.0.11:5701, tls: {ca_file: /x}}", "kvagent.peer.tls.cert_file: required"},
+		{"transfer_listen: 10.0.0.11:5701}", "transfer_listen: 10.0.0.11:5701, tls: {cert_file: /nonexistent/tls.crt, key_file: /nonexistent/tls.key}}", "kvagent.peer.tls.ca_file: required"},
+		{"transfer_listen: 10.0.0.11:5701}", "transfer_listen: 10.0.0.11:5701, tls: {cert_file: /nonexistent/tls.crt, key_file: /nonexistent/tls.key, ca_file: /nonexistent/ca.crt}}", "kvagent.peer.tls.cert_file:"},
 	}
 	for _, tc := range cases {
 		doc := strings.Replace(kvagentBase, tc.old, tc.new, 1)
@@ -81,5 +89,49 @@ engines:
 		if _, err := Parse(strings.NewReader(base + extra)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: got %v, want %q", extra, err, want)
 		}
+	}
+}
+
+// A kvagent admin listener beyond loopback is accepted with a token (or an
+// explicit allow_unauthenticated); kvagent.peer.tls loads real files and
+// yields one mutual-TLS config.
+func TestKvagentAdminAuthAndPeerTLS(t *testing.T) {
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "admin-token")
+	if err := os.WriteFile(tokenFile, []byte("0123456789abcdef0123\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ca, err := tlstest.NewCA("peers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	caFile, err := ca.Write(dir, "ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := ca.Peer("node-a", "10.0.0.11")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := leaf.Write(dir, "node-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := strings.Replace(kvagentBase, "replay: tcp://127.0.0.1:5601", "replay: tcp://127.0.0.1:5601\n  admin: 0.0.0.0:9500\n  admin_auth: {token_file: "+tokenFile+"}", 1)
+	doc = strings.Replace(doc, "transfer_listen: 10.0.0.11:5701}", "transfer_listen: 10.0.0.11:5701, tls: {cert_file: "+f.Cert+", key_file: "+f.Key+", ca_file: "+caFile+"}}", 1)
+	c, err := Parse(strings.NewReader(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok, err := c.Kvagent.AdminAuth.Token(); err != nil || tok != "0123456789abcdef0123" {
+		t.Errorf("token %q, %v", tok, err)
+	}
+	tc, err := c.Kvagent.Peer.TLS.Load()
+	if err != nil || tc == nil || tc.RootCAs == nil || tc.GetClientCertificate == nil || tc.GetCertificate == nil {
+		t.Fatalf("peer TLS config %+v, %v: want server and client sides", tc, err)
+	}
+	open := strings.Replace(kvagentBase, "replay: tcp://127.0.0.1:5601", "replay: tcp://127.0.0.1:5601\n  admin: 0.0.0.0:9500\n  admin_auth: {allow_unauthenticated: true}", 1)
+	if _, err := Parse(strings.NewReader(open)); err != nil {
+		t.Errorf("allow_unauthenticated: %v", err)
 	}
 }

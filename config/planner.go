@@ -38,8 +38,11 @@ type Planner struct {
 	Actuator PlannerActuator `yaml:"actuator"`
 	// Journal is the JSONL file every decision is appended to ("" = none).
 	Journal string `yaml:"journal"`
-	// Admin serves /metrics and /healthz; keep it on loopback.
-	Admin string `yaml:"admin"`
+	// Admin serves /metrics and /healthz. Beyond loopback it needs
+	// admin_auth (a bearer token on /metrics; /healthz and /readyz stay
+	// open for kubelet probes) or admin_auth.allow_unauthenticated.
+	Admin     string    `yaml:"admin"`
+	AdminAuth AdminAuth `yaml:"admin_auth"`
 }
 
 // PlannerTargets are the p90 latency objectives.
@@ -329,7 +332,10 @@ func (x *Planner) validate(path string) error {
 	if err := checkHostPort(x.Admin); err != nil {
 		return fmt.Errorf("%s.admin: %w", path, err)
 	}
-	return nil
+	if err := x.AdminAuth.validate(path + ".admin_auth"); err != nil {
+		return err
+	}
+	return x.AdminAuth.checkExposure(path+".admin", x.Admin, path+".admin_auth")
 }
 
 func checkPlannerURL(s string) error {

@@ -65,6 +65,8 @@ func TestPlannerValidationNamesThePath(t *testing.T) {
 		`planner: {pools: [{name: decode, max: 2, kubernetes: {kind: Rollout, name: x}}]}`:             "planner.pools[0].kubernetes.group:",
 		`planner: {pools: [{name: decode, max: 2, endpoints: ["nohost"]}]}`:                            "planner.pools[0].endpoints[0]:",
 		`planner: {admin: "x"}`:                                                                        "planner.admin:",
+		`planner: {admin: ":9410"}`:                                                                    `planner.admin: ":9410" is not a loopback address and planner.admin_auth has no token`,
+		`planner: {admin: ":9410", admin_auth: {token_env: KVGATE_TEST_UNSET_TOKEN}}`:                  "planner.admin_auth.token_env: environment variable KVGATE_TEST_UNSET_TOKEN is not set",
 		`planner: {bogus: 1}`:                                                                          "bogus",
 		`planner: {targets: {ttft: "-1s"}}`:                                                            "bad duration",
 	}
@@ -72,6 +74,16 @@ func TestPlannerValidationNamesThePath(t *testing.T) {
 		_, err := Parse(strings.NewReader(in))
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: err = %v, want it to contain %q", in, err, want)
+		}
+	}
+	// Exposed with a token, or deliberately without one: accepted.
+	t.Setenv("KVGATE_TEST_PLANNER_TOKEN", "planner-admin-token-0123")
+	for _, in := range []string{
+		`planner: {admin: ":9410", admin_auth: {token_env: KVGATE_TEST_PLANNER_TOKEN}}`,
+		`planner: {admin: ":9410", admin_auth: {allow_unauthenticated: true}}`,
+	} {
+		if _, err := Parse(strings.NewReader(in)); err != nil {
+			t.Errorf("%s: %v", in, err)
 		}
 	}
 }

@@ -68,7 +68,7 @@ func mustIssue(t *testing.T, issue func(string, ...string) (*tlstest.Leaf, error
 // saw. The client writes a byte and reads the echo, so that a client
 // certificate refused after a TLS 1.3 client handshake completes still
 // surfaces on the client.
-func handshake(t *testing.T, server, client *tls.Config) (serverErr, clientErr error, serverCN string) {
+func handshake(t *testing.T, server, client *tls.Config) (serverCN string, serverErr, clientErr error) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -118,7 +118,7 @@ func handshake(t *testing.T, server, client *tls.Config) (serverErr, clientErr e
 		}
 	}
 	raw.Close()
-	return <-srvDone, clientErr, serverCN
+	return serverCN, <-srvDone, clientErr
 }
 
 func mustLoad(t *testing.T, load func() (*tls.Config, error)) *tls.Config {
@@ -138,13 +138,13 @@ func TestServerTLSMutualHandshake(t *testing.T) {
 	srv := ServerTLS{CertFile: p.server.Cert, KeyFile: p.server.Key, ClientCAFile: p.caFile, RequireClientCert: true}
 	serverCfg := mustLoad(t, srv.Load)
 	right := mustLoad(t, (&ClientTLS{Enabled: true, CAFile: p.caFile, CertFile: p.client.Cert, KeyFile: p.client.Key}).Load)
-	if se, ce, _ := handshake(t, serverCfg, right); se != nil || ce != nil {
+	if _, se, ce := handshake(t, serverCfg, right); se != nil || ce != nil {
 		t.Fatalf("right CA and client certificate: server %v, client %v", se, ce)
 	}
 
 	// The client trusts an unrelated CA: it refuses the server.
 	wrongRoots := mustLoad(t, (&ClientTLS{Enabled: true, CAFile: p.otherCAFile, CertFile: p.client.Cert, KeyFile: p.client.Key}).Load)
-	_, ce, _ := handshake(t, serverCfg, wrongRoots)
+	_, _, ce := handshake(t, serverCfg, wrongRoots)
 	var verr *tls.CertificateVerificationError
 	if !errors.As(ce, &verr) {
 		t.Fatalf("client trusting another CA: got %v, want a certificate verification error", ce)
@@ -152,24 +152,24 @@ func TestServerTLSMutualHandshake(t *testing.T) {
 
 	// The client's certificate is signed by an unrelated CA: the server refuses it.
 	intruder := mustLoad(t, (&ClientTLS{Enabled: true, CAFile: p.caFile, CertFile: p.intruder.Cert, KeyFile: p.intruder.Key}).Load)
-	se, ce, _ := handshake(t, serverCfg, intruder)
+	_, se, ce := handshake(t, serverCfg, intruder)
 	if se == nil || ce == nil || !strings.Contains(se.Error(), "certificate") {
 		t.Fatalf("client certificate from another CA: server %v, client %v; want both to fail on the certificate", se, ce)
 	}
 
 	// No client certificate at all, with require_client_cert.
 	anonymous := mustLoad(t, (&ClientTLS{Enabled: true, CAFile: p.caFile}).Load)
-	if se, ce, _ := handshake(t, serverCfg, anonymous); se == nil || ce == nil {
+	if _, se, ce := handshake(t, serverCfg, anonymous); se == nil || ce == nil {
 		t.Fatalf("no client certificate: server %v, client %v; want both to fail", se, ce)
 	}
 
 	// Without require_client_cert a client may come without a certificate,
 	// but one it presents is still verified.
 	optional := mustLoad(t, (&ServerTLS{CertFile: p.server.Cert, KeyFile: p.server.Key, ClientCAFile: p.caFile}).Load)
-	if se, ce, _ := handshake(t, optional, anonymous); se != nil || ce != nil {
+	if _, se, ce := handshake(t, optional, anonymous); se != nil || ce != nil {
 		t.Fatalf("optional client cert, none given: server %v, client %v", se, ce)
 	}
-	if se, _, _ := handshake(t, optional, intruder); se == nil {
+	if _, se, _ := handshake(t, optional, intruder); se == nil {
 		t.Fatal("optional client cert: one from another CA was accepted")
 	}
 }
@@ -179,11 +179,11 @@ func TestServerTLSMinVersion(t *testing.T) {
 	serverCfg := mustLoad(t, (&ServerTLS{CertFile: p.server.Cert, KeyFile: p.server.Key, MinVersion: "1.3"}).Load)
 	client := mustLoad(t, (&ClientTLS{Enabled: true, CAFile: p.caFile}).Load)
 	client.MaxVersion = tls.VersionTLS12
-	if se, ce, _ := handshake(t, serverCfg, client); se == nil || ce == nil {
+	if _, se, ce := handshake(t, serverCfg, client); se == nil || ce == nil {
 		t.Fatalf("TLS 1.2 client against min_version 1.3: server %v, client %v; want both to fail", se, ce)
 	}
 	client.MaxVersion = 0
-	if se, ce, _ := handshake(t, serverCfg, client); se != nil || ce != nil {
+	if _, se, ce := handshake(t, serverCfg, client); se != nil || ce != nil {
 		t.Fatalf("TLS 1.3: server %v, client %v", se, ce)
 	}
 }
@@ -195,7 +195,7 @@ func TestServerTLSReloadsRotatedFiles(t *testing.T) {
 	p := newPKI(t)
 	serverCfg := mustLoad(t, (&ServerTLS{CertFile: p.server.Cert, KeyFile: p.server.Key, ClientCAFile: p.caFile, RequireClientCert: true}).Load)
 	client := mustLoad(t, (&ClientTLS{Enabled: true, CAFile: p.caFile, CertFile: p.client.Cert, KeyFile: p.client.Key}).Load)
-	_, _, first := handshake(t, serverCfg, client)
+	first, _, _ := handshake(t, serverCfg, client)
 
 	second, err := p.ca.Server("server-2", "127.0.0.1")
 	if err != nil {
@@ -204,7 +204,7 @@ func TestServerTLSReloadsRotatedFiles(t *testing.T) {
 	if _, err := second.Write(p.dir, "server"); err != nil {
 		t.Fatal(err)
 	}
-	se, ce, got := handshake(t, serverCfg, client)
+	got, se, ce := handshake(t, serverCfg, client)
 	if se != nil || ce != nil {
 		t.Fatalf("after rotation: server %v, client %v", se, ce)
 	}
@@ -219,13 +219,13 @@ func TestServerTLSReloadsRotatedFiles(t *testing.T) {
 	if err := tlstest.WriteFileAtomic(p.server.Cert, third.CertPEM); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, got := handshake(t, serverCfg, client); got != "server-2/"+second.Cert.SerialNumber.String() {
+	if got, _, _ := handshake(t, serverCfg, client); got != "server-2/"+second.Cert.SerialNumber.String() {
 		t.Fatalf("certificate rotated without its key: server presented %s, want the previous pair", got)
 	}
 	if err := tlstest.WriteFileAtomic(p.server.Key, third.KeyPEM); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, got := handshake(t, serverCfg, client); got != "server-3/"+third.Cert.SerialNumber.String() {
+	if got, _, _ := handshake(t, serverCfg, client); got != "server-3/"+third.Cert.SerialNumber.String() {
 		t.Fatalf("after the key followed: server presented %s, want server-3", got)
 	}
 
@@ -238,7 +238,7 @@ func TestServerTLSReloadsRotatedFiles(t *testing.T) {
 	if err := tlstest.WriteFileAtomic(p.caFile, otherPEM); err != nil {
 		t.Fatal(err)
 	}
-	if se, _, _ := handshake(t, serverCfg, client); se == nil {
+	if _, se, _ := handshake(t, serverCfg, client); se == nil {
 		t.Fatal("client CA rotated away: the old CA's client was still accepted")
 	}
 	// The server certificate is still from the first CA; this client trusts
@@ -248,7 +248,7 @@ func TestServerTLSReloadsRotatedFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	intruder := mustLoad(t, (&ClientTLS{Enabled: true, CAFile: both, CertFile: p.intruder.Cert, KeyFile: p.intruder.Key}).Load)
-	if se, ce, _ := handshake(t, serverCfg, intruder); se != nil || ce != nil {
+	if _, se, ce := handshake(t, serverCfg, intruder); se != nil || ce != nil {
 		t.Fatalf("client of the new client CA: server %v, client %v", se, ce)
 	}
 }
@@ -267,7 +267,7 @@ func TestClientTLSReloadsClientCertificate(t *testing.T) {
 		t.Fatal(err)
 	}
 	client := mustLoad(t, (&ClientTLS{Enabled: true, CAFile: p.caFile, CertFile: files.Cert, KeyFile: files.Key}).Load)
-	if se, _, _ := handshake(t, serverCfg, client); se == nil {
+	if _, se, _ := handshake(t, serverCfg, client); se == nil {
 		t.Fatal("client certificate from another CA accepted")
 	}
 	good, err := p.ca.Client("client")
@@ -277,7 +277,7 @@ func TestClientTLSReloadsClientCertificate(t *testing.T) {
 	if _, err := good.Write(dir, "client"); err != nil {
 		t.Fatal(err)
 	}
-	if se, ce, _ := handshake(t, serverCfg, client); se != nil || ce != nil {
+	if _, se, ce := handshake(t, serverCfg, client); se != nil || ce != nil {
 		t.Fatalf("after the client certificate was rotated: server %v, client %v", se, ce)
 	}
 }
@@ -292,16 +292,16 @@ func TestPeerTLS(t *testing.T) {
 	cfgA := mustLoad(t, (&PeerTLS{CertFile: a.Cert, KeyFile: a.Key, CAFile: p.caFile}).Load)
 	cfgB := mustLoad(t, (&PeerTLS{CertFile: b.Cert, KeyFile: b.Key, CAFile: p.caFile}).Load)
 	cfgX := mustLoad(t, (&PeerTLS{CertFile: x.Cert, KeyFile: x.Key, CAFile: p.otherCAFile}).Load)
-	if se, ce, _ := handshake(t, cfgA, cfgB); se != nil || ce != nil {
+	if _, se, ce := handshake(t, cfgA, cfgB); se != nil || ce != nil {
 		t.Fatalf("a serves b: server %v, client %v", se, ce)
 	}
-	if se, ce, _ := handshake(t, cfgB, cfgA); se != nil || ce != nil {
+	if _, se, ce := handshake(t, cfgB, cfgA); se != nil || ce != nil {
 		t.Fatalf("b serves a: server %v, client %v", se, ce)
 	}
-	if _, ce, _ := handshake(t, cfgA, cfgX); ce == nil {
+	if _, _, ce := handshake(t, cfgA, cfgX); ce == nil {
 		t.Fatal("peer of another CA accepted peer a's certificate")
 	}
-	if se, _, _ := handshake(t, cfgA, cfgX.Clone()); se == nil {
+	if _, se, _ := handshake(t, cfgA, cfgX.Clone()); se == nil {
 		t.Fatal("peer a accepted a client certificate of another CA")
 	}
 	if cfgA.Certificates != nil || cfgA.GetCertificate == nil || cfgA.ClientCAs == nil {
@@ -423,4 +423,30 @@ func TestRedisAuthErrors(t *testing.T) {
 			t.Errorf("error quotes the password: %v", err)
 		}
 	}
+}
+
+// FuzzParseCABundle: any bytes in a CA file give a pool or an error that
+// names the block, never a panic; a bundle it accepts holds only
+// certificates that parse.
+func FuzzParseCABundle(f *testing.F) {
+	ca, err := tlstest.NewCA("fuzz CA")
+	if err != nil {
+		f.Fatal(err)
+	}
+	leaf, err := ca.Client("fuzz client")
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(ca.CertPEM)
+	f.Add(append(append([]byte{}, ca.CertPEM...), leaf.CertPEM...))
+	f.Add(leaf.KeyPEM)
+	f.Add([]byte("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"))
+	f.Add([]byte("not pem"))
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		pool, err := parseCABundle(b)
+		if (pool == nil) == (err == nil) {
+			t.Fatalf("pool %v with error %v", pool, err)
+		}
+	})
 }

@@ -208,13 +208,17 @@ func tally(outs []chaosOutcome, killedAt time.Time) chaosTally {
 // checkFailuresInFlightOn asserts the lost requests are only ones open at
 // killedAt and, where the extproc's choice is known, routed to victim (an
 // engine endpoint; "" when the victim is not an engine).
-func checkFailuresInFlightOn(t *testing.T, outs []chaosOutcome, killedAt time.Time, victim string) {
+//
+// grace extends "in flight" to requests started that long after the kill:
+// a client that has not yet seen the connection close may still open a
+// stream on it (zero for engine kills, where the gateway walks fallbacks).
+func checkFailuresInFlightOn(t *testing.T, outs []chaosOutcome, killedAt time.Time, grace time.Duration, victim string) {
 	t.Helper()
 	for _, o := range outs {
 		if o.err == nil {
 			continue
 		}
-		if !o.start.Before(killedAt) || !o.end.After(killedAt) {
+		if !o.start.Before(killedAt.Add(grace)) || !o.end.After(killedAt) {
 			t.Errorf("request %s–%s failed but was not in flight at the kill (%s): %v",
 				o.start.Format(time.StampMilli), o.end.Format(time.StampMilli), killedAt.Format(time.StampMilli), o.err)
 			continue
@@ -267,7 +271,10 @@ func workerBlocks(metricsAt string) (map[string]float64, error) {
 // engine's own prefix cache holds (cached_tokens of a 1-token request sent
 // to the engine directly, which adds no block of the prefix it did not
 // have). Equal means neither stale nor missing entries for those blocks.
-func (cf *chaosFleet) checkIndexMatchesEngines(t *testing.T, prefixes [][]int) {
+//
+// It returns the (prefix, engine) pairs where the index credits more than
+// the engine holds (stale) and fewer (missing), each described.
+func (cf *chaosFleet) compareIndexWithEngines(t *testing.T, prefixes [][]int) (stale, missing []string) {
 	t.Helper()
 	for pi, p := range prefixes {
 		// Probe the index first: the direct engine probes below store
@@ -298,10 +305,29 @@ func (cf *chaosFleet) checkIndexMatchesEngines(t *testing.T, prefixes [][]int) {
 			// The engine never reports the last block of a prompt as a
 			// hit (it recomputes at least one token); the index credits
 			// whole blocks. Both views must agree up to that one block.
-			if d := indexed[e.endpoint] - want; d < 0 || d > 1 {
-				t.Errorf("prefix %d on %s: the index credits %d blocks, the engine's cache holds %d (debug %s)", pi, e.endpoint, indexed[e.endpoint], want, dbg)
+			d := indexed[e.endpoint] - want
+			desc := fmt.Sprintf("prefix %d on %s: the index credits %d blocks, the engine's cache holds %d", pi, e.endpoint, indexed[e.endpoint], want)
+			switch {
+			case d > 1 || (d == 1 && want != len(p)/blockSize-1):
+				stale = append(stale, desc)
+			case d < 0:
+				missing = append(missing, desc)
 			}
 		}
+	}
+	return stale, missing
+}
+
+// checkIndexMatchesEngines fails t unless the index equals the engines'
+// caches for prefixes: no stale and no missing entry.
+func (cf *chaosFleet) checkIndexMatchesEngines(t *testing.T, prefixes [][]int) {
+	t.Helper()
+	stale, missing := cf.compareIndexWithEngines(t, prefixes)
+	for _, s := range stale {
+		t.Errorf("stale index entry: %s", s)
+	}
+	for _, m := range missing {
+		t.Errorf("missing index entry: %s", m)
 	}
 }
 

@@ -122,7 +122,7 @@ func TestChaosEngineKilledMidStream(t *testing.T) {
 	load.finish()
 	outs := load.outcomes()
 	c := tally(outs, killedAt)
-	checkFailuresInFlightOn(t, outs, killedAt, victim.endpoint)
+	checkFailuresInFlightOn(t, outs, killedAt, 0, victim.endpoint)
 	if c.failed > c.inFlightAtKill {
 		t.Errorf("%d requests failed, only %d were in flight at the kill", c.failed, c.inFlightAtKill)
 	}
@@ -184,7 +184,16 @@ func (s *indexErrorSampler) finish() []time.Time {
 // master (SIGKILL). Requests keep flowing with no failure; routing is
 // load-only (kvgate_extproc_index_errors_total rising) at most for the
 // failover window, and cache-aware again after it.
-func TestChaosRedisMasterKilled(t *testing.T) {
+//
+// The index must never be stale afterwards. It may miss blocks the engines
+// stored before the failover: the indexer resets a worker whose index
+// write failed and rebuilds it only from the events that follow
+// (indexer/service.go HandleBatch), so prefixes cached before the failover
+// stay uncredited until the engines store them again. The short variant
+// reports how many; the e2e variant (chaos_full_test.go) requires none.
+func TestChaosRedisMasterKilled(t *testing.T) { chaosRedisMasterKill(t, false) }
+
+func chaosRedisMasterKill(t *testing.T, requireComplete bool) {
 	cluster := redistest.NewCluster(t, redistest.ClusterOptions{Masters: 3, ReplicasPerMaster: 1})
 	cf := startChaosFleet(t, chaosOptions{engines: 3, redisAddrs: cluster.Addrs(), engineDeadAfter: 10 * time.Second, indexTimeout: 500 * time.Millisecond})
 	checkPrefixAffinity(t, cf.fleet, cf.indexerAt, 61)
@@ -229,7 +238,17 @@ func TestChaosRedisMasterKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(time.Second)
-	cf.checkIndexMatchesEngines(t, load.prefixes)
+	stale, missing := cf.compareIndexWithEngines(t, load.prefixes)
+	for _, s := range stale {
+		t.Errorf("stale index entry after the failover: %s", s)
+	}
+	for _, m := range missing {
+		if requireComplete {
+			t.Errorf("missing index entry after the failover: %s", m)
+		} else {
+			t.Logf("missing index entry after the failover: %s", m)
+		}
+	}
 	after, err := scrape("http://" + cf.admin + "/metrics")
 	if err != nil {
 		t.Fatal(err)
@@ -241,5 +260,5 @@ func TestChaosRedisMasterKilled(t *testing.T) {
 	t.Logf("redis master kill: cluster failed over in %.1fs; index errors rose %d times, last %.1fs after the kill", failedOver.Seconds(), len(rises), window.Seconds())
 	logChaosRow(t, "Redis Cluster master kill -9 (3 masters + 3 replicas)", c, "0 allowed",
 		fmt.Sprintf("load-only routing for %.1f s (cluster failover %.1f s)", window.Seconds(), failedOver.Seconds()),
-		"n/a (index compared equal to engines after)")
+		fmt.Sprintf("stale: %d; missing after failover: %d of %d (prefix, engine) pairs", len(stale), len(missing), len(load.prefixes)*len(cf.engines)))
 }

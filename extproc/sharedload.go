@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/kvgate/kvgate/config"
+	"github.com/kvgate/kvgate/extproc/loadview"
 	"github.com/kvgate/kvgate/indexer/index"
 	"github.com/kvgate/kvgate/picker"
 )
@@ -28,8 +29,11 @@ import (
 // lands on all of them at once and each sends its share to the same "best"
 // worker (Dynamo #589). So every Interval each replica publishes its
 // per-worker load to Redis and reads the others' latest snapshots; the
-// picker sees its own live load plus the peers' last snapshot. The request
-// path only reads an atomic pointer: no Redis round trip is added to it.
+// picker sees its own live load plus the peers' load, extrapolated from
+// their last snapshot by this replica's own change since (loadview/
+// peers.go: between reads every replica would otherwise act on the same
+// stale figures and pile onto the same worker). The request path only
+// reads an atomic pointer: no Redis round trip is added to it.
 //
 // Keys (single-key commands only, no hash tags: works on Redis Cluster):
 //
@@ -41,8 +45,11 @@ import (
 //	                         A field whose key has expired is deleted by the
 //	                         first reader that finds the key gone.
 //
-// Snapshot: {"v":1,"at":<unix ms>,"workers":[["<endpoint>#<rank>",inflight,prefill_tokens,decode_blocks],…]}
-// Only workers with something in flight are listed.
+// Snapshot: {"v":1,"at":<unix ms>,"routed":<n>,"workers":[["<endpoint>#<rank>",inflight,prefill_tokens,decode_blocks],…]}
+// Only workers with something in flight are listed. routed is how many
+// requests the replica has routed since it started (peers derive its share
+// of the traffic from it); optional, so that replicas without it (older
+// builds) still interoperate: their share is taken as 1.
 
 const (
 	sharedLoadVersion = 1
@@ -61,16 +68,20 @@ const (
 type loadSnapshot struct {
 	At      time.Time
 	Workers map[index.WorkerID]picker.Load
+	Routed  uint64
+	// HaveRouted: the snapshot carried routed (a replica of this version).
+	HaveRouted bool
 }
 
 type snapshotWire struct {
 	V       int                 `json:"v"`
 	At      int64               `json:"at"`
+	Routed  *uint64             `json:"routed,omitempty"`
 	Workers [][]json.RawMessage `json:"workers"`
 }
 
-func encodeLoadSnapshot(at time.Time, loads map[index.WorkerID]picker.Load) ([]byte, error) {
-	w := snapshotWire{V: sharedLoadVersion, At: at.UnixMilli(), Workers: make([][]json.RawMessage, 0, len(loads))}
+func encodeLoadSnapshot(at time.Time, routed uint64, loads map[index.WorkerID]picker.Load) ([]byte, error) {
+	w := snapshotWire{V: sharedLoadVersion, At: at.UnixMilli(), Routed: &routed, Workers: make([][]json.RawMessage, 0, len(loads))}
 	for id, l := range loads {
 		if l.InflightRequests == 0 && l.PrefillTokens == 0 && l.DecodeBlocks == 0 {
 			continue
@@ -104,6 +115,9 @@ func decodeLoadSnapshot(b []byte) (loadSnapshot, error) {
 		return loadSnapshot{}, fmt.Errorf("load snapshot: %d workers, more than %d", len(w.Workers), maxSnapshotItems)
 	}
 	out := loadSnapshot{At: time.UnixMilli(w.At), Workers: make(map[index.WorkerID]picker.Load, len(w.Workers))}
+	if w.Routed != nil {
+		out.Routed, out.HaveRouted = *w.Routed, true
+	}
 	for i, item := range w.Workers {
 		if len(item) != 4 {
 			return loadSnapshot{}, fmt.Errorf("load snapshot: workers[%d]: %d fields, want 4", i, len(item))
@@ -132,12 +146,6 @@ func decodeLoadSnapshot(b []byte) (loadSnapshot, error) {
 	return out, nil
 }
 
-// peerLoads is the sum of every live peer's last snapshot.
-type peerLoads struct {
-	byWorker map[index.WorkerID]picker.Load
-	replicas int
-}
-
 // sharedLoad runs the publish/read loop of one replica.
 type sharedLoad struct {
 	client      redis.UniversalClient
@@ -147,14 +155,20 @@ type sharedLoad struct {
 	interval    time.Duration
 	ttl         time.Duration
 	own         func() map[index.WorkerID]picker.Load
+	routed      func() uint64 // requests this replica has routed; nil = none
 	now         func() time.Time
 	log         *slog.Logger
 
-	peers    atomic.Pointer[peerLoads]
+	peers    atomic.Pointer[loadview.PeerView]
 	lastRead atomic.Int64 // unix ns of the last successful read
+
+	// Owned by the publish/read loop (run, or a test calling round).
+	history *loadview.OwnHistory
+	shares  map[string]*loadview.ShareTracker // per peer replica
 
 	staleness prometheus.Gauge
 	peersSeen prometheus.Gauge
+	shareSum  prometheus.Gauge
 	errors    *prometheus.CounterVec
 	rounds    prometheus.Counter
 }
@@ -179,18 +193,27 @@ func defaultReplicaID() string {
 	return string(clean)
 }
 
-func newSharedLoad(client redis.UniversalClient, prefix string, cfg config.SharedLoad, own func() map[index.WorkerID]picker.Load, log *slog.Logger) *sharedLoad {
+// maxOwnSamples bounds the own-load history kept for extrapolation.
+const maxOwnSamples = 256
+
+func newSharedLoad(client redis.UniversalClient, prefix string, cfg config.SharedLoad, own func() map[index.WorkerID]picker.Load, routed func() uint64, log *slog.Logger) *sharedLoad {
 	replica := cfg.ReplicaID
 	if replica == "" {
 		replica = defaultReplicaID()
 	}
+	// The history covers the oldest snapshot still counted (TTL), plus a
+	// margin: a baseline is looked up at each peer's publish time.
+	samples := min(maxOwnSamples, int(cfg.TTL.D()/max(cfg.Interval.D(), time.Millisecond))+2)
 	s := &sharedLoad{
 		client: client, registryKey: prefix + "load-replicas", keyPrefix: prefix + "load:", replica: replica,
-		interval: cfg.Interval.D(), ttl: cfg.TTL.D(), own: own, now: time.Now, log: log,
+		interval: cfg.Interval.D(), ttl: cfg.TTL.D(), own: own, routed: routed, now: time.Now, log: log,
+		history: loadview.NewOwnHistory(samples), shares: map[string]*loadview.ShareTracker{},
 		staleness: prometheus.NewGauge(prometheus.GaugeOpts{Name: "kvgate_extproc_shared_load_staleness_seconds",
 			Help: "Age of the oldest peer replica snapshot the picker is using (publish to read)."}),
 		peersSeen: prometheus.NewGauge(prometheus.GaugeOpts{Name: "kvgate_extproc_shared_load_peers",
 			Help: "Other extproc replicas whose load this replica adds to its own."}),
+		shareSum: prometheus.NewGauge(prometheus.GaugeOpts{Name: "kvgate_extproc_shared_load_peer_share_ratio",
+			Help: "Sum over live peers of their recent routed requests relative to this replica's: the factor this replica's own load change is extrapolated by between reads (peers+... for an even spread)."}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvgate_extproc_shared_load_errors_total",
 			Help: "Shared-load failures by operation (publish, read, decode)."}, []string{"op"}),
 		rounds: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvgate_extproc_shared_load_rounds_total",
@@ -199,12 +222,12 @@ func newSharedLoad(client redis.UniversalClient, prefix string, cfg config.Share
 	for _, op := range []string{"publish", "read", "decode"} {
 		s.errors.WithLabelValues(op)
 	}
-	s.peers.Store(&peerLoads{})
+	s.peers.Store(&loadview.PeerView{})
 	return s
 }
 
 func (s *sharedLoad) collectors() []prometheus.Collector {
-	return []prometheus.Collector{s.staleness, s.peersSeen, s.errors, s.rounds}
+	return []prometheus.Collector{s.staleness, s.peersSeen, s.shareSum, s.errors, s.rounds}
 }
 
 // peerLoad is what the other replicas had in flight on w at their last
@@ -213,7 +236,24 @@ func (s *sharedLoad) peerLoad(w index.WorkerID) picker.Load {
 	if s == nil {
 		return picker.Load{}
 	}
-	return s.peers.Load().byWorker[w]
+	return s.peers.Load().PublishedLoad(w)
+}
+
+// peerEstimate is the other replicas' likely load on w now: their last
+// publish, moved by this replica's own change on w since (own is this
+// replica's load on w now), scaled by their share of the traffic.
+func (s *sharedLoad) peerEstimate(w index.WorkerID, own picker.Load) picker.Load {
+	if s == nil {
+		return picker.Load{}
+	}
+	return s.peers.Load().Estimate(w, own)
+}
+
+func (s *sharedLoad) routedCount() uint64 {
+	if s.routed == nil {
+		return 0
+	}
+	return s.routed()
 }
 
 // run publishes and reads every interval until ctx ends, then withdraws
@@ -252,7 +292,13 @@ func (s *sharedLoad) round(ctx context.Context) {
 
 func (s *sharedLoad) publish(ctx context.Context) error {
 	now := s.now()
-	b, err := encodeLoadSnapshot(now, s.own())
+	routed := s.routedCount()
+	own := s.own()
+	// Recorded whether or not the SET succeeds: the history is this
+	// replica's own load over time, the baseline peers' snapshots are
+	// extrapolated from.
+	s.history.Add(loadview.OwnSample{At: now, Loads: own, Routed: routed})
+	b, err := encodeLoadSnapshot(now, routed, own)
 	if err != nil {
 		return fmt.Errorf("encode: %w", err)
 	}
@@ -281,9 +327,10 @@ func (s *sharedLoad) withdraw(ctx context.Context) {
 func (s *sharedLoad) read(ctx context.Context) error {
 	err := s.readPeers(ctx)
 	if err != nil {
-		if cur := s.peers.Load(); cur.replicas > 0 && s.now().Sub(time.Unix(0, s.lastRead.Load())) > s.ttl {
-			s.peers.Store(&peerLoads{})
+		if cur := s.peers.Load(); cur.Replicas > 0 && s.now().Sub(time.Unix(0, s.lastRead.Load())) > s.ttl {
+			s.peers.Store(&loadview.PeerView{})
 			s.peersSeen.Set(0)
+			s.shareSum.Set(0)
 		}
 	}
 	return err
@@ -305,9 +352,11 @@ func (s *sharedLoad) readPeers(ctx context.Context) error {
 		}
 		names = append(names, name)
 	}
-	next := &peerLoads{byWorker: map[index.WorkerID]picker.Load{}}
+	var snaps []loadview.PeerSnapshot
 	now := s.now()
+	ownRouted := s.routedCount()
 	oldest := time.Duration(0)
+	seen := make(map[string]bool, len(names))
 	if len(names) > 0 {
 		pipe := s.client.Pipeline()
 		cmds := make([]*redis.StringCmd, len(names))
@@ -333,15 +382,19 @@ func (s *sharedLoad) readPeers(ctx context.Context) error {
 				s.log.Warn("shared load: ignoring a peer's snapshot", "replica", names[i], "err", err)
 				continue
 			}
-			next.replicas++
 			oldest = max(oldest, now.Sub(snap.At))
-			for w, l := range snap.Workers {
-				sum := next.byWorker[w]
-				sum.InflightRequests += l.InflightRequests
-				sum.PrefillTokens += l.PrefillTokens
-				sum.DecodeBlocks += l.DecodeBlocks
-				next.byWorker[w] = sum
+			share := 1.0 // a peer that does not say: assume Envoy's even spread
+			if snap.HaveRouted {
+				tr := s.shares[names[i]]
+				if tr == nil {
+					tr = &loadview.ShareTracker{}
+					s.shares[names[i]] = tr
+				}
+				tr.Observe(snap.Routed, ownRouted, now)
+				share = tr.Share()
+				seen[names[i]] = true
 			}
+			snaps = append(snaps, loadview.PeerSnapshot{At: snap.At, Workers: snap.Workers, Share: share})
 		}
 		if len(gone) > 0 {
 			// Their keys expired: those replicas stopped publishing.
@@ -350,9 +403,20 @@ func (s *sharedLoad) readPeers(ctx context.Context) error {
 			}
 		}
 	}
+	for name := range s.shares {
+		if !seen[name] {
+			delete(s.shares, name) // gone, or no longer says: start afresh if it returns
+		}
+	}
+	next := loadview.NewPeerView(snaps, s.history)
 	s.peers.Store(next)
 	s.lastRead.Store(now.UnixNano())
-	s.peersSeen.Set(float64(next.replicas))
+	s.peersSeen.Set(float64(next.Replicas))
+	shareSum := 0.0
+	for _, p := range snaps {
+		shareSum += p.Share
+	}
+	s.shareSum.Set(shareSum)
 	s.staleness.Set(max(oldest, 0).Seconds())
 	return nil
 }

@@ -15,6 +15,7 @@ package kvagent
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -47,6 +48,9 @@ type Agent struct {
 	peerSrv    *connector.Server
 	peerL      net.Listener
 	peerFetchM *peerFetchMetrics
+	// peerTLS is kvagent.peer.tls loaded (nil = plaintext): it serves
+	// and dials both peer channels, control gRPC and transfer engine.
+	peerTLS *tls.Config
 
 	wg       sync.WaitGroup
 	mu       sync.Mutex
@@ -103,6 +107,9 @@ func Start(cfg config.Kvagent, reg prometheus.Registerer, log *slog.Logger) (_ *
 	if a.connL, err = connector.ListenUnix(cfg.Socket); err != nil {
 		return nil, err
 	}
+	if a.peerTLS, err = cfg.Peer.TLS.Load(); err != nil {
+		return nil, fmt.Errorf("kvagent: peer.%w", err)
+	}
 	if cfg.Peer.Listen != "" {
 		if err = a.startPeer(reg, metrics, limits); err != nil {
 			return nil, err
@@ -110,7 +117,9 @@ func Start(cfg config.Kvagent, reg prometheus.Registerer, log *slog.Logger) (_ *
 	}
 	a.serve(a.conn, a.connL)
 	for _, p := range cfg.Peers {
-		a.AddPeer(p.Name, p.Addr)
+		if err = a.AddPeer(p.Name, p.Addr); err != nil {
+			return nil, err
+		}
 	}
 	log.Info("kvagent serving", "socket", cfg.Socket, "shm", a.st.ShmPath(), "block_bytes", a.st.BlockBytes(),
 		"host_blocks", cfg.HostBlocks, "disk_blocks", cfg.Disk.Blocks, "events", a.EventsEndpoint(), "peer", a.PeerAddr())
@@ -144,6 +153,7 @@ func (a *Agent) startPeer(reg prometheus.Registerer, m *connector.Metrics, limit
 		Name:       a.cfg.Name,
 		Listen:     a.cfg.Peer.TransferListen,
 		Streams:    a.cfg.Peer.Streams,
+		TLS:        a.peerTLS,
 		Registerer: reg,
 		Logger:     a.log.With("part", "transfer"),
 	}); err != nil {
@@ -160,6 +170,7 @@ func (a *Agent) startPeer(reg prometheus.Registerer, m *connector.Metrics, limit
 			return md, a.region, err
 		},
 		Logger: a.log.With("part", "peer"),
+		TLS:    a.peerTLS,
 	}); err != nil {
 		return err
 	}

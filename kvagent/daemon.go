@@ -17,7 +17,10 @@ import (
 // Serve runs the agent and its admin endpoints until ctx ends, then
 // drains: /readyz turns 503 first, then the agent stops (connector drain,
 // store close announcing its host blocks removed, events flushed).
-func Serve(ctx context.Context, cfg config.Kvagent, log *slog.Logger, listening func(admin net.Addr, a *Agent)) error {
+// wrapAdmin, when not nil, wraps the admin handler: `kvgate kvagent`
+// passes the bearer-token check of kvagent.admin_auth that every kvgate
+// admin listener shares (it lives with the command, not here).
+func Serve(ctx context.Context, cfg config.Kvagent, log *slog.Logger, wrapAdmin func(http.Handler) http.Handler, listening func(admin net.Addr, a *Agent)) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	a, err := Start(cfg, reg, log)
@@ -46,7 +49,11 @@ func Serve(ctx context.Context, cfg config.Kvagent, log *slog.Logger, listening 
 		}
 		fmt.Fprintln(w, "ready")
 	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	var h http.Handler = mux
+	if wrapAdmin != nil {
+		h = wrapAdmin(mux)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && err != http.ErrServerClosed {
 			log.Error("admin server", "err", err)

@@ -12,6 +12,7 @@ import (
 	"github.com/kvgate/kvgate/kvagent/transfer"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 )
 
@@ -34,9 +35,15 @@ func (p *peer) close() error { return p.conn.Close() }
 
 // AddPeer makes a remote kvagent (its kvagent.peer.listen address)
 // fetchable by name. Connecting is lazy; adding a name again replaces it.
+// With kvagent.peer.tls the control channel is mutual TLS: the peer's
+// certificate must be signed by ca_file and name the host or IP of addr.
 func (a *Agent) AddPeer(name, addr string) error {
+	creds := insecure.NewCredentials()
+	if a.peerTLS != nil {
+		creds = credentials.NewTLS(a.peerTLS)
+	}
 	conn, err := grpc.NewClient("passthrough:///"+addr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(connector.DefaultMaxMessageBytes), grpc.MaxCallSendMsgSize(connector.DefaultMaxMessageBytes)),
 	)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os/signal"
 	"syscall"
 
@@ -44,7 +45,10 @@ func runKvagent(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	log := slog.New(slog.NewJSONHandler(stderr, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if err := kvagent.Serve(ctx, cfg.Kvagent, log, func(admin net.Addr, a *kvagent.Agent) {
+	wrapAdmin := func(h http.Handler) http.Handler {
+		return withAdminAuth(h, "kvagent.admin", cfg.Kvagent.Admin, cfg.Kvagent.AdminAuth, log)
+	}
+	if err := kvagent.Serve(ctx, cfg.Kvagent, log, wrapAdmin, func(admin net.Addr, a *kvagent.Agent) {
 		fmt.Fprintf(stdout, "kvgate kvagent: connector on %s, events on %s, admin on http://%s\n", a.SocketPath(), a.EventsEndpoint(), admin)
 	}); err != nil {
 		fmt.Fprintf(stderr, "kvgate kvagent: %v\n", err)

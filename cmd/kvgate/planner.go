@@ -88,6 +88,13 @@ func runPlanner(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	if *admin != "" {
 		cfg.Planner.Admin = *admin
+		// The file's address passed validation; the flag's must meet the
+		// same rule (no token, beyond loopback: refused unless allowed).
+		auth := cfg.Planner.AdminAuth
+		if !config.IsLoopback(*admin) && !auth.Configured() && !auth.AllowUnauthenticated {
+			fmt.Fprintf(stderr, "kvgate planner: --admin %q is not a loopback address and planner.admin_auth has no token: set planner.admin_auth.token_file or token_env, or planner.admin_auth.allow_unauthenticated: true\n", *admin)
+			return 2
+		}
 	}
 	if *interval < 0 || *steps < 0 {
 		fmt.Fprintln(stderr, "kvgate planner: --interval and --steps must be >= 0")
@@ -104,7 +111,8 @@ func runPlanner(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if err := servePlanner(ctx, loop, cfg.Planner.Admin, *steps, log); err != nil {
+	adminHandler := withAdminAuth(loop.AdminHandler(), "planner.admin", cfg.Planner.Admin, cfg.Planner.AdminAuth, log)
+	if err := servePlanner(ctx, loop, adminHandler, cfg.Planner.Admin, *steps, log); err != nil {
 		fmt.Fprintf(stderr, "kvgate planner: %v\n", err)
 		return 1
 	}
@@ -112,13 +120,13 @@ func runPlanner(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 }
 
 // servePlanner runs the loop (steps decisions, or until ctx ends) with the
-// admin endpoints up.
-func servePlanner(ctx context.Context, loop *planner.Loop, adminAddr string, steps int, log *slog.Logger) error {
+// admin endpoints (admin: loop.AdminHandler behind the admin_auth check) up.
+func servePlanner(ctx context.Context, loop *planner.Loop, admin http.Handler, adminAddr string, steps int, log *slog.Logger) error {
 	ln, err := net.Listen("tcp", adminAddr)
 	if err != nil {
 		return fmt.Errorf("admin: %w", err)
 	}
-	srv := &http.Server{Handler: loop.AdminHandler(), ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: admin, ReadHeaderTimeout: 5 * time.Second}
 	go srv.Serve(ln)
 	defer srv.Close()
 	log.Info("planner: started", "admin", ln.Addr().String(), "advisory", loop.Advisory, "interval", loop.Interval.String())

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/kvgate/kvgate/planner-sidecar/forecast"
 	"github.com/kvgate/kvgate/planner-sidecar/plan"
 	"github.com/kvgate/kvgate/planner-sidecar/simulate"
 )
@@ -47,9 +48,13 @@ func runPlannerSimulate(args []string, _ io.Reader, stdout, stderr io.Writer) in
 	gpus := fs.Int("gpus-per-replica", 1, "GPUs each replica bills")
 	maxReplicas := fs.Int("max-replicas", simulate.DefaultMaxReplicas, "largest size of a pool")
 	forecaster := fs.String("forecaster", simulate.DefaultPlannerForecaster, "the planner's forecaster: constant, ewma, holt or kalman")
-	upUtil := fs.Float64("up-utilization", 0, "the planner's scale-up utilisation (0: the simulator's default 0.7)")
-	downUtil := fs.Float64("down-utilization", 0, "the planner's scale-down utilisation (0: the simulator's default 0.5)")
-	horizon := fs.Duration("forecast-horizon", 0, "the planner's forecast horizon (0: two provisioning delays)")
+	damping := fs.Duration("trend-damping", 0, "holt's trend damping time constant (0: undamped)")
+	upUtil := fs.Float64("up-utilization", 0, "the planner's scale-up utilisation (0: the simulator's default 0.9)")
+	downUtil := fs.Float64("down-utilization", 0, "the planner's scale-down utilisation (0: the simulator's default 0.7)")
+	horizon := fs.Duration("forecast-horizon", 0, "the planner's forecast horizon (0: provisioning delay + interval)")
+	errHeadroom := fs.Float64("error-headroom", 0, "the planner sizes for forecast + k × its recent mean absolute forecast error; this is k (0: the simulator's default 1; negative: off)")
+	peakHold := fs.Duration("peak-hold", 0, "the planner never scales below what the highest rate seen over this window needs (0: provisioning delay + interval; negative: off)")
+	backlogDrain := fs.Duration("backlog-drain", 0, "the planner adds capacity to serve waiting requests within this time (0: the provisioning delay; negative: off)")
 	warmUp := fs.Duration("warm-up", -1, "unscored lead of the load, in simulated time after scaling (default: one period for sine, none for traces)")
 	statics := fs.String("static", "", "static fleets to run, comma-separated: 4p2d (disagg) or 6 (agg); default: search for the cheapest one reaching 99 % SLA attainment")
 	seed := fs.Uint64("seed", 1, "seed for the sine's arrivals and --rate-scale's sampling")
@@ -117,8 +122,9 @@ func runPlannerSimulate(args []string, _ io.Reader, stdout, stderr io.Writer) in
 	if err := load.Validate(); err != nil {
 		return bad("%v", err)
 	}
-	opt := simulate.CompareOptions{Forecaster: *forecaster}
+	opt := simulate.CompareOptions{Forecaster: *forecaster, ForecastParams: forecast.Params{TrendDamping: *damping}}
 	opt.Planner.UpUtilization, opt.Planner.DownUtilization, opt.Planner.Horizon = *upUtil, *downUtil, *horizon
+	opt.Planner.ErrorHeadroom, opt.Planner.PeakHold, opt.Planner.BacklogDrain = *errHeadroom, *peakHold, *backlogDrain
 	if *statics != "" {
 		if opt.Statics, err = parseStatics(*statics, m); err != nil {
 			return bad("--static: %v", err)

@@ -2,9 +2,11 @@ package inventory
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql/parser"
 )
@@ -13,15 +15,7 @@ import (
 // carry, as far as the checker can tell.
 type labelSet map[string]bool
 
-func (s labelSet) sorted() []string {
-	return slices.Sorted(func(yield func(string) bool) {
-		for k := range s {
-			if !yield(k) {
-				return
-			}
-		}
-	})
-}
+func (s labelSet) sorted() []string { return slices.Sorted(maps.Keys(s)) }
 
 func (s labelSet) with(names ...string) labelSet {
 	out := labelSet{}
@@ -102,7 +96,7 @@ func (c *checker) labels(n parser.Node) labelSet {
 func (c *checker) selector(vs *parser.VectorSelector) labelSet {
 	name := vs.Name
 	for _, m := range vs.LabelMatchers {
-		if m.Name == labels.MetricName && m.Type == labels.MatchEqual {
+		if m.Name == model.MetricNameLabel && m.Type == labels.MatchEqual {
 			name = m.Value
 		}
 	}
@@ -117,7 +111,7 @@ func (c *checker) selector(vs *parser.VectorSelector) labelSet {
 	}
 	have := setOf(s.Labels...).with(ScrapeLabels...)
 	for _, m := range vs.LabelMatchers {
-		if m.Name == labels.MetricName {
+		if m.Name == model.MetricNameLabel {
 			continue
 		}
 		if !have[m.Name] {

@@ -213,3 +213,6 @@ func (p *Proc) WaitHTTP(ctx context.Context, url string) error {
 		}
 	}
 }
+
+// Pid is the process id (for reading /proc/<pid>/status in soak tests).
+func (p *Proc) Pid() int { return p.cmd.Process.Pid }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -275,14 +276,26 @@ func (g *Gateway) forward(ctx context.Context, client *http.Client, f *Forwarded
 			req.Header.Add(h.Name, h.Value)
 		}
 		req.ContentLength = int64(len(f.Body))
+		var reused atomic.Bool
+		req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+			GotConn: func(i httptrace.GotConnInfo) { reused.Store(i.Reused) },
+		}))
 		resp, err := client.Do(req)
 		if err == nil {
 			return resp, ep, nil
 		}
 		lastErr = err
+		if ctx.Err() != nil {
+			break
+		}
 		var op *net.OpError
-		if !errors.As(err, &op) || op.Op != "dial" {
-			break // only a connect failure is retried on the next host
+		// A connect failure is retried on the next host (retry_on
+		// connect-failure). So is a failure on a pooled connection the
+		// upstream had closed (its process died): Envoy sees the close
+		// on its idle connection and connects afresh, which then fails
+		// to connect — the same retry, reached one step later.
+		if !(errors.As(err, &op) && op.Op == "dial") && !reused.Load() {
+			break
 		}
 	}
 	return nil, tried, fmt.Errorf("upstream: %w", lastErr)

@@ -248,6 +248,10 @@ func (wl *workerLoad) load() picker.Load {
 	return picker.Load{InflightRequests: wl.inflight, PrefillTokens: wl.prefillTokens, DecodeBlocks: wl.decodeBlocks}
 }
 
+// Begun is how many tickets were ever opened: the replica's routed count,
+// which shared load publishes so peers can tell how much traffic it gets.
+func (v *View) Begun() uint64 { return v.begun.Load() }
+
 // Stats is a snapshot of the View's counters, for the lead to export.
 type Stats struct {
 	Begun         uint64              // tickets opened

@@ -20,6 +20,7 @@ package connector
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -31,6 +32,7 @@ import (
 	"github.com/kvgate/kvgate/kvagent/store"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 )
@@ -57,6 +59,9 @@ type Config struct {
 	// process (engine + peer) share one Metrics.
 	Metrics *Metrics
 	Logger  *slog.Logger
+	// TLS, when set, serves gRPC over TLS with this config (the peer
+	// listener's mutual TLS; grpc adds the "h2" ALPN it needs).
+	TLS *tls.Config
 }
 
 // Server implements connectorpb.ConnectorServer on a store.
@@ -101,12 +106,16 @@ func NewServer(cfg Config) (*Server, error) {
 	tracker := &connTracker{l: s.l, onClose: func(id uint64, aborted, released int) {
 		s.log.Info("connector client left holding slots; given back", "conn", id, "aborted", aborted, "released", released)
 	}}
-	s.g = grpc.NewServer(
+	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(cfg.MaxMessageBytes),
 		grpc.MaxSendMsgSize(cfg.MaxMessageBytes),
 		grpc.StatsHandler(tracker),
 		grpc.ChainUnaryInterceptor(s.intercept),
-	)
+	}
+	if cfg.TLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
+	}
+	s.g = grpc.NewServer(opts...)
 	pb.RegisterConnectorServer(s.g, s)
 	return s, nil
 }

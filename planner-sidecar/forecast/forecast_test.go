@@ -144,3 +144,44 @@ func TestNewRejectsUnknownAndBadParams(t *testing.T) {
 		t.Error("alpha 1.5 accepted")
 	}
 }
+
+func TestDampedHoltLevelsOffAtTauTimesTheTrend(t *testing.T) {
+	// On the exact line 10 + 2t (sampled at 0, 10, 20 s) the first
+	// difference sets trend 2/s and level 30 at 20 s; the third sample
+	// lies on the line the damped one-step forecast undershoots, so the
+	// check is on the forecast's shape, from its own level and trend:
+	// Predict(h) − level = trend × τ(1 − e^{−h/τ}), which tends to trend × τ.
+	tau := 60 * time.Second
+	h := NewDampedHolt(0.5, 0.3, tau)
+	for _, sec := range []float64{0, 10, 20} {
+		h.Observe(t0.Add(time.Duration(sec*float64(time.Second))), line(sec))
+	}
+	level := h.Predict(0)
+	for _, hz := range []time.Duration{30 * time.Second, 2 * time.Minute, time.Hour} {
+		want := level + h.trend*tau.Seconds()*(1-math.Exp(-hz.Seconds()/tau.Seconds()))
+		if got := h.Predict(hz); math.Abs(got-want) > 1e-9 {
+			t.Fatalf("h=%v: %v, want %v", hz, got, want)
+		}
+	}
+	if far := h.Predict(time.Hour) - level; math.Abs(far-h.trend*tau.Seconds()) > 1e-6*math.Abs(h.trend*tau.Seconds()) {
+		t.Fatalf("an hour out the trend adds %v, want about τ × trend = %v", far, h.trend*tau.Seconds())
+	}
+	// Undamped, the same samples give the line itself (level 30, trend 2).
+	u := NewHolt(0.5, 0.3)
+	for _, sec := range []float64{0, 10, 20} {
+		u.Observe(t0.Add(time.Duration(sec*float64(time.Second))), line(sec))
+	}
+	if got := u.Predict(time.Minute); math.Abs(got-line(80)) > 1e-9 {
+		t.Fatalf("undamped: %v, want %v", got, line(80))
+	}
+	// Damped, the second step's trend is the first difference (2/s, the
+	// damping only acts from the third sample on); at 20 s the level is
+	// 0.5 × 50 + 0.5 × (30 + 2 × 60(1 − e^{−1/6})) and below the line.
+	wantLevel := 0.5*line(20) + 0.5*(line(10)+2*60*(1-math.Exp(-10.0/60)))
+	if math.Abs(level-wantLevel) > 1e-9 || level >= line(20) {
+		t.Fatalf("damped level %v, want %v (< %v)", level, wantLevel, line(20))
+	}
+	if _, err := New("holt", Params{TrendDamping: -time.Second}); err == nil {
+		t.Fatal("negative damping accepted")
+	}
+}

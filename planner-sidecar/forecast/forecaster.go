@@ -32,6 +32,9 @@ type Params struct {
 	// NoiseRatio is kalman's process-noise to measurement-noise ratio per
 	// second: larger follows changes faster, smaller smooths more.
 	NoiseRatio float64 `json:"noise_ratio,omitempty"`
+	// TrendDamping is holt's trend damping time constant: the trend is
+	// assumed to fade as e^{−t/TrendDamping}. Zero: undamped.
+	TrendDamping time.Duration `json:"trend_damping,omitempty"`
 }
 
 // DefaultParams are what New uses for zero fields.
@@ -56,13 +59,16 @@ func New(kind string, p Params) (Forecaster, error) {
 	if p.Alpha <= 0 || p.Alpha > 1 || p.Beta <= 0 || p.Beta > 1 || p.NoiseRatio <= 0 {
 		return nil, fmt.Errorf("forecast: alpha and beta must be in (0, 1], noise_ratio > 0")
 	}
+	if p.TrendDamping < 0 {
+		return nil, fmt.Errorf("forecast: trend_damping %v is negative", p.TrendDamping)
+	}
 	switch kind {
 	case "constant":
 		return &Constant{}, nil
 	case "ewma":
 		return NewEWMA(p.Alpha), nil
 	case "holt":
-		return NewHolt(p.Alpha, p.Beta), nil
+		return NewDampedHolt(p.Alpha, p.Beta, p.TrendDamping), nil
 	case "kalman":
 		return NewKalman(p.NoiseRatio), nil
 	}

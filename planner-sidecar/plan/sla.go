@@ -45,6 +45,25 @@ type SLAConfig struct {
 	// CorrectionAlpha, clamped to [CorrectionMin, CorrectionMax]);
 	// CorrectionAlpha < 0 disables it. Defaults 0.3, 0.5, 3.
 	CorrectionAlpha, CorrectionMin, CorrectionMax float64
+
+	// ErrorHeadroom (k) sizes for the upper end of the forecast rather
+	// than its mean: the rate planned for is forecast + k × the mean
+	// absolute error of this pool's past rate forecasts at the same
+	// horizon (an EWMA, updated as each forecast comes due). A smooth load
+	// the forecaster follows gets little headroom, a noisy or turning one
+	// gets as much as the forecaster has recently been wrong by. 0 = off.
+	ErrorHeadroom float64
+	// PeakHold: a scale-down never goes below what the highest request
+	// rate observed over this window needs. Set it to the provisioning
+	// delay: capacity shed now cannot be back sooner, so the pool keeps
+	// what the recent load proved it can need. 0 = off.
+	PeakHold time.Duration
+	// BacklogDrain makes sizing queue-aware: requests already waiting in a
+	// pool (PoolObservation.QueueDepth) need capacity to be served within
+	// this time on top of the forecast arrivals (their prompt tokens for
+	// prefill, their output tokens for decode). Without it a backlog built
+	// during a ramp is invisible to a rate-based planner. 0 = off.
+	BacklogDrain time.Duration
 }
 
 func (c *SLAConfig) applyDefaults() {
@@ -84,6 +103,12 @@ func (c SLAConfig) Validate() error {
 		return fmt.Errorf("plan: down_after must be >= 1")
 	case c.CorrectionAlpha > 1 || c.CorrectionMin <= 0 || c.CorrectionMax < c.CorrectionMin:
 		return fmt.Errorf("plan: correction alpha must be <= 1 and 0 < min <= max")
+	case math.IsNaN(c.ErrorHeadroom) || c.ErrorHeadroom < 0 || c.ErrorHeadroom > 10:
+		return fmt.Errorf("plan: error headroom %v outside [0, 10]", c.ErrorHeadroom)
+	case c.PeakHold < 0 || c.PeakHold > 24*time.Hour:
+		return fmt.Errorf("plan: peak hold %v outside [0, 24h]", c.PeakHold)
+	case c.BacklogDrain < 0 || c.BacklogDrain > 24*time.Hour:
+		return fmt.Errorf("plan: backlog drain %v outside [0, 24h]", c.BacklogDrain)
 	}
 	mins := 0
 	for name, l := range c.Pools {
@@ -126,7 +151,24 @@ type poolState struct {
 	belowMax                 int // largest scale-down size wanted over those
 	lastChange               time.Time
 	changed                  bool
+	// due holds rate forecasts not yet comparable with an observation;
+	// rateMAE is the EWMA of their absolute errors once they came due.
+	due     []forecast.Sample
+	rateMAE float64
+	sawDue  bool
+	// recent holds the observed rates of the last PeakHold.
+	recent []forecast.Sample
 }
+
+// Bounds on the per-pool histories, whatever the interval: a forecast or
+// a rate sample older than these windows is dropped first anyway.
+const (
+	maxDue    = 1024
+	maxRecent = 1024
+	// errorAlpha weighs a newly due forecast error in rateMAE: about the
+	// last five errors count.
+	errorAlpha = 0.3
+)
 
 var _ Policy = (*SLA)(nil)
 
@@ -159,9 +201,12 @@ func (s *SLA) Config() SLAConfig { return s.cfg }
 type poolPlan struct {
 	obs        PoolObservation
 	need       float64 // replicas' worth of SLA capacity the forecast needs
+	downNeed   float64 // replicas' worth a scale-down must keep
 	want       int     // size if scaling up now
 	downTo     int     // size a scale-down would go to
-	rate       float64
+	rate       float64 // mean forecast at the horizon
+	upRate     float64 // the rate a scale-up provisions for
+	downRate   float64 // the rate a scale-down must still serve
 	input      float64
 	output     float64
 	hit        float64
@@ -217,6 +262,9 @@ func (s *SLA) size(name string, obs Observation, terms map[string]float64) *pool
 		st.correction.Observe(o.TTFTP90, expTTFT, o.ITLP90, expITL)
 	}
 
+	// Score the rate forecasts that have come due against this interval's
+	// rate before the forecaster sees it.
+	s.scoreForecasts(st, obs.Time, o.RequestRate)
 	st.rate.Observe(obs.Time, o.RequestRate)
 	// Lengths are undefined in an interval without requests; they keep
 	// their last forecast instead of dropping to zero.
@@ -226,8 +274,21 @@ func (s *SLA) size(name string, obs Observation, terms map[string]float64) *pool
 		st.hit.Observe(obs.Time, o.CacheHitRate)
 		st.sawLengths = true
 	}
+	peak := s.holdPeak(st, obs.Time, o.RequestRate)
 	p := &poolPlan{obs: o}
 	p.rate = max(st.rate.Predict(s.cfg.Horizon), 0)
+	if len(st.due) < maxDue {
+		st.due = append(st.due, forecast.Sample{T: obs.Time.Add(s.cfg.Horizon), V: p.rate})
+	}
+	// The upper end of the forecast: what scaling up provisions for.
+	headroom := s.cfg.ErrorHeadroom * st.rateMAE
+	p.upRate = p.rate + headroom
+	// A scale-down must hold over the whole window until a replica shed
+	// now could be back: the forecasters are linear (or flat) in the
+	// horizon, so the window's largest forecast is at one of its ends —
+	// now (the level) or the horizon — and never below the recent peak.
+	level := max(st.rate.Predict(0), 0)
+	p.downRate = max(p.upRate, level+headroom, peak)
 	p.input = max(st.input.Predict(s.cfg.Horizon), 0)
 	p.output = max(st.output.Predict(s.cfg.Horizon), 0)
 	p.hit = min(max(st.hit.Predict(0), 0), 1)
@@ -236,29 +297,57 @@ func (s *SLA) size(name string, obs Observation, terms map[string]float64) *pool
 	itl := perfmodel.Target(s.cfg.ITL, st.correction.ITL)
 	p.prefillTPS = s.model.PrefillThroughput(p.input, ttft)
 	p.decodeTPS = s.model.DecodeThroughput(p.input+p.output/2, itl)
-	prefillNeed := p.rate * p.input * (1 - p.hit) / p.prefillTPS
-	decodeNeed := p.rate * p.output / p.decodeTPS
+	// needAt is the replicas' worth of SLA capacity a rate needs, by phase.
+	needAt := func(rate float64) (prefill, decode float64) {
+		return rate * p.input * (1 - p.hit) / p.prefillTPS, rate * p.output / p.decodeTPS
+	}
+	prefillNeed, decodeNeed := needAt(p.upRate)
+	prefillDown, decodeDown := needAt(p.downRate)
+	// Queue-aware: the waiting requests' work, spread over BacklogDrain,
+	// is capacity on top of the arrivals'.
+	var prefillBacklog, decodeBacklog float64
+	if s.cfg.BacklogDrain > 0 && o.QueueDepth > 0 && !math.IsNaN(o.QueueDepth) && !math.IsInf(o.QueueDepth, 0) {
+		perSecond := o.QueueDepth / s.cfg.BacklogDrain.Seconds()
+		prefillBacklog, decodeBacklog = needAt(perSecond)
+	}
+	var backlog float64
 	switch name {
 	case PoolPrefill:
-		p.need = prefillNeed
+		backlog = prefillBacklog
+		p.need, p.downNeed = prefillNeed, prefillDown
 	case PoolDecode:
-		p.need = decodeNeed
+		backlog = decodeBacklog
+		p.need, p.downNeed = decodeNeed, decodeDown
 	default:
 		// An aggregated replica runs prefill and decode in the same engine
 		// steps, and a mixed step costs about the sum of its parts (the
 		// step model of Dynamo's mocker, e2e/enginesim/timing.go): the
 		// fractions of a replica each phase needs add up. max() would
 		// assume the phases overlap for free and undersize.
-		p.need = prefillNeed + decodeNeed
+		backlog = prefillBacklog + decodeBacklog
+		p.need, p.downNeed = prefillNeed+decodeNeed, prefillDown+decodeDown
 	}
+	p.need += backlog
+	p.downNeed += backlog
 	if math.IsNaN(p.need) || math.IsInf(p.need, 0) {
 		p.need = float64(lim.Max)
 	}
+	if math.IsNaN(p.downNeed) || math.IsInf(p.downNeed, 0) {
+		p.downNeed = float64(lim.Max)
+	}
 	p.want = clampInt(ceilEps(p.need/s.cfg.UpUtilization), lim.Min, lim.Max)
-	p.downTo = clampInt(ceilEps(p.need/s.cfg.DownUtilization), lim.Min, lim.Max)
+	p.downTo = clampInt(ceilEps(p.downNeed/s.cfg.DownUtilization), lim.Min, lim.Max)
 
 	t := func(k string, v float64) { terms[name+"."+k] = v }
 	t("forecast_request_rate", p.rate)
+	t("forecast_level_request_rate", level)
+	t("forecast_mae_request_rate", st.rateMAE)
+	t("error_headroom_request_rate", headroom)
+	t("peak_request_rate", peak)
+	t("planned_up_request_rate", p.upRate)
+	t("planned_down_request_rate", p.downRate)
+	t("backlog_requests", o.QueueDepth)
+	t("backlog_need_replicas", backlog)
 	t("forecast_input_tokens", p.input)
 	t("forecast_output_tokens", p.output)
 	t("expected_hit_rate", p.hit)
@@ -269,9 +358,48 @@ func (s *SLA) size(name string, obs Observation, terms map[string]float64) *pool
 	t("prefill_need_replicas", prefillNeed)
 	t("decode_need_replicas", decodeNeed)
 	t("need_replicas", p.need)
+	t("down_need_replicas", p.downNeed)
 	t("up_size", float64(p.want))
 	t("down_size", float64(p.downTo))
 	return p
+}
+
+// scoreForecasts folds the errors of the rate forecasts due by t (made a
+// horizon ago) into the pool's mean absolute error.
+func (s *SLA) scoreForecasts(st *poolState, t time.Time, rate float64) {
+	n := 0
+	for _, f := range st.due {
+		if f.T.After(t) {
+			break
+		}
+		err := math.Abs(rate - f.V)
+		if !st.sawDue {
+			st.rateMAE, st.sawDue = err, true
+		} else {
+			st.rateMAE = errorAlpha*err + (1-errorAlpha)*st.rateMAE
+		}
+		n++
+	}
+	st.due = st.due[n:]
+}
+
+// holdPeak records the rate observed at t and returns the highest rate
+// observed over the last PeakHold (0 when PeakHold is off).
+func (s *SLA) holdPeak(st *poolState, t time.Time, rate float64) float64 {
+	if s.cfg.PeakHold <= 0 {
+		return 0
+	}
+	st.recent = append(st.recent, forecast.Sample{T: t, V: rate})
+	drop := max(len(st.recent)-maxRecent, 0)
+	for drop < len(st.recent) && t.Sub(st.recent[drop].T) > s.cfg.PeakHold {
+		drop++
+	}
+	st.recent = st.recent[drop:]
+	peak := 0.0
+	for _, x := range st.recent {
+		peak = max(peak, x.V)
+	}
+	return peak
 }
 
 // ceilEps is ceil that forgives float noise (3.0000000001 is 3).
@@ -362,7 +490,7 @@ func (s *SLA) act(name string, p *poolPlan, capSize int, now time.Time, d *Decis
 	case want > cur:
 		action, active = "up", want
 		st.below, st.belowMax = 0, 0
-		why = fmt.Sprintf("%s up %d→%d: forecast %.2f req/s needs %.2f replicas at the SLA", name, cur, want, p.rate, p.need)
+		why = fmt.Sprintf("%s up %d→%d: forecast %.2f req/s (planned %.2f with headroom) needs %.2f replicas at the SLA", name, cur, want, p.rate, p.upRate, p.need)
 	case downTo < cur || capSize < cur:
 		if capSize < cur {
 			// Over the GPU budget: shrink now, no hysteresis.
@@ -428,20 +556,20 @@ func (s *SLA) act(name string, p *poolPlan, capSize int, now time.Time, d *Decis
 // forecast by the profile's expected latencies, corrected.
 func (s *SLA) survivorsMeetSLA(name string, p *poolPlan, n int) (bool, string) {
 	if n <= 0 {
-		if p.rate > 0 {
+		if p.downRate > 0 {
 			return false, "no replicas for forecast load"
 		}
 		return true, ""
 	}
-	if p.rate == 0 {
+	if p.downRate == 0 {
 		return true, ""
 	}
 	st := s.pools[name]
 	if name != PoolDecode {
-		load := p.rate * p.input * (1 - p.hit) / float64(n)
+		load := p.downRate * p.input * (1 - p.hit) / float64(n)
 		if name == PoolAggregated {
 			// The prefill share of an aggregated replica is what decode leaves.
-			share := 1 - p.rate*p.output/p.decodeTPS/float64(n)
+			share := 1 - p.downRate*p.output/p.decodeTPS/float64(n)
 			if share <= 0 {
 				return false, "decode alone would fill them"
 			}
@@ -453,7 +581,7 @@ func (s *SLA) survivorsMeetSLA(name string, p *poolPlan, n int) (bool, string) {
 		}
 	}
 	if name != PoolPrefill {
-		load := p.rate * p.output / float64(n)
+		load := p.downRate * p.output / float64(n)
 		exp := time.Duration(float64(s.model.ExpectedITL(p.input+p.output/2, load)) * st.correction.ITL)
 		if exp > s.cfg.ITL {
 			return false, fmt.Sprintf("expected ITL %s > %s", exp.Round(time.Millisecond), s.cfg.ITL)

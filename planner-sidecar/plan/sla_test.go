@@ -333,3 +333,124 @@ func TestValidate(t *testing.T) {
 		}
 	}
 }
+
+func TestErrorHeadroomSizesForForecastPlusRecentError(t *testing.T) {
+	// Constant forecaster, horizon = the 10 s interval, k = 1. At 0 s the
+	// rate is 10 and the forecast for 10 s is 10. At 10 s the rate is 20:
+	// that forecast missed by 10, the first error, so the MAE is 10 and the
+	// planned rate 20 + 10 = 30 → 30 × 1000 / 10000 = 3 replicas. At 20 s
+	// the rate is 20 again: the forecast made at 10 s (20) was exact, the
+	// MAE decays to 0.3 × 0 + 0.7 × 10 = 7, planned 27 → 2.7 → 3.
+	cfg := baseConfig(map[string]PoolLimits{PoolPrefill: {Max: 100}})
+	cfg.Horizon = 10 * time.Second
+	cfg.ErrorHeadroom = 1
+	s := NewSLA(cfg, flatModel(), constant)
+	steps := []struct {
+		rate, mae, planned float64
+		want               int
+	}{
+		{10, 0, 10, 1},
+		{20, 10, 30, 3},
+		{20, 7, 27, 3},
+	}
+	for i, st := range steps {
+		d := s.Decide(Observation{Time: t0.Add(time.Duration(i) * 10 * time.Second), Pools: map[string]PoolObservation{PoolPrefill: load(st.rate, 1000, 100, 0, 1)}})
+		if math.Abs(d.Terms["prefill.forecast_mae_request_rate"]-st.mae) > 1e-9 ||
+			math.Abs(d.Terms["prefill.planned_up_request_rate"]-st.planned) > 1e-9 || d.Active[PoolPrefill] != st.want {
+			t.Fatalf("step %d: mae %v planned %v active %d, want %v %v %d (%s)", i,
+				d.Terms["prefill.forecast_mae_request_rate"], d.Terms["prefill.planned_up_request_rate"], d.Active[PoolPrefill], st.mae, st.planned, st.want, d.Reason)
+		}
+	}
+	// k = 0: the mean forecast alone, 20 → 2 replicas at the second step.
+	cfg.ErrorHeadroom = 0
+	s = NewSLA(cfg, flatModel(), constant)
+	s.Decide(Observation{Time: t0, Pools: map[string]PoolObservation{PoolPrefill: load(10, 1000, 100, 0, 1)}})
+	d := s.Decide(Observation{Time: t0.Add(10 * time.Second), Pools: map[string]PoolObservation{PoolPrefill: load(20, 1000, 100, 0, 1)}})
+	if d.Active[PoolPrefill] != 2 {
+		t.Fatalf("without headroom: %d (%s)", d.Active[PoolPrefill], d.Reason)
+	}
+}
+
+func TestPeakHoldGatesScaleDown(t *testing.T) {
+	// Down utilization 0.5, DownAfter 1, peak hold 60 s. 4 replicas at
+	// 40 req/s (need 4). At 30 s the rate drops to 5 (need 0.5 → down to
+	// 1 without the hold), but 40 req/s was seen 30 s ago: the pool must
+	// keep what 40 needs (4 / 0.5 = 8 ≥ 4): hold. At 100 s the 40 is
+	// 100 s old, out of the window; the peak is 5: down to 1.
+	cfg := baseConfig(map[string]PoolLimits{PoolPrefill: {Min: 1, Max: 10}})
+	cfg.PeakHold = time.Minute
+	s := NewSLA(cfg, flatModel(), constant)
+	at := func(sec int, rate float64) Decision {
+		return s.Decide(Observation{Time: t0.Add(time.Duration(sec) * time.Second), Pools: map[string]PoolObservation{PoolPrefill: load(rate, 1000, 100, 0, 4)}})
+	}
+	if d := at(0, 40); d.Action[PoolPrefill] != "hold" {
+		t.Fatalf("at 0 s: %s (%s)", d.Action[PoolPrefill], d.Reason)
+	}
+	d := at(30, 5)
+	if d.Action[PoolPrefill] != "hold" || d.Terms["prefill.peak_request_rate"] != 40 || d.Terms["prefill.down_size"] != 8 {
+		t.Fatalf("at 30 s: %s peak %v down size %v (%s)", d.Action[PoolPrefill], d.Terms["prefill.peak_request_rate"], d.Terms["prefill.down_size"], d.Reason)
+	}
+	d = at(100, 5)
+	if d.Action[PoolPrefill] != "down" || d.Active[PoolPrefill] != 1 || d.Terms["prefill.peak_request_rate"] != 5 {
+		t.Fatalf("at 100 s: %s %d peak %v (%s)", d.Action[PoolPrefill], d.Active[PoolPrefill], d.Terms["prefill.peak_request_rate"], d.Reason)
+	}
+}
+
+func TestScaleDownNeverBelowTheCurrentLevelWhenTheTrendFalls(t *testing.T) {
+	// Holt on the falling line 50, 40, 30 req/s at 10 s steps settles on
+	// level 30, trend −1 req/s²: at the 20 s horizon it forecasts 10. A
+	// replica shed now is not back within the horizon, and the load is 30
+	// now: the scale-down sizes for 30 (need 3, down utilization 0.75 →
+	// 4), not for 10 (→ 2).
+	cfg := baseConfig(map[string]PoolLimits{PoolPrefill: {Min: 1, Max: 100}})
+	cfg.Horizon = 20 * time.Second
+	cfg.DownUtilization = 0.75
+	s := NewSLA(cfg, flatModel(), func() forecast.Forecaster { return forecast.NewHolt(0.5, 0.3) })
+	var d Decision
+	for i, r := range []float64{50, 40, 30} {
+		d = s.Decide(Observation{Time: t0.Add(time.Duration(i) * 10 * time.Second), Pools: map[string]PoolObservation{PoolPrefill: load(r, 1000, 100, 0, 6)}})
+	}
+	if math.Abs(d.Terms["prefill.forecast_request_rate"]-10) > 1e-9 || math.Abs(d.Terms["prefill.planned_down_request_rate"]-30) > 1e-9 ||
+		d.Action[PoolPrefill] != "down" || d.Active[PoolPrefill] != 4 {
+		t.Fatalf("forecast %v planned down %v: %s %d (%s)", d.Terms["prefill.forecast_request_rate"], d.Terms["prefill.planned_down_request_rate"], d.Action[PoolPrefill], d.Active[PoolPrefill], d.Reason)
+	}
+}
+
+func TestBacklogAddsCapacityToDrainIt(t *testing.T) {
+	// Drain within 10 s. Prefill: 10 req/s × 1000 tokens = 1 replica; 50
+	// waiting → 5 req/s more → 0.5 replica: 1.5 → 2. Decode: 10 req/s ×
+	// 100 tokens / 400 = 2.5; 40 waiting → 4 req/s × 100 / 400 = 1: 3.5 → 4.
+	cfg := baseConfig(map[string]PoolLimits{PoolPrefill: {Max: 100}, PoolDecode: {Max: 100}})
+	cfg.BacklogDrain = 10 * time.Second
+	pre, dec := load(10, 1000, 100, 0, 1), load(10, 1000, 100, 0, 1)
+	pre.QueueDepth, dec.QueueDepth = 50, 40
+	d := NewSLA(cfg, flatModel(), constant).Decide(Observation{Time: t0, Pools: map[string]PoolObservation{PoolPrefill: pre, PoolDecode: dec}})
+	if d.Active[PoolPrefill] != 2 || d.Active[PoolDecode] != 4 || math.Abs(d.Terms["prefill.backlog_need_replicas"]-0.5) > 1e-9 || math.Abs(d.Terms["decode.backlog_need_replicas"]-1) > 1e-9 {
+		t.Fatalf("with backlog: %v (%v)", d.Active, d.Terms)
+	}
+	// Off: the arrivals alone, 1 and 3.
+	cfg.BacklogDrain = 0
+	d = NewSLA(cfg, flatModel(), constant).Decide(Observation{Time: t0, Pools: map[string]PoolObservation{PoolPrefill: pre, PoolDecode: dec}})
+	if d.Active[PoolPrefill] != 1 || d.Active[PoolDecode] != 3 {
+		t.Fatalf("without: %v", d.Active)
+	}
+}
+
+func TestValidateNewRules(t *testing.T) {
+	ok := SLAConfig{TTFT: time.Second, ITL: time.Second, Pools: map[string]PoolLimits{PoolPrefill: {Max: 4}}}
+	for i, mut := range []func(*SLAConfig){
+		func(c *SLAConfig) { c.ErrorHeadroom = -1 },
+		func(c *SLAConfig) { c.ErrorHeadroom = math.NaN() },
+		func(c *SLAConfig) { c.PeakHold = -time.Second },
+		func(c *SLAConfig) { c.BacklogDrain = -time.Second },
+	} {
+		c := ok
+		mut(&c)
+		if err := c.Validate(); err == nil {
+			t.Errorf("case %d accepted", i)
+		}
+	}
+	if err := ok.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}

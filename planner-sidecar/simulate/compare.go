@@ -26,7 +26,9 @@ type CompareOptions struct {
 	// other zero fields plan's defaults; TTFT, ITL and Pools come from the
 	// simulation's Config unless set.
 	Forecaster string
-	Planner    plan.SLAConfig
+	// ForecastParams tunes the forecaster (zero fields: forecast's defaults).
+	ForecastParams forecast.Params
+	Planner        plan.SLAConfig
 	Threshold  Threshold // zero fields take NewThreshold's defaults
 	// Statics lists static fleets to run; nil searches for the cheapest
 	// one reaching SLAGoal (see searchStatic) and reports every fleet tried.
@@ -85,7 +87,7 @@ func Compare(ctx context.Context, cfg Config, load *Load, opt CompareOptions) (*
 	if opt.Forecaster == "" {
 		opt.Forecaster = DefaultPlannerForecaster
 	}
-	if _, err := forecast.New(opt.Forecaster, forecast.Params{}); err != nil {
+	if _, err := forecast.New(opt.Forecaster, opt.ForecastParams); err != nil {
 		return nil, err
 	}
 	if opt.Parallel <= 0 {
@@ -99,7 +101,7 @@ func Compare(ctx context.Context, cfg Config, load *Load, opt CompareOptions) (*
 	if err != nil {
 		return nil, err
 	}
-	planner, err := NewPlanner(cfg, model, opt.Forecaster, opt.Planner)
+	planner, err := NewPlanner(cfg, model, opt.Forecaster, opt.ForecastParams, opt.Planner)
 	if err != nil {
 		return nil, err
 	}
@@ -146,30 +148,50 @@ func Compare(ctx context.Context, cfg Config, load *Load, opt CompareOptions) (*
 	return rep, nil
 }
 
-// The planner's tuning in comparisons, chosen as the best worst case over
-// the bench's two loads (sine and Azure) from a grid of nine settings:
-// forecaster constant, ewma, holt or kalman; up/down utilisation 0.9/0.7
-// (plan's defaults), 0.8/0.6, 0.7/0.5 or 0.5/0.4; horizon 150, 180 or
-// 240 s. Trend forecasters (holt, kalman) win on the smooth sine but
-// chase the Azure trace's 30 s noise (forecasts of 3x the actual rate,
-// then scale-downs to one replica under load); the last value with 2x
-// headroom is the most robust of them. No setting reached 99 %.
+// The planner's tuning in comparisons (see NewPlanner). Zero fields of
+// CompareOptions.Planner take these; a negative ErrorHeadroom, PeakHold or
+// BacklogDrain turns that rule off.
 const (
-	DefaultPlannerForecaster = "constant"
-	defaultPlannerUp         = 0.5
-	defaultPlannerDown       = 0.4
+	DefaultPlannerForecaster = "holt"
+	defaultPlannerUp         = 0.9
+	defaultPlannerDown       = 0.7
+	defaultErrorHeadroom     = 1.0
 )
 
 // NewPlanner is plan.SLA configured for the simulated fleet: its targets,
-// pools and limits; zero utilisations take defaultPlannerUp/Down and a zero
-// horizon two provisioning delays.
-func NewPlanner(cfg Config, model *perfmodel.Model, forecaster string, sla plan.SLAConfig) (plan.Policy, error) {
+// pools and limits. Zero utilisations take defaultPlannerUp/Down; a zero
+// horizon is the provisioning delay plus one interval (a replica asked for
+// now serves from then until the next decision could add more); a zero
+// PeakHold the same window; a zero BacklogDrain the provisioning delay.
+func NewPlanner(cfg Config, model *perfmodel.Model, forecaster string, params forecast.Params, sla plan.SLAConfig) (plan.Policy, error) {
 	cfg = cfg.withDefaults()
 	if sla.UpUtilization == 0 {
 		sla.UpUtilization = defaultPlannerUp
 	}
 	if sla.DownUtilization == 0 {
 		sla.DownUtilization = min(defaultPlannerDown, sla.UpUtilization)
+	}
+	window := cfg.ProvisionDelay + cfg.Interval
+	if sla.Horizon == 0 {
+		sla.Horizon = window
+	}
+	switch {
+	case sla.ErrorHeadroom == 0:
+		sla.ErrorHeadroom = defaultErrorHeadroom
+	case sla.ErrorHeadroom < 0:
+		sla.ErrorHeadroom = 0
+	}
+	switch {
+	case sla.PeakHold == 0:
+		sla.PeakHold = window
+	case sla.PeakHold < 0:
+		sla.PeakHold = 0
+	}
+	switch {
+	case sla.BacklogDrain == 0:
+		sla.BacklogDrain = max(cfg.ProvisionDelay, cfg.Interval)
+	case sla.BacklogDrain < 0:
+		sla.BacklogDrain = 0
 	}
 	if sla.TTFT == 0 {
 		sla.TTFT = cfg.TTFT
@@ -189,11 +211,11 @@ func NewPlanner(cfg Config, model *perfmodel.Model, forecaster string, sla plan.
 	if err := sla.Validate(); err != nil {
 		return nil, err
 	}
-	if _, err := forecast.New(forecaster, forecast.Params{}); err != nil {
+	if _, err := forecast.New(forecaster, params); err != nil {
 		return nil, err
 	}
 	return plan.NewSLA(sla, model, func() forecast.Forecaster {
-		f, _ := forecast.New(forecaster, forecast.Params{}) // kind checked above
+		f, _ := forecast.New(forecaster, params) // checked above
 		return f
 	}), nil
 }

@@ -60,7 +60,7 @@ func scrapeOnce(ctx context.Context, st *memStore, tg target, t time.Time) (map[
 			}
 			put := func(n string, v float64, extra ...string) {
 				b := labels.NewBuilder(labels.FromMap(base))
-				b.Set(labels.MetricName, n)
+				b.Set(model.MetricNameLabel, n)
 				for i := 0; i+1 < len(extra); i += 2 {
 					b.Set(extra[i], extra[i+1])
 				}

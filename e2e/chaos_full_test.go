@@ -1,0 +1,164 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/kvgate/kvgate/e2e/procs"
+	"github.com/kvgate/kvgate/indexer/redistest"
+)
+
+// The chaos faults that take longer or need more processes (`make e2e`).
+
+// Chaos (d), strict: after the failover the index must also hold every
+// block the engines stored before it.
+func TestChaosRedisMasterKilledIndexComplete(t *testing.T) { chaosRedisMasterKill(t, true) }
+
+func indexedBlocks(t *testing.T, metricsAt string) float64 {
+	t.Helper()
+	wb, err := workerBlocks(metricsAt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, v := range wb {
+		sum += v
+	}
+	return sum
+}
+
+// Chaos (b): the `kvgate indexer` of a Redis index is SIGKILLed and
+// restarted under load. The extprocs read Redis directly, so no request
+// fails (routing degrades to load-only at worst, once the workers'
+// registry entries expire); the restarted indexer replays the engines'
+// buffers, and the index then equals the engines' caches.
+func TestChaosIndexerKilled(t *testing.T) {
+	rds := redistest.Standalone(t)
+	cf := startChaosFleet(t, chaosOptions{engines: 3, redisAddrs: []string{rds.Addr()}, engineDeadAfter: 10 * time.Second, indexTimeout: 500 * time.Millisecond})
+	load := startChaosLoad(t, cf, 71)
+	load.waitOK(t, time.Time{}, 16, "warm-up requests succeed")
+	beforeKill := indexedBlocks(t, cf.indexerAt)
+
+	killedAt := time.Now()
+	cf.indexer.Kill()
+	// Down longer than worker_ttl (2s): the workers leave the registry
+	// and matches, so the restart has to re-establish them.
+	time.Sleep(3 * time.Second)
+	restartedAt := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
+	if cf.indexer = cf.startIndexer(ctx); cf.indexer == nil {
+		t.Fatal("indexer did not restart on its port")
+	}
+	readyAfter := time.Since(restartedAt)
+	var backAfter time.Duration
+	waitFor(t, "the restarted indexer holds at least what it held before the kill", 60*time.Second, func() error {
+		if n := indexedBlocks(t, cf.indexerAt); n < beforeKill {
+			return fmt.Errorf("kvgate_indexer_worker_blocks sums to %v, %v before the kill", n, beforeKill)
+		}
+		backAfter = time.Since(restartedAt)
+		return nil
+	})
+	load.waitOK(t, time.Now(), 8, "requests after the restart succeed")
+	load.finish()
+	outs := load.outcomes()
+	c := tally(outs, killedAt)
+	for _, o := range outs {
+		if o.err != nil {
+			t.Errorf("request %s failed around the indexer restart: %v", o.start.Format(time.StampMilli), o.err)
+		}
+	}
+	time.Sleep(cf.registryLag + time.Second)
+	stale, missing := cf.compareIndexWithEngines(t, load.prefixes)
+	for _, s := range stale {
+		t.Errorf("stale index entry after the indexer restart: %s", s)
+	}
+	for _, m := range missing {
+		t.Errorf("missing index entry after the indexer restart: %s", m)
+	}
+	checkPrefixAffinity(t, cf.fleet, cf.indexerAt, 72)
+	cf.waitNoOpenTickets(t)
+	t.Logf("indexer kill: down 3s; ready %.2fs after restart, all %v blocks back %.2fs after restart", readyAfter.Seconds(), beforeKill, backAfter.Seconds())
+	logChaosRow(t, "indexer kill -9 (Redis backend), down 3 s, restart", c, "0 allowed",
+		fmt.Sprintf("index complete %.1f s after restart", backAfter.Seconds()),
+		fmt.Sprintf("stale: %d; missing: %d of %d (prefix, engine) pairs", len(stale), len(missing), len(load.prefixes)*len(cf.engines)))
+}
+
+// replicaGrace bounds how long after an extproc replica dies a new stream
+// may still be opened on its closed connection.
+const replicaGrace = 500 * time.Millisecond
+
+// Chaos (c): one of two extproc replicas is SIGKILLed while requests run
+// through it. Only requests in flight at the kill fail; new streams fail
+// over to the other replica; the restarted replica takes streams again.
+func TestChaosExtprocReplicaKilled(t *testing.T) {
+	cf := startChaosFleet(t, chaosOptions{engines: 3, replicas: 2, engineDeadAfter: 10 * time.Second, indexTimeout: 500 * time.Millisecond})
+	load := startChaosLoad(t, cf, 81)
+	load.waitOK(t, time.Time{}, 16, "warm-up requests succeed")
+	victim := cf.admins[0]
+	var openAtKill float64
+	waitFor(t, "requests are open on the victim replica", 30*time.Second, func() error {
+		m, err := scrape("http://" + victim + "/metrics")
+		if err != nil {
+			return err
+		}
+		if openAtKill = m["kvgate_extproc_open_tickets"]; openAtKill < 1 {
+			return fmt.Errorf("kvgate_extproc_open_tickets = %v", openAtKill)
+		}
+		return nil
+	})
+	killedAt := time.Now()
+	cf.procs[0].Kill()
+	okAgain := load.waitOK(t, killedAt, 12, "requests succeed after the kill")
+
+	restartedAt := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
+	p := procs.Start(t, "extproc0-restarted", kvgateBin, "extproc", "--config", cf.cfgPath, "--listen", cf.listens[0], "--admin", victim, "--drain", "2s")
+	if err := p.WaitHTTP(ctx, "http://"+victim+"/readyz"); err != nil {
+		t.Fatalf("restarted replica: %v", err)
+	}
+	cf.procs[0], cf.extproc = p, p
+	var streamsAfter time.Duration
+	waitFor(t, "the restarted replica takes streams again", 60*time.Second, func() error {
+		m, err := scrape("http://" + victim + "/metrics")
+		if err != nil {
+			return err
+		}
+		if m["kvgate_extproc_requests_total"] < 1 {
+			return fmt.Errorf("kvgate_extproc_requests_total = %v", m["kvgate_extproc_requests_total"])
+		}
+		streamsAfter = time.Since(restartedAt)
+		return nil
+	})
+	load.finish()
+	outs := load.outcomes()
+	c := tally(outs, killedAt)
+	// A stream opened in the instant after the kill, before the gRPC
+	// client saw the connection close, goes to the dead replica and fails
+	// too (Envoy's ext_proc client has the same window).
+	checkFailuresInFlightOn(t, outs, killedAt, replicaGrace, "")
+	if c.failed > c.inFlightAtKill+c.failedAfterKill || c.failedAfterKill > chaosClients {
+		t.Errorf("%d requests failed (%d started after the kill); %d were in flight at the kill", c.failed, c.failedAfterKill, c.inFlightAtKill)
+	}
+	for _, admin := range cf.admins {
+		waitFor(t, "replica "+admin+" releases every ticket", 30*time.Second, func() error {
+			m, err := scrape("http://" + admin + "/metrics")
+			if err != nil {
+				return err
+			}
+			if v := m["kvgate_extproc_open_tickets"]; v != 0 {
+				return fmt.Errorf("kvgate_extproc_open_tickets = %v", v)
+			}
+			return nil
+		})
+	}
+	t.Logf("extproc replica kill: %v open on it at the kill; first OK request started %.2fs after; restarted replica took streams %.2fs after restart (gateway ejects a failed host for 5s)",
+		openAtKill, okAgain.Sub(killedAt).Seconds(), streamsAfter.Seconds())
+	logChaosRow(t, "extproc replica kill -9 (1 of 2) + restart", c, fmt.Sprintf("failed ⊆ in flight at the kill + streams opened ≤ %s after it (%d); %v open on the victim", replicaGrace, c.failedAfterKill, openAtKill),
+		fmt.Sprintf("%.2f s to success; restarted replica serving %.1f s after restart", okAgain.Sub(killedAt).Seconds(), streamsAfter.Seconds()), "n/a (index in each replica)")
+}
