@@ -622,7 +622,10 @@ func TestRedisHeartbeatFollowsRegistry(t *testing.T) {
 	startRedis(t)
 	c := redisStandalone.Client()
 	prefix := uniquePrefix(t)
-	cfg := RedisConfig{Prefix: prefix, WorkerTTL: 600 * time.Millisecond, RegistryStaleness: 20 * time.Millisecond}
+	// The stall is simulated by rewriting the registry, not by waiting out
+	// the TTL, so the TTL is generous: a loaded machine that starves the
+	// heartbeat for 600ms must not expire the live workers mid-test.
+	cfg := RedisConfig{Prefix: prefix, WorkerTTL: 3 * time.Second, RegistryStaleness: 20 * time.Millisecond}
 	a := newTestRedis(t, c, cfg)
 	b := newTestRedis(t, c, cfg)
 	must(t, a.Store(tctx, worker(1), TierDevice, []uint64{1, 2}))

@@ -157,6 +157,38 @@ type Subscriber struct {
 	// reappears under the same seq (live duplicate, or the first reply of a
 	// replay, which starts at last) proves it comes from the same publisher.
 	lastHash uint64
+	// delivered fingerprints recently delivered batches by seq (slot
+	// seq % len). A tail poll can deliver batches whose live copies are
+	// still queued behind it (a starved reader goroutine); when those
+	// copies arrive they are duplicates, not evidence of a restart.
+	delivered []deliveredBatch
+}
+
+// forgetStream drops the sequence state: the next message starts a new
+// stream (publisher restart, or an engine gone past DeadAfter).
+func (s *Subscriber) forgetStream() {
+	s.haveLast = false
+	s.c.haveLastSeq.Store(false)
+	clear(s.delivered)
+}
+
+type deliveredBatch struct {
+	seq, hash uint64
+	ok        bool
+}
+
+// deliveredWindow covers the live messages that can be queued behind a
+// replay: the live queue (LiveBufferBatches) plus the socket's own buffer.
+func deliveredWindow(cfg Config) int { return cfg.LiveBufferBatches + 4096 }
+
+// alreadyDelivered reports whether seq was delivered with this payload
+// (known: false when seq is too old to be remembered).
+func (s *Subscriber) alreadyDelivered(seq uint64, payload []byte) (known, same bool) {
+	d := s.delivered[seq%uint64(len(s.delivered))]
+	if !d.ok || d.seq != seq {
+		return false, false
+	}
+	return true, d.hash == xxh3.Hash(payload)
 }
 
 // NewSubscriber validates cfg and returns a Subscriber delivering to h.
@@ -171,7 +203,7 @@ func NewSubscriber(cfg Config, h Handler) (*Subscriber, error) {
 	if err := registerGuardedTransports(); err != nil {
 		return nil, fmt.Errorf("kvstream: %w", err)
 	}
-	s := &Subscriber{cfg: cfg, handler: h}
+	s := &Subscriber{cfg: cfg, handler: h, delivered: make([]deliveredBatch, deliveredWindow(cfg))}
 	if s.dialEP, err = guardedEndpoint(cfg.Endpoint); err != nil {
 		return nil, fmt.Errorf("kvstream config Endpoint: %w", err)
 	}
@@ -221,8 +253,7 @@ func (s *Subscriber) Run(ctx context.Context) error {
 		if s.cfg.DeadAfter > 0 && s.haveLast && time.Since(downSince) >= s.cfg.DeadAfter {
 			s.c.deadResets.Add(1)
 			s.reset(ctx, fmt.Sprintf("engine event socket unreachable for %s", time.Since(downSince).Round(time.Second)))
-			s.haveLast = false
-			s.c.haveLastSeq.Store(false)
+			s.forgetStream()
 		}
 		if gotMessage {
 			backoff = s.cfg.ReconnectMin
@@ -386,6 +417,10 @@ func (s *Subscriber) onLive(ctx context.Context, frames [][]byte) bool {
 	case m.seq == s.last:
 		s.restarted(ctx, fmt.Sprintf("publisher restarted: seq %d arrived again with a different payload", m.seq), m)
 	case m.seq < s.last:
+		if known, same := s.alreadyDelivered(m.seq, m.payload); known && same {
+			s.c.duplicatesDropped.Add(1) // delivered by a replay before its live copy arrived
+			return true
+		}
 		s.restarted(ctx, fmt.Sprintf("publisher restarted: seq went back from %d to %d", s.last, m.seq), m)
 	default:
 		s.c.gapsDetected.Add(1)
@@ -400,8 +435,7 @@ func (s *Subscriber) onLive(ctx context.Context, frames [][]byte) bool {
 func (s *Subscriber) restarted(ctx context.Context, reason string, m liveMessage) {
 	s.c.publisherRestarts.Add(1)
 	s.reset(ctx, reason)
-	s.haveLast = false
-	s.c.haveLastSeq.Store(false)
+	s.forgetStream()
 	s.catchUp(ctx, m)
 }
 
@@ -555,8 +589,7 @@ func (s *Subscriber) pollTail(ctx context.Context) {
 			reason = fmt.Sprintf("publisher restarted: its replay buffer holds neither seq %d, the last delivered, nor anything after it", s.last)
 		}
 		s.reset(ctx, reason)
-		s.haveLast = false
-		s.c.haveLastSeq.Store(false)
+		s.forgetStream()
 	case found && holes:
 		s.c.gapsUnrepaired.Add(1)
 	case found:
@@ -568,6 +601,7 @@ func (s *Subscriber) pollTail(ctx context.Context) {
 // Stats already includes a batch while the Handler works on it.
 func (s *Subscriber) deliver(ctx context.Context, seq uint64, payload []byte, replayed bool) {
 	s.haveLast, s.last, s.lastHash = true, seq, xxh3.Hash(payload)
+	s.delivered[seq%uint64(len(s.delivered))] = deliveredBatch{seq: seq, hash: s.lastHash, ok: true}
 	s.c.lastSeq.Store(seq)
 	s.c.haveLastSeq.Store(true)
 	s.c.batchesDelivered.Add(1)

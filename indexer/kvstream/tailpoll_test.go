@@ -104,3 +104,61 @@ func waitSynced(t *testing.T, s *Subscriber) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// A starved live reader can hand over batches after a tail poll already
+// delivered them from the replay buffer. Their late live copies are
+// duplicates: treating them as a publisher restart would reset the worker
+// and empty its index entries for nothing (seen under heavy CPU load).
+func TestLateLiveCopyOfReplayedBatchIsADuplicate(t *testing.T) {
+	p := startPublisher(t, "tcp://127.0.0.1:0", "tcp://127.0.0.1:0", 100)
+	r := newRecorder()
+	s := runSubscriber(t, Config{Endpoint: p.endpoint(), ReplayEndpoint: p.replayEndpoint(), TailPoll: 30 * time.Millisecond}, r)
+	anchor := waitConnected(t, p, r)
+	// Two batches reach the subscriber through the tail poll only…
+	first := p.publish(t, false, "replayed-1")
+	last := p.publish(t, false, "replayed-2")
+	r.waitForSeq(t, last)
+	before := s.Stats()
+	// …then their live copies arrive, late and out of order with the stream.
+	for _, seq := range []uint64{first, last} {
+		if err := p.PublishRawFrames([]byte(""), encodeSeq(seq), []byte(p.payloadOf(seq))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	next := p.publish(t, true, "after")
+	ev := r.waitForSeq(t, next)
+	checkContiguous(t, p, after(t, ev, anchor-1), anchor, next)
+	st := s.Stats()
+	if st.Resets != before.Resets || st.PublisherRestarts != before.PublisherRestarts {
+		t.Fatalf("stats %+v (before the late copies: %+v): late live copies of replayed batches caused a reset", st, before)
+	}
+	if st.DuplicatesDropped < before.DuplicatesDropped+2 {
+		t.Fatalf("duplicates dropped %d, want at least %d", st.DuplicatesDropped, before.DuplicatesDropped+2)
+	}
+}
+
+// A batch that comes back live under an already-delivered seq with a
+// different payload is still a restart.
+func TestOlderSeqWithOtherPayloadIsARestart(t *testing.T) {
+	p := startPublisher(t, "tcp://127.0.0.1:0", "tcp://127.0.0.1:0", 100)
+	r := newRecorder()
+	s := runSubscriber(t, Config{Endpoint: p.endpoint(), ReplayEndpoint: p.replayEndpoint(), TailPoll: -1}, r)
+	anchor := waitConnected(t, p, r)
+	p.publish(t, true, "x")
+	last := p.publish(t, true, "y")
+	r.waitForSeq(t, last)
+	if err := p.PublishRawFrames([]byte(""), encodeSeq(anchor), []byte("not-the-anchor")); err != nil {
+		t.Fatal(err)
+	}
+	r.waitFor(t, "a reset for the restarted publisher", func(ev []event) bool {
+		for _, e := range ev {
+			if e.reset {
+				return true
+			}
+		}
+		return false
+	})
+	if st := s.Stats(); st.PublisherRestarts == 0 {
+		t.Fatalf("stats %+v: no restart counted", st)
+	}
+}
