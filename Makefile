@@ -34,9 +34,11 @@ FUZZ_TARGETS := \
 	./planner-sidecar/journal:FuzzRead \
 	./extproc:FuzzDecodeLoadSnapshot \
 	./cmd/kvgate:FuzzBearerToken \
-	./config:FuzzParseCABundle
+	./config:FuzzParseCABundle \
+	./deploy/inventory:FuzzParseDesc \
+	./deploy/inventory:FuzzCheck
 
-.PHONY: all build run test unit fuzz bench lint e2e models golden clean
+.PHONY: all build run test unit fuzz bench lint e2e models golden screenshots clean
 
 all: build
 
@@ -81,6 +83,11 @@ golden: models
 	bash scripts/golden-tokenizer.sh
 	bash scripts/golden-chat.sh
 	/usr/bin/python3 indexer/kvevents/testdata/gen_fixtures.py
+
+# Dashboard pictures for the README: runs `kvgate demo`, scrapes it, evaluates
+# every panel's PromQL with Prometheus' engine and draws the boards.
+screenshots: build models
+	$(GO) run ./deploy/dashboards/render --kvgate $(BIN) --out docs/dashboards
 
 clean:
 	rm -rf bin
