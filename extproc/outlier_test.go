@@ -165,6 +165,26 @@ func TestOutlierSlowStartRampsLinearly(t *testing.T) {
 	}
 }
 
+// A health check passing again ends an ejection at once (a restarted
+// engine), then slow-starts the endpoint.
+func TestOutlierHealthCheckRecoveryUnejects(t *testing.T) {
+	now := time.Unix(1000, 0)
+	d := fourHostDetector(outlierConfig())
+	d.observe("a:1", 503, now)
+	d.observe("a:1", 503, now)
+	if ej, _ := d.state("a:1", now.Add(time.Second)); !ej {
+		t.Fatal("two 503s in a row did not eject a:1")
+	}
+	back := now.Add(2 * time.Second)
+	d.recovered("a:1", back)
+	if ej, w := d.state("a:1", back); ej || w < 0.1-1e-9 || w > 0.1+1e-9 {
+		t.Fatalf("right after the health check passed: ejected %v weight %v, want not ejected, weight 0.1", ej, w)
+	}
+	if _, w := d.state("a:1", back.Add(10*time.Second)); w < 0.5-1e-9 || w > 0.5+1e-9 {
+		t.Errorf("half way through the slow start: weight %v, want 0.5", w)
+	}
+}
+
 // The proxy walking past the primary to a fallback means the primary
 // failed locally (connect refused); the fallback's answer counts for it.
 func TestOutlierAttributesFallbackWalk(t *testing.T) {

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/kvgate/kvgate/config"
 	"github.com/kvgate/kvgate/indexer/index"
@@ -50,7 +51,12 @@ type stream struct {
 	// the decoder (which reuses scratch space) needs no lock.
 	dec          *kvevents.Decoder
 	decodeErrors atomic.Uint64
-	lastBatchTS  atomic.Uint64 // float64 bits: the engine's timestamp of the last applied batch
+	// resyncPending: an index error dropped the worker's entries; they are
+	// rebuilt by a whole-buffer replay once the index answers. Owned by
+	// the subscriber's goroutine, like dec.
+	resyncPending bool
+	lastResyncTry time.Time
+	lastBatchTS   atomic.Uint64 // float64 bits: the engine's timestamp of the last applied batch
 	// key identifies the subscription's configuration: a worker whose
 	// endpoints change is a new stream.
 	key    string
@@ -255,9 +261,18 @@ func (st *stream) HandleBatch(ctx context.Context, seq uint64, payload []byte) e
 		st.decodeErrors.Add(1)
 		return st.resetAfter(ctx, fmt.Errorf("batch %d: %w", seq, err))
 	}
+	if st.resyncPending {
+		return fmt.Errorf("batch %d: dropped while the index is failing; the worker is rebuilt from the engine's replay buffer once it answers", seq)
+	}
 	if err := st.ing.Apply(ctx, b); err != nil {
 		if errors.Is(err, ingest.ErrNeedsReset) {
-			return st.resetAfter(ctx, fmt.Errorf("batch %d: %w", seq, err))
+			// The index failed mid-batch (a Redis failover, say): the
+			// worker's entries are dropped and, once the index answers
+			// again, rebuilt from the engine's whole replay buffer
+			// (NeedsResync), not only from events yet to come, which
+			// would leave the blocks cached before the failure uncredited.
+			st.resyncPending = true
+			return fmt.Errorf("batch %d: %w", seq, err)
 		}
 		return fmt.Errorf("batch %d: %w", seq, err)
 	}
@@ -270,6 +285,25 @@ func (st *stream) resetAfter(ctx context.Context, cause error) error {
 		return errors.Join(cause, fmt.Errorf("reset: %w", err))
 	}
 	return cause
+}
+
+// resyncRetry spaces the index probes of a worker waiting for a resync,
+// so a failing index costs one command per interval, not one per batch.
+const resyncRetry = 500 * time.Millisecond
+
+// NeedsResync implements kvstream.Resyncer: after an index error it resets
+// the worker (which succeeds only once the index answers again) and then
+// asks the subscriber to replay the engine's buffer from its start.
+func (st *stream) NeedsResync(ctx context.Context) bool {
+	if !st.resyncPending || time.Since(st.lastResyncTry) < resyncRetry {
+		return false
+	}
+	st.lastResyncTry = time.Now()
+	if err := st.ing.Reset(ctx); err != nil {
+		return false
+	}
+	st.resyncPending = false
+	return true
 }
 
 // Reset drops what the index holds for the worker: its stream lost events

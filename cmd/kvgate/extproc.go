@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os/signal"
 	"path/filepath"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -184,9 +185,17 @@ func serveExtproc(ctx context.Context, cfg config.Config, o extprocOptions) erro
 	mux.Handle("GET /debug/decisions", router.DecisionsHandler())
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
 	ready := make(chan struct{})
+	// draining turns /readyz back to 503 on SIGTERM, as the gRPC readiness
+	// service does, so an HTTP readiness probe takes the pod out of
+	// rotation while in-flight streams finish.
+	var draining atomic.Bool
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		select {
 		case <-ready:
+			if draining.Load() {
+				http.Error(w, "draining", http.StatusServiceUnavailable)
+				return
+			}
 			w.Write([]byte("ready\n"))
 		default:
 			http.Error(w, "not ready", http.StatusServiceUnavailable)
@@ -219,6 +228,7 @@ func serveExtproc(ctx context.Context, cfg config.Config, o extprocOptions) erro
 		o.routerReady(router)
 	}
 	<-ctx.Done()
+	draining.Store(true)
 	o.log.Info("draining", "deadline", o.drain)
 	dctx, cancel := context.WithTimeout(context.Background(), o.drain)
 	derr := srv.Drain(dctx)

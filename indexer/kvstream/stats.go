@@ -24,6 +24,7 @@ type Stats struct {
 	ConnectFailures   uint64
 	Disconnects       uint64 // established connections that dropped
 	DeadResets        uint64 // Resets because the engine stayed unreachable past Config.DeadAfter
+	Resyncs           uint64 // whole-buffer replays the Handler asked for (Resyncer)
 	// HaveLastSeq is false until the first batch is delivered (and again
 	// after a publisher restart, until the new stream's first batch).
 	HaveLastSeq bool
@@ -58,6 +59,7 @@ type counters struct {
 	connectFailures   atomic.Uint64
 	disconnects       atomic.Uint64
 	deadResets        atomic.Uint64
+	resyncs           atomic.Uint64
 	connectedOnce     atomic.Bool // a connection succeeded since the Run loop last looked
 	haveLastSeq       atomic.Bool
 	synced            atomic.Bool
@@ -84,6 +86,7 @@ func (c *counters) snapshot() Stats {
 		ConnectFailures:   c.connectFailures.Load(),
 		Disconnects:       c.disconnects.Load(),
 		DeadResets:        c.deadResets.Load(),
+		Resyncs:           c.resyncs.Load(),
 		HaveLastSeq:       c.haveLastSeq.Load(),
 		Synced:            c.synced.Load(),
 		LastSeq:           c.lastSeq.Load(),

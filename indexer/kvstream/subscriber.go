@@ -28,6 +28,17 @@ type Handler interface {
 	Reset(ctx context.Context, reason string) error
 }
 
+// Resyncer is an optional Handler interface for handlers that can lose
+// state outside the stream (the index backend failed a write and the
+// worker's entries had to be dropped). The Subscriber asks NeedsResync
+// before each live message and each tail poll; when it answers true, the
+// Subscriber forgets its sequence state and replays the publisher's whole
+// buffer, so blocks the engine cached before the failure are credited
+// again instead of staying missing until the engine stores them anew.
+type Resyncer interface {
+	NeedsResync(ctx context.Context) bool
+}
+
 // Config configures a Subscriber. Zero values take the defaults named.
 type Config struct {
 	// Endpoint is the engine's PUB socket, tcp://host:port or ipc://path
@@ -162,6 +173,22 @@ type Subscriber struct {
 	// still queued behind it (a starved reader goroutine); when those
 	// copies arrive they are duplicates, not evidence of a restart.
 	delivered []deliveredBatch
+}
+
+// maybeResync replays the publisher's buffer from its start when the
+// Handler asks for it (Resyncer). Without a replay endpoint the next live
+// message simply starts a new stream.
+func (s *Subscriber) maybeResync(ctx context.Context) {
+	rs, ok := s.handler.(Resyncer)
+	if !ok || !rs.NeedsResync(ctx) {
+		return
+	}
+	s.c.resyncs.Add(1)
+	s.log.Info("kv event stream resync: replaying the publisher's buffer from its start")
+	s.forgetStream()
+	if s.dialReplay != "" {
+		s.pollTail(ctx)
+	}
 }
 
 // forgetStream drops the sequence state: the next message starts a new
@@ -336,9 +363,11 @@ func (s *Subscriber) runConnection(ctx context.Context) (gotMessage bool, err er
 		case <-ctx.Done():
 			return gotMessage, ctx.Err()
 		case <-tail:
+			s.maybeResync(ctx)
 			s.pollTail(ctx)
 			tailTimer.Reset(s.cfg.TailPoll)
 		case r := <-q.ch:
+			s.maybeResync(ctx)
 			if tailTimer != nil {
 				tailTimer.Reset(s.cfg.TailPoll)
 			}

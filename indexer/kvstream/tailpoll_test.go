@@ -1,7 +1,9 @@
 package kvstream
 
 import (
+	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -160,5 +162,39 @@ func TestOlderSeqWithOtherPayloadIsARestart(t *testing.T) {
 	})
 	if st := s.Stats(); st.PublisherRestarts == 0 {
 		t.Fatalf("stats %+v: no restart counted", st)
+	}
+}
+
+// resyncRecorder asks for one resync when told to (a Resyncer).
+type resyncRecorder struct {
+	*recorder
+	want atomic.Bool
+}
+
+func (r *resyncRecorder) NeedsResync(context.Context) bool { return r.want.CompareAndSwap(true, false) }
+
+// A handler that lost its state outside the stream (an index write failed)
+// gets the publisher's whole buffer again, from seq 0, not only what comes
+// next.
+func TestResyncReplaysTheWholeBuffer(t *testing.T) {
+	p := startPublisher(t, "tcp://127.0.0.1:0", "tcp://127.0.0.1:0", 100)
+	r := &resyncRecorder{recorder: newRecorder()}
+	s := runSubscriber(t, Config{Endpoint: p.endpoint(), ReplayEndpoint: p.replayEndpoint(), TailPoll: 30 * time.Millisecond}, r)
+	anchor := waitConnected(t, p, r.recorder)
+	deliveredBefore := len(r.snapshot())
+	r.want.Store(true)
+	r.waitFor(t, "seq 0 delivered again", func(ev []event) bool {
+		for _, e := range ev[deliveredBefore:] {
+			if !e.reset && e.seq == 0 {
+				return true
+			}
+		}
+		return false
+	})
+	next := p.publish(t, true, "after-resync")
+	ev := r.waitForSeq(t, next)
+	checkContiguous(t, p, ev[deliveredBefore:], 0, next)
+	if st := s.Stats(); st.Resyncs != 1 || st.Resets != 0 {
+		t.Fatalf("stats %+v: want one resync, no reset (anchor %d)", st, anchor)
 	}
 }

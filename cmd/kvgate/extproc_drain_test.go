@@ -1,0 +1,108 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/kvgate/kvgate/config"
+	"github.com/kvgate/kvgate/extproc/modelfiles"
+)
+
+// On SIGTERM the HTTP /readyz must turn 503 while in-flight streams
+// drain, like the gRPC readiness service, so that a kubelet httpGet probe
+// (the chart's probe when the ext_proc port serves TLS) takes the pod out
+// of rotation before it stops.
+func TestExtprocReadyzTurns503WhileDraining(t *testing.T) {
+	tokDir, err := modelfiles.Model("qwen3")
+	if err != nil {
+		t.Fatalf("tokenizer files missing (run `make models`): %v", err)
+	}
+	cfg := config.Default()
+	cfg.Models = []config.Model{{Name: "qwen3", BlockSize: 16, Tokenizer: tokDir}}
+	cfg.Engines = []config.Engine{{Endpoint: "127.0.0.1:18009", Model: "qwen3", DPRanks: 1, Role: "both"}}
+	cfg.Extproc.HealthCheck.Disabled, cfg.Extproc.EngineMetrics.Disabled = true, true
+	cfg.Extproc.Listen, cfg.Extproc.Admin = "127.0.0.1:0", "127.0.0.1:0"
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(context.Background())
+	defer stop()
+	type addrs struct{ grpc, admin net.Addr }
+	ready := make(chan addrs, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- serveExtproc(runCtx, cfg, extprocOptions{drain: 30 * time.Second, log: slog.New(slog.DiscardHandler),
+			listening: func(g, a net.Addr) { ready <- addrs{g, a} }})
+	}()
+	var a addrs
+	select {
+	case a = <-ready:
+	case err := <-done:
+		t.Fatalf("extproc: %v", err)
+	case <-time.After(time.Minute):
+		t.Fatal("extproc not ready")
+	}
+	readyz := "http://" + a.admin.String() + "/readyz"
+	if got := httpStatus(t, readyz, ""); got != http.StatusOK {
+		t.Fatalf("/readyz before SIGTERM: %d, want 200", got)
+	}
+
+	// An ext_proc stream waiting for its request body keeps the drain open.
+	conn, err := grpc.NewClient(a.grpc.String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	sctx, cancelStream := context.WithCancel(context.Background())
+	defer cancelStream()
+	stream, err := extprocv3.NewExternalProcessorClient(conn).Process(sctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	headers := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
+		Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
+			{Key: ":method", RawValue: []byte("POST")}, {Key: ":path", RawValue: []byte("/v1/chat/completions")},
+			{Key: "content-type", RawValue: []byte("application/json")}}}}}}
+	if err := stream.Send(headers); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); err != nil {
+		t.Fatalf("response to the request headers: %v", err)
+	}
+
+	stop() // SIGTERM
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		got := httpStatus(t, readyz, "")
+		if got == http.StatusServiceUnavailable {
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("extproc stopped (%v) before /readyz reported draining (last status %d)", err, got)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz still %d while draining", got)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancelStream()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("extproc: %v", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("extproc did not stop after its last stream ended")
+	}
+}
