@@ -17,8 +17,10 @@ type Planner struct {
 	// Interval between decisions.
 	Interval Duration       `yaml:"interval"`
 	Targets  PlannerTargets `yaml:"targets"`
-	// Horizon is how far ahead load is forecast; set it to the time a new
-	// replica takes to become ready (0 = interval).
+	// Horizon is how far ahead load is forecast (the lookahead): set it to
+	// the time a new replica takes to become ready plus one interval — a
+	// replica asked for now serves from then until the next decision could
+	// add more, the window the simulator benchmarks (0 = interval).
 	Horizon Duration      `yaml:"horizon"`
 	Pools   []PlannerPool `yaml:"pools"`
 	// GPUBudget bounds Σ replicas × gpus_per_replica over all pools (0 = none).
@@ -26,8 +28,21 @@ type Planner struct {
 	Forecaster PlannerForecaster `yaml:"forecaster"`
 	Hysteresis PlannerHysteresis `yaml:"hysteresis"`
 	// Cooldown: no scale-down of a pool sooner than this after its last change.
-	Cooldown   Duration          `yaml:"cooldown"`
-	Correction PlannerCorrection `yaml:"correction"`
+	Cooldown Duration `yaml:"cooldown"`
+	// ErrorHeadroom (k) provisions for the upper end of the forecast: the
+	// rate planned for is the forecast plus k × the mean absolute error of
+	// the pool's recent forecasts at the horizon. Omitted: the simulator's
+	// tuned DefaultPlannerErrorHeadroom; 0 turns it off. In [0, 10].
+	ErrorHeadroom *float64 `yaml:"error_headroom"`
+	// PeakHold: a scale-down never goes below what the highest request rate
+	// of this window needs (capacity shed now cannot be back sooner than a
+	// replica provisions). Omitted: DefaultPlannerPeakHold; 0 turns it off.
+	PeakHold *Duration `yaml:"peak_hold"`
+	// BacklogDrain: requests already queued in a pool need capacity to be
+	// served within this time, on top of the forecast arrivals. Omitted:
+	// DefaultPlannerBacklogDrain; 0 turns it off.
+	BacklogDrain *Duration         `yaml:"backlog_drain"`
+	Correction   PlannerCorrection `yaml:"correction"`
 	// Prometheus, when its url is set, is where observations come from;
 	// otherwise the planner scrapes engines' and extproc's /metrics itself.
 	Prometheus PlannerPrometheus `yaml:"prometheus"`
@@ -89,6 +104,11 @@ type PlannerForecaster struct {
 	Alpha      float64 `yaml:"alpha"`
 	Beta       float64 `yaml:"beta"`
 	NoiseRatio float64 `yaml:"noise_ratio"`
+	// TrendDamping is holt's trend damping time constant: the trend is
+	// assumed to fade as e^(−t/trend_damping), so a trend read from noise or
+	// at a turn is not carried the whole horizon. Omitted:
+	// DefaultPlannerTrendDamping; 0 = undamped. Other kinds ignore it.
+	TrendDamping *Duration `yaml:"trend_damping"`
 }
 
 // PlannerHysteresis: scale up at once past up_utilization of SLA capacity;
@@ -122,6 +142,31 @@ type PlannerScrape struct {
 	Timeout Duration `yaml:"timeout"`
 	// Extproc is kvgate extproc's admin host:port ("" = not scraped).
 	Extproc string `yaml:"extproc"`
+	// TokenFile or TokenEnv is the bearer token every scrape sends
+	// (`Authorization: Bearer <token>`, to extproc and the engines alike):
+	// kvgate's admin listeners want it on /metrics beyond loopback. The
+	// file is re-read on every scrape round, so a rotated Secret applies
+	// at once; the token is never logged. The same tokens as admin_auth
+	// are accepted (16..4096 printable bytes), checked when the planner
+	// starts rather than when any process parses the file.
+	TokenFile string `yaml:"token_file"`
+	TokenEnv  string `yaml:"token_env"`
+}
+
+// Authenticated reports whether scrapes send a bearer token.
+func (x PlannerScrape) Authenticated() bool { return x.TokenFile != "" || x.TokenEnv != "" }
+
+// Token returns the scrape token now (the file is read afresh). Errors
+// name the file or variable, never the value.
+func (x PlannerScrape) Token() (string, error) {
+	a := x.auth()
+	return a.Token()
+}
+
+// auth is the token source as admin_auth reads it, so both accept and
+// reject the same tokens.
+func (x PlannerScrape) auth() AdminAuth {
+	return AdminAuth{TokenFile: x.TokenFile, TokenEnv: x.TokenEnv}
 }
 
 // PlannerActuator says how decisions are applied.
@@ -137,6 +182,18 @@ type PlannerActuator struct {
 	Kubeconfig string   `yaml:"kubeconfig"` // empty = in-cluster
 }
 
+// The planner's tuned rules, as `kvgate planner simulate` and `kvgate
+// bench --only planner` run them (planner-sidecar/simulate: the defaults
+// of NewPlanner and DefaultForecastParams, for a 120 s provisioning delay
+// and a 30 s interval): an omitted key takes these, so the production
+// planner behaves as benchmarked.
+const (
+	DefaultPlannerErrorHeadroom = 2.0
+	DefaultPlannerPeakHold      = 150 * time.Second // provisioning delay + interval
+	DefaultPlannerBacklogDrain  = 120 * time.Second // provisioning delay
+	DefaultPlannerTrendDamping  = 10 * time.Minute
+)
+
 func (x *Planner) applyDefaults() {
 	if x.Interval == 0 {
 		x.Interval = Duration(10 * time.Second)
@@ -149,6 +206,22 @@ func (x *Planner) applyDefaults() {
 	}
 	if x.Forecaster.Kind == "" {
 		x.Forecaster.Kind = "holt"
+	}
+	if x.ErrorHeadroom == nil {
+		k := DefaultPlannerErrorHeadroom
+		x.ErrorHeadroom = &k
+	}
+	if x.PeakHold == nil {
+		d := Duration(DefaultPlannerPeakHold)
+		x.PeakHold = &d
+	}
+	if x.BacklogDrain == nil {
+		d := Duration(DefaultPlannerBacklogDrain)
+		x.BacklogDrain = &d
+	}
+	if x.Forecaster.TrendDamping == nil {
+		d := Duration(DefaultPlannerTrendDamping)
+		x.Forecaster.TrendDamping = &d
 	}
 	if x.Hysteresis.UpUtilization == 0 {
 		x.Hysteresis.UpUtilization = 0.9
@@ -211,6 +284,12 @@ func (x *Planner) validate(path string) error {
 		return fmt.Errorf("%s.gpu_budget: must be >= 0 (0 = no budget)", path)
 	case x.Cooldown.D() > 24*time.Hour:
 		return fmt.Errorf("%s.cooldown: must be at most 24h", path)
+	case x.ErrorHeadroom != nil && !(*x.ErrorHeadroom >= 0 && *x.ErrorHeadroom <= 10):
+		return fmt.Errorf("%s.error_headroom: %v is not in [0, 10] (0 = off)", path, *x.ErrorHeadroom)
+	case x.PeakHold != nil && x.PeakHold.D() > 24*time.Hour:
+		return fmt.Errorf("%s.peak_hold: must be at most 24h (0 = off)", path)
+	case x.BacklogDrain != nil && x.BacklogDrain.D() > 24*time.Hour:
+		return fmt.Errorf("%s.backlog_drain: must be at most 24h (0 = off)", path)
 	}
 	f := x.Forecaster
 	switch f.Kind {
@@ -226,6 +305,9 @@ func (x *Planner) validate(path string) error {
 	}
 	if f.NoiseRatio < 0 {
 		return fmt.Errorf("%s.forecaster.noise_ratio: must be > 0 (0 = default)", path)
+	}
+	if f.TrendDamping != nil && f.TrendDamping.D() > 24*time.Hour {
+		return fmt.Errorf("%s.forecaster.trend_damping: must be at most 24h (0 = undamped)", path)
 	}
 	h := x.Hysteresis
 	if h.UpUtilization <= 0 || h.UpUtilization > 1 {
@@ -308,6 +390,12 @@ func (x *Planner) validate(path string) error {
 		if err := checkHostPort(x.Scrape.Extproc); err != nil {
 			return fmt.Errorf("%s.scrape.extproc: %w", path, err)
 		}
+	}
+	// Only the shape here: every kvgate process parses this file, and only
+	// the planner's pod mounts the scrape token; `kvgate planner` reads it
+	// at start (planner-sidecar.New) and on every scrape round.
+	if x.Scrape.TokenFile != "" && x.Scrape.TokenEnv != "" {
+		return fmt.Errorf("%s.scrape: set token_file or token_env, not both", path)
 	}
 	a := x.Actuator
 	switch a.Kind {

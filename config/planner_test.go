@@ -1,6 +1,7 @@
 package config
 
 import (
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -85,5 +86,105 @@ func TestPlannerValidationNamesThePath(t *testing.T) {
 		if _, err := Parse(strings.NewReader(in)); err != nil {
 			t.Errorf("%s: %v", in, err)
 		}
+	}
+}
+
+func TestPlannerTunedRulesDefaultsSetAndOff(t *testing.T) {
+	// Omitted: the simulator's tuned values (planner-sidecar's build test
+	// checks these constants against simulate.NewPlanner itself).
+	d := Default().Planner
+	if *d.ErrorHeadroom != 2 || d.PeakHold.D() != 150*time.Second || d.BacklogDrain.D() != 120*time.Second ||
+		d.Forecaster.TrendDamping.D() != 10*time.Minute {
+		t.Fatalf("defaults: k %v, peak_hold %v, backlog_drain %v, trend_damping %v",
+			*d.ErrorHeadroom, d.PeakHold.D(), d.BacklogDrain.D(), d.Forecaster.TrendDamping.D())
+	}
+	c, err := Parse(strings.NewReader(`
+planner:
+  error_headroom: 1.5
+  peak_hold: 3m
+  backlog_drain: 45s
+  forecaster: {kind: holt, trend_damping: 20m}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := c.Planner
+	if *p.ErrorHeadroom != 1.5 || p.PeakHold.D() != 3*time.Minute || p.BacklogDrain.D() != 45*time.Second ||
+		p.Forecaster.TrendDamping.D() != 20*time.Minute {
+		t.Fatalf("set: %v %v %v %v", *p.ErrorHeadroom, p.PeakHold.D(), p.BacklogDrain.D(), p.Forecaster.TrendDamping.D())
+	}
+	// An explicit 0 turns a rule off; it is not replaced by the default.
+	c, err = Parse(strings.NewReader(`
+planner:
+  error_headroom: 0
+  peak_hold: 0s
+  backlog_drain: "0"
+  forecaster: {trend_damping: 0s}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p = c.Planner
+	if *p.ErrorHeadroom != 0 || p.PeakHold.D() != 0 || p.BacklogDrain.D() != 0 || p.Forecaster.TrendDamping.D() != 0 {
+		t.Fatalf("off: %v %v %v %v", *p.ErrorHeadroom, p.PeakHold.D(), p.BacklogDrain.D(), p.Forecaster.TrendDamping.D())
+	}
+}
+
+func TestPlannerTunedRulesAndScrapeValidation(t *testing.T) {
+	cases := map[string]string{
+		`planner: {error_headroom: -1}`:                     "planner.error_headroom: -1 is not in [0, 10]",
+		`planner: {error_headroom: 11}`:                     "planner.error_headroom: 11 is not in [0, 10]",
+		`planner: {error_headroom: .nan}`:                   "planner.error_headroom: NaN is not in [0, 10]",
+		`planner: {error_headroom: lots}`:                   "line 1: cannot unmarshal",
+		`planner: {peak_hold: 25h}`:                         "planner.peak_hold: must be at most 24h",
+		`planner: {peak_hold: "-1s"}`:                       "bad duration",
+		`planner: {backlog_drain: 25h}`:                     "planner.backlog_drain: must be at most 24h",
+		`planner: {forecaster: {trend_damping: 48h}}`:       "planner.forecaster.trend_damping: must be at most 24h",
+		`planner: {forecaster: {trend_damping: soon}}`:      "bad duration",
+		`planner: {scrape: {token_file: /a, token_env: B}}`: "planner.scrape: set token_file or token_env, not both",
+		`planner: {scrape: {token: x}}`:                     "token",
+	}
+	for in, want := range cases {
+		_, err := Parse(strings.NewReader(in))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: err = %v, want it to contain %q", in, err, want)
+		}
+	}
+}
+
+func TestPlannerScrapeToken(t *testing.T) {
+	// The token file need not exist when the file is parsed (only the
+	// planner's pod mounts it); Token reads it afresh each call.
+	path := t.TempDir() + "/scrape-token"
+	c, err := Parse(strings.NewReader("planner: {scrape: {token_file: " + path + "}}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := c.Planner.Scrape
+	if !s.Authenticated() {
+		t.Fatal("token_file set but not Authenticated")
+	}
+	if _, err := s.Token(); err == nil || !strings.Contains(err.Error(), path) {
+		t.Fatalf("missing file: %v", err)
+	}
+	for _, tok := range []string{"scrape-token-0123456789", "rotated-token-9876543210"} {
+		if err := os.WriteFile(path, []byte(tok+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := s.Token(); err != nil || got != tok {
+			t.Fatalf("Token() = %q, %v; want %q", got, err, tok)
+		}
+	}
+	os.WriteFile(path, []byte("short"), 0o600)
+	if _, err := s.Token(); err == nil || strings.Contains(err.Error(), "short") {
+		t.Fatalf("short token: err %v (must reject it without echoing it)", err)
+	}
+	t.Setenv("KVGATE_TEST_SCRAPE_TOKEN", "env-scrape-token-0123456789")
+	e := PlannerScrape{TokenEnv: "KVGATE_TEST_SCRAPE_TOKEN"}
+	if got, err := e.Token(); err != nil || got != "env-scrape-token-0123456789" {
+		t.Fatalf("env token %q, %v", got, err)
+	}
+	if (PlannerScrape{}).Authenticated() {
+		t.Fatal("no token source but Authenticated")
 	}
 }

@@ -211,5 +211,21 @@ func TestRenderedIndexerAndRedisBoot(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Errorf("indexer /healthz (the chart's liveness probe): %s", resp.Status)
 	}
+	// /metrics wants the admin token the chart mounts (the test wrote
+	// secretValue into the mounted file) and the monitors send.
+	for auth, want := range map[string]int{"": http.StatusUnauthorized, "Bearer " + secretValue(tokenSecretName): http.StatusOK} {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+p.addr+"/metrics", nil)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("indexer /metrics with Authorization %.12q…: %s, want %d", auth, resp.Status, want)
+		}
+	}
 	p.stop(t)
 }

@@ -16,9 +16,11 @@ const (
 	configFlag = "--config=" + configDir + "/" + configKey
 )
 
-// renderedConfig returns the kvgate config file in the chart's ConfigMap,
-// and sets (for the test) every env var the kvgate pods get from Secrets,
-// since config validation checks that index.redis.password_env is set.
+// renderedConfig returns the kvgate config file in the chart's ConfigMap as
+// the pods would read it: every env var the pods get from Secrets is set
+// (for the test), and every Secret volume mounted in a kvgate container is
+// written to a temporary directory that replaces its mount path in the
+// config (see secretFiles), since config validation reads the files.
 func renderedConfig(t *testing.T, objs map[string]runtime.Object) string {
 	t.Helper()
 	var data []string
@@ -39,7 +41,11 @@ func renderedConfig(t *testing.T, objs map[string]runtime.Object) string {
 			}
 		}
 	}
-	return data[0]
+	cfg := data[0]
+	for mountPath, dir := range secretFiles(t, objs) {
+		cfg = strings.ReplaceAll(cfg, mountPath+"/", dir+"/")
+	}
+	return cfg
 }
 
 // The ConfigMap holds a config the real parser (strict, validating)

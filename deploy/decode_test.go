@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	kjson "k8s.io/apimachinery/pkg/runtime/serializer/json"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gatewayv1beta1 "sigs.k8s.io/gateway-api/apis/v1beta1"
 )
 
@@ -24,7 +25,7 @@ var meshKinds = map[string]string{
 
 // strictDecoder decodes YAML into the registered API types (core, apps,
 // policy, autoscaling, rbac, networking from client-go; the Prometheus
-// Operator's monitoring.coreos.com/v1; Gateway API v1beta1), failing on unknown or duplicate
+// Operator's monitoring.coreos.com/v1; Gateway API v1beta1 and v1), failing on unknown or duplicate
 // fields, as `kubectl apply --validate=strict` does.
 type strictDecoder struct {
 	scheme *runtime.Scheme
@@ -40,6 +41,10 @@ func newStrictDecoder() (*strictDecoder, error) {
 		return nil, err
 	}
 	if err := gatewayv1beta1.Install(s); err != nil {
+		return nil, err
+	}
+	// BackendTLSPolicy (TLS from Envoy Gateway to kvgate) is GA in v1.
+	if err := gatewayv1.Install(s); err != nil {
 		return nil, err
 	}
 	ser := kjson.NewSerializerWithOptions(kjson.DefaultMetaFactory, s, s, kjson.SerializerOptions{Yaml: true, Strict: true})

@@ -38,7 +38,7 @@ func TestTopology(t *testing.T) {
 
 	ms := mustRender(t, "testdata/values-full.yaml", nil)
 	full := renderedKinds(ms)
-	want := map[string]int{"StatefulSet": 1, "DaemonSet": 1, "HorizontalPodAutoscaler": 1, "ServiceMonitor": 3, "PodMonitor": 3, "Deployment": 3}
+	want := map[string]int{"StatefulSet": 1, "DaemonSet": 1, "HorizontalPodAutoscaler": 1, "ServiceMonitor": 4, "PodMonitor": 4, "Deployment": 3}
 	for kind, n := range want {
 		if full[kind] != n {
 			t.Errorf("full: %d %s, want %d", full[kind], kind, n)
@@ -108,7 +108,25 @@ func TestBadValuesRejected(t *testing.T) {
 		{"redis mode", map[string]any{"redis": map[string]any{"mode": "cluster"}}, "redis.mode"},
 		{"external redis without addrs", map[string]any{"redis": map[string]any{"mode": "external"}}, "redis.addrs"},
 		{"discovery without namespace", map[string]any{"config": map[string]any{"extproc": map[string]any{"discovery": map[string]any{"kubernetes": map[string]any{"label_selector": "app=vllm"}}}}}, "config.extproc.discovery.kubernetes.namespace"},
-		{"istio SIMPLE without CA", map[string]any{"mesh": map[string]any{"istio": map[string]any{"enabled": true, "tls": map[string]any{"mode": "SIMPLE"}}}}, "mesh.istio.tls.credentialName"},
+		{"istio SIMPLE without CA", map[string]any{
+			"extproc": map[string]any{"tls": map[string]any{"enabled": true, "secretName": "kvgate-extproc-tls"}},
+			"mesh":    map[string]any{"istio": map[string]any{"enabled": true, "tls": map[string]any{"mode": "SIMPLE"}}},
+		}, "mesh.istio.tls.credentialName"},
+		{"istio SIMPLE to a plaintext kvgate", map[string]any{"mesh": map[string]any{"istio": map[string]any{"enabled": true, "tls": map[string]any{"mode": "SIMPLE", "credentialName": "ca"}}}}, "mesh.istio.tls.mode: SIMPLE originates TLS to kvgate, which serves plaintext"},
+		{"istio ISTIO_MUTUAL to a TLS kvgate", map[string]any{
+			"extproc": map[string]any{"tls": map[string]any{"enabled": true, "secretName": "kvgate-extproc-tls"}},
+			"mesh":    map[string]any{"istio": map[string]any{"enabled": true}},
+		}, "mesh.istio.tls.mode: ISTIO_MUTUAL sends kvgate plaintext"},
+		{"istio SIMPLE with client certificates required", map[string]any{
+			"extproc": map[string]any{"tls": map[string]any{"enabled": true, "secretName": "kvgate-extproc-tls", "requireClientCert": true}},
+			"mesh":    map[string]any{"istio": map[string]any{"enabled": true, "tls": map[string]any{"mode": "SIMPLE", "credentialName": "ca"}}},
+		}, "mesh.istio.tls.mode: MUTUAL is required with extproc.tls.requireClientCert"},
+		{"extproc TLS without Secret", map[string]any{"extproc": map[string]any{"tls": map[string]any{"enabled": true}}}, "extproc.tls.secretName"},
+		{"envoy gateway TLS without CA", map[string]any{
+			"extproc": map[string]any{"tls": map[string]any{"enabled": true, "secretName": "kvgate-extproc-tls"}},
+			"mesh":    map[string]any{"envoyGateway": map[string]any{"enabled": true}},
+		}, "mesh.envoyGateway.backendTLS.caConfigMap"},
+		{"redis username in chart", map[string]any{"redis": map[string]any{"mode": "inChart", "username": "kvgate"}}, "redis.username"},
 		{"istio TLS mode", map[string]any{"mesh": map[string]any{"istio": map[string]any{"enabled": true, "tls": map[string]any{"mode": "MTLS"}}}}, "mesh.istio.tls.mode"},
 		{"planner target kind", map[string]any{"planner": map[string]any{"enabled": true, "profileConfigMap": "p"}, "config": map[string]any{"planner": map[string]any{
 			"actuator": map[string]any{"kind": "kubernetes"},

@@ -38,6 +38,9 @@ type chaosOptions struct {
 	// on load alone and counts kvgate_extproc_index_errors_total.
 	indexTimeout time.Duration
 	speedup      string
+	// eventsVia, when set, gives the KV-event endpoint the config names
+	// for engine i (a proxy in front of e.events).
+	eventsVia func(i int, e *engine) string
 }
 
 // chaosSlowStart is extproc.outlier.slow_start in the chaos fleets.
@@ -69,7 +72,11 @@ func startChaosFleet(t *testing.T, o chaosOptions) *chaosFleet {
 	for i := range o.engines {
 		e := cf.startEngineAt(t, i, nil)
 		cf.engines = append(cf.engines, e)
-		engs = append(engs, map[string]any{"endpoint": e.endpoint, "model": modelName, "events": e.events, "replay": e.replay})
+		events := e.events
+		if o.eventsVia != nil {
+			events = o.eventsVia(i, e)
+		}
+		engs = append(engs, map[string]any{"endpoint": e.endpoint, "model": modelName, "events": events, "replay": e.replay})
 	}
 	indexer := map[string]any{"engine_dead_after": o.engineDeadAfter.String()}
 	extproc := map[string]any{

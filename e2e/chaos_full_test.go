@@ -5,9 +5,11 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/kvgate/kvgate/e2e/lossyproxy"
 	"github.com/kvgate/kvgate/e2e/procs"
 	"github.com/kvgate/kvgate/indexer/redistest"
 )
@@ -43,8 +45,9 @@ func TestChaosIndexerKilled(t *testing.T) {
 	load.waitOK(t, time.Time{}, 16, "warm-up requests succeed")
 	beforeKill := indexedBlocks(t, cf.indexerAt)
 
-	killedAt := time.Now()
+	signaledAt := time.Now()
 	cf.indexer.Kill()
+	killedAt := time.Now()
 	// Down longer than worker_ttl (2s): the workers leave the registry
 	// and matches, so the restart has to re-establish them.
 	time.Sleep(3 * time.Second)
@@ -66,7 +69,7 @@ func TestChaosIndexerKilled(t *testing.T) {
 	load.waitOK(t, time.Now(), 8, "requests after the restart succeed")
 	load.finish()
 	outs := load.outcomes()
-	c := tally(outs, killedAt)
+	c := tally(outs, signaledAt, killedAt)
 	for _, o := range outs {
 		if o.err != nil {
 			t.Errorf("request %s failed around the indexer restart: %v", o.start.Format(time.StampMilli), o.err)
@@ -111,8 +114,9 @@ func TestChaosExtprocReplicaKilled(t *testing.T) {
 		}
 		return nil
 	})
+	signaledAt := time.Now()
+	cf.procs[0].Kill() // returns once the process has exited
 	killedAt := time.Now()
-	cf.procs[0].Kill()
 	okAgain := load.waitOK(t, killedAt, 12, "requests succeed after the kill")
 
 	restartedAt := time.Now()
@@ -137,11 +141,11 @@ func TestChaosExtprocReplicaKilled(t *testing.T) {
 	})
 	load.finish()
 	outs := load.outcomes()
-	c := tally(outs, killedAt)
+	c := tally(outs, signaledAt, killedAt)
 	// A stream opened in the instant after the kill, before the gRPC
 	// client saw the connection close, goes to the dead replica and fails
 	// too (Envoy's ext_proc client has the same window).
-	checkFailuresInFlightOn(t, outs, killedAt, replicaGrace, "")
+	checkFailuresInFlightOn(t, outs, signaledAt, killedAt, replicaGrace, "")
 	if c.failed > c.inFlightAtKill+c.failedAfterKill || c.failedAfterKill > chaosClients {
 		t.Errorf("%d requests failed (%d started after the kill); %d were in flight at the kill", c.failed, c.failedAfterKill, c.inFlightAtKill)
 	}
@@ -161,4 +165,79 @@ func TestChaosExtprocReplicaKilled(t *testing.T) {
 		openAtKill, okAgain.Sub(killedAt).Seconds(), streamsAfter.Seconds())
 	logChaosRow(t, "extproc replica kill -9 (1 of 2) + restart", c, fmt.Sprintf("failed ⊆ in flight at the kill + streams opened ≤ %s after it (%d); %v open on the victim", replicaGrace, c.failedAfterKill, openAtKill),
 		fmt.Sprintf("%.2f s to success; restarted replica serving %.1f s after restart", okAgain.Sub(killedAt).Seconds(), streamsAfter.Seconds()), "n/a (index in each replica)")
+}
+
+// Chaos (e): a proxy between one engine's ZMQ PUB and the subscriber
+// drops every 5th KV-event message and delays every 7th behind the next
+// (after the first few, so the stream starts clean). The subscriber must
+// detect the gaps, repair them from the engine's replay endpoint, and the
+// index must then equal the engines' caches.
+func TestChaosLossyEventStream(t *testing.T) {
+	var proxy *lossyproxy.Proxy
+	cf := startChaosFleet(t, chaosOptions{engines: 2, engineDeadAfter: 10 * time.Second, indexTimeout: 500 * time.Millisecond,
+		eventsVia: func(i int, e *engine) string {
+			if i != 0 {
+				return e.events
+			}
+			p, err := lossyproxy.Start("127.0.0.1:0", strings.TrimPrefix(e.events, "tcp://"), func(n int) lossyproxy.Action {
+				switch {
+				case n < 3:
+					return lossyproxy.Forward
+				case n%5 == 0:
+					return lossyproxy.Drop
+				case n%7 == 0:
+					return lossyproxy.Delay
+				}
+				return lossyproxy.Forward
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { p.Close() })
+			proxy = p
+			return "tcp://" + p.Addr()
+		}})
+	load := startChaosLoad(t, cf, 101)
+	load.waitOK(t, time.Time{}, 150, "requests through a fleet with a lossy event stream")
+	load.finish()
+	// The last batches may have been lost with the engine then quiet: the
+	// subscriber's tail poll (1s of silence) repairs those.
+	time.Sleep(3 * time.Second)
+	outs := load.outcomes()
+	now := time.Now()
+	c := tally(outs, now, now)
+	for _, o := range outs {
+		if o.err != nil {
+			t.Errorf("request failed: %v", o.err)
+		}
+	}
+	m, err := scrape("http://" + cf.admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gaps, repaired := m["kvgate_indexer_sequence_gaps_total"], m["kvgate_indexer_sequence_gaps_repaired_total"]
+	restarts, replays := m["kvgate_indexer_publisher_restarts_total"], m["kvgate_indexer_replays_total"]
+	if proxy.Dropped.Load() == 0 || proxy.Delayed.Load() == 0 {
+		t.Fatalf("the proxy dropped %d and delayed %d messages: the test did not exercise loss", proxy.Dropped.Load(), proxy.Delayed.Load())
+	}
+	if gaps == 0 || repaired == 0 {
+		t.Errorf("gaps detected %v, repaired %v; the proxy dropped %d messages", gaps, repaired, proxy.Dropped.Load())
+	}
+	// A late (reordered) message is not a new publisher: treating it as
+	// one resets the worker's entries and rebuilds them from seq 0.
+	if restarts != 0 {
+		t.Errorf("kvgate_indexer_publisher_restarts_total = %v after %d delayed messages: a reordered message was taken for a publisher restart", restarts, proxy.Delayed.Load())
+	}
+	stale, missing := cf.compareIndexWithEngines(t, load.prefixes)
+	for _, s := range stale {
+		t.Errorf("stale index entry after loss and repair: %s", s)
+	}
+	for _, s := range missing {
+		t.Errorf("missing index entry after loss and repair: %s", s)
+	}
+	t.Logf("lossy stream: proxy dropped %d, delayed %d messages; gaps %v, repaired %v, replays %v, publisher restarts %v",
+		proxy.Dropped.Load(), proxy.Delayed.Load(), gaps, repaired, replays, restarts)
+	logChaosRow(t, "KV-event messages dropped (1 in 5) and reordered (1 in 7) between engine and indexer", c, "0 allowed",
+		fmt.Sprintf("%v gaps, %v repaired by replay; %v publisher restarts", gaps, repaired, restarts),
+		fmt.Sprintf("stale: %d; missing: %d of %d (prefix, engine) pairs", len(stale), len(missing), len(load.prefixes)*len(cf.engines)))
 }

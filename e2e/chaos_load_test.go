@@ -186,11 +186,14 @@ type chaosTally struct {
 	failedAfterKill  int // failed requests that started after killedAt
 }
 
-func tally(outs []chaosOutcome, killedAt time.Time) chaosTally {
+// A kill is a window, not an instant: from the signal (signaledAt) to the
+// process's exit (killedAt). A request was in flight on it when it started
+// before the exit and ended after the signal.
+func tally(outs []chaosOutcome, signaledAt, killedAt time.Time) chaosTally {
 	var c chaosTally
 	for _, o := range outs {
 		c.sent++
-		if o.start.Before(killedAt) && o.end.After(killedAt) {
+		if o.start.Before(killedAt) && o.end.After(signaledAt) {
 			c.inFlightAtKill++
 		}
 		if o.err == nil {
@@ -212,15 +215,15 @@ func tally(outs []chaosOutcome, killedAt time.Time) chaosTally {
 // grace extends "in flight" to requests started that long after the kill:
 // a client that has not yet seen the connection close may still open a
 // stream on it (zero for engine kills, where the gateway walks fallbacks).
-func checkFailuresInFlightOn(t *testing.T, outs []chaosOutcome, killedAt time.Time, grace time.Duration, victim string) {
+func checkFailuresInFlightOn(t *testing.T, outs []chaosOutcome, signaledAt, killedAt time.Time, grace time.Duration, victim string) {
 	t.Helper()
 	for _, o := range outs {
 		if o.err == nil {
 			continue
 		}
-		if !o.start.Before(killedAt.Add(grace)) || !o.end.After(killedAt) {
-			t.Errorf("request %s–%s failed but was not in flight at the kill (%s): %v",
-				o.start.Format(time.StampMilli), o.end.Format(time.StampMilli), killedAt.Format(time.StampMilli), o.err)
+		if !o.start.Before(killedAt.Add(grace)) || !o.end.After(signaledAt) {
+			t.Errorf("request %s–%s failed but was not in flight at the kill (signal %s, exit %s): %v",
+				o.start.Format(time.StampMilli), o.end.Format(time.StampMilli), signaledAt.Format(time.StampMilli), killedAt.Format(time.StampMilli), o.err)
 			continue
 		}
 		if victim != "" && o.chosen != "" && !isWorker(o.chosen, victim) {

@@ -56,8 +56,11 @@ func TestChaosEngineKilledMidStream(t *testing.T) {
 	})
 	waitRunningOn(t, victim)
 
-	killedAt := time.Now()
+	// Kill returns once the process has exited: requests started before
+	// then may have reached it, those started after cannot have.
+	signaledAt := time.Now()
 	victim.proc.Kill()
+	killedAt := time.Now()
 	var goneAfter time.Duration
 	waitFor(t, "the killed engine's index entries are dropped", deadAfter+staleMargin, func() error {
 		wb, err := workerBlocks(cf.admin)
@@ -121,8 +124,8 @@ func TestChaosEngineKilledMidStream(t *testing.T) {
 
 	load.finish()
 	outs := load.outcomes()
-	c := tally(outs, killedAt)
-	checkFailuresInFlightOn(t, outs, killedAt, 0, victim.endpoint)
+	c := tally(outs, signaledAt, killedAt)
+	checkFailuresInFlightOn(t, outs, signaledAt, killedAt, 0, victim.endpoint)
 	if c.failed > c.inFlightAtKill {
 		t.Errorf("%d requests failed, only %d were in flight at the kill", c.failed, c.inFlightAtKill)
 	}
@@ -201,10 +204,11 @@ func chaosRedisMasterKill(t *testing.T, requireComplete bool) {
 	load.waitOK(t, time.Time{}, 12, "warm-up requests succeed")
 	sampler := sampleIndexErrors(cf.admins)
 
-	killedAt := time.Now()
+	signaledAt := time.Now()
 	if err := cluster.KillNode(0); err != nil {
 		t.Fatal(err)
 	}
+	killedAt := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	if err := cluster.WaitOK(ctx); err != nil {
@@ -225,7 +229,7 @@ func chaosRedisMasterKill(t *testing.T, requireComplete bool) {
 		t.Errorf("index errors still rising %.1fs after the kill; the cluster failed over in %.1fs", window.Seconds(), failedOver.Seconds())
 	}
 	outs := load.outcomes()
-	c := tally(outs, killedAt)
+	c := tally(outs, signaledAt, killedAt)
 	for _, o := range outs {
 		if o.err != nil {
 			t.Errorf("request %s failed during the Redis failover: %v", o.start.Format(time.StampMilli), o.err)

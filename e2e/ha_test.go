@@ -6,9 +6,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -34,11 +36,10 @@ import (
 // hosts of a processor cluster.
 
 type haFleet struct {
-	engines  []*engine
-	admins   []string // extproc admin host:port, per replica
-	gateway  string
-	replicas int
-	share    bool
+	engines   []*engine
+	admins    []string  // extproc admin host:port, per replica
+	wantPeers []float64 // kvgate_extproc_shared_load_peers each should reach
+	gateway   string
 }
 
 // haGPUBlocks gives each engine 1 Mi tokens of KV (the Dynamo mocker's
@@ -47,8 +48,14 @@ type haFleet struct {
 const haGPUBlocks = 65536
 
 // haSharedInterval is extproc.shared_load.interval for these runs: the
-// shipped default (10 ms was also measured and did not help).
-const haSharedInterval = "50ms"
+// shipped default, unless KVGATE_HA_SHARED_INTERVAL says otherwise (to
+// measure another; the config parser validates it).
+func haSharedInterval() string {
+	if v := os.Getenv("KVGATE_HA_SHARED_INTERVAL"); v != "" {
+		return v
+	}
+	return "50ms"
+}
 
 // haSpeedup keeps the simulated engines slow enough that load matters:
 // where a replica sends a request changes how long it queues.
@@ -88,13 +95,41 @@ func startHAEngine(t *testing.T, i int, tokDir string) *engine {
 // baseline is not favoured by having fewer processes to schedule.
 func startHAFleet(t *testing.T, engines, processes, use int, share bool) *haFleet {
 	t.Helper()
-	replicas := processes
+	modes := make([]bool, processes)
+	for i := range modes {
+		modes[i] = share
+	}
+	f, hs := startHAProcesses(t, engines, modes)
+	f.gateway = haGateway(t, hs[:use])
+	return f
+}
+
+// haGateway serves a gateway spreading ext_proc streams over hs.
+func haGateway(t *testing.T, hs []*envoyharness.Harness) string {
+	t.Helper()
+	gw := httptest.NewServer(&envoyharness.Gateway{Replicas: hs})
+	t.Cleanup(gw.Close)
+	return gw.URL
+}
+
+// startHAProcesses starts the engines, the indexer and one extproc process
+// per entry of share (true: it shares load through Redis with the other
+// sharing processes; false: it counts only its own), and returns a harness
+// per extproc process, in order.
+func startHAProcesses(t *testing.T, engines int, share []bool) (*haFleet, []*envoyharness.Harness) {
+	t.Helper()
 	tokDir, err := modelfiles.Model(modelName)
 	if err != nil {
 		t.Fatalf("tokenizer files missing (run `make models`): %v", err)
 	}
 	rds := redistest.Standalone(t)
-	f := &haFleet{replicas: replicas, share: share}
+	f := &haFleet{}
+	sharing := 0
+	for _, s := range share {
+		if s {
+			sharing++
+		}
+	}
 	var engs []map[string]any
 	for i := range engines {
 		e := startHAEngine(t, i, tokDir)
@@ -102,10 +137,11 @@ func startHAFleet(t *testing.T, engines, processes, use int, share bool) *haFlee
 		engs = append(engs, map[string]any{"endpoint": e.endpoint, "model": modelName, "events": e.events, "replay": e.replay})
 	}
 	indexer := map[string]any{}
+	sharedLoad := map[string]any{"disabled": false, "interval": haSharedInterval()}
 	extproc := map[string]any{
 		"health_check":  map[string]any{"interval": "200ms", "timeout": "1s", "unhealthy_after": 2},
 		"index_timeout": "2s",
-		"shared_load":   map[string]any{"disabled": !share, "interval": haSharedInterval},
+		"shared_load":   sharedLoad,
 	}
 	cfg := map[string]any{
 		"models":  []map[string]any{{"name": modelName, "block_size": blockSize, "tokenizer": tokDir}},
@@ -114,7 +150,8 @@ func startHAFleet(t *testing.T, engines, processes, use int, share bool) *haFlee
 		"indexer": indexer,
 		"index":   map[string]any{"backend": "redis", "redis": map[string]any{"addrs": []string{rds.Addr()}, "prefix": "ha:"}},
 	}
-	cfgPath := filepath.Join(t.TempDir(), "kvgate.yaml")
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "kvgate.yaml")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*readyTimeout)
 	defer cancel()
 	for attempt := 1; ; attempt++ {
@@ -132,15 +169,23 @@ func startHAFleet(t *testing.T, engines, processes, use int, share bool) *haFlee
 		}
 		p.Stop()
 	}
+	// The extproc processes differ only in shared_load.disabled.
+	sharedLoad["disabled"] = true
+	unsharedPath := filepath.Join(dir, "kvgate-unshared.yaml")
+	writeConfig(t, unsharedPath, cfg)
 	var hs []*envoyharness.Harness
-	for r := range replicas {
+	for r, sh := range share {
+		path := cfgPath
+		if !sh {
+			path = unsharedPath
+		}
 		for attempt := 1; ; attempt++ {
 			listen, err1 := procs.FreeAddr()
 			admin, err2 := procs.FreeAddr()
 			if err := firstErr(err1, err2); err != nil {
 				t.Fatal(err)
 			}
-			p := procs.Start(t, fmt.Sprintf("extproc%d", r), kvgateBin, "extproc", "--config", cfgPath, "--listen", listen, "--admin", admin, "--drain", "2s")
+			p := procs.Start(t, fmt.Sprintf("extproc%d", r), kvgateBin, "extproc", "--config", path, "--listen", listen, "--admin", admin, "--drain", "2s")
 			err := p.WaitHTTP(ctx, "http://"+admin+"/readyz")
 			if err == nil {
 				conn, err := grpc.NewClient(listen, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -154,6 +199,11 @@ func startHAFleet(t *testing.T, engines, processes, use int, share bool) *haFlee
 				}
 				hs = append(hs, h)
 				f.admins = append(f.admins, admin)
+				if sh {
+					f.wantPeers = append(f.wantPeers, float64(sharing-1))
+				} else {
+					f.wantPeers = append(f.wantPeers, 0)
+				}
 				break
 			}
 			if attempt == startAttempts {
@@ -162,20 +212,15 @@ func startHAFleet(t *testing.T, engines, processes, use int, share bool) *haFlee
 			p.Stop()
 		}
 	}
-	gw := httptest.NewServer(&envoyharness.Gateway{Replicas: hs[:use]})
-	t.Cleanup(gw.Close)
-	f.gateway = gw.URL
-	return f
+	return f, hs
 }
 
-// waitPeers waits until every replica adds the other replicas' load.
+// waitPeers waits until every sharing replica adds the other sharing
+// replicas' load.
 func (f *haFleet) waitPeers(t *testing.T) {
 	t.Helper()
-	want := 0.0
-	if f.share {
-		want = float64(f.replicas - 1)
-	}
-	for _, admin := range f.admins {
+	for i, admin := range f.admins {
+		want := f.wantPeers[i]
 		waitFor(t, "replica "+admin+" sees its peers", 30*time.Second, func() error {
 			m, err := scrape("http://" + admin + "/metrics")
 			if err != nil {
@@ -205,22 +250,126 @@ func (f *haFleet) waitIdle(t *testing.T) {
 	}
 }
 
-// engineWork is what each engine reports having done.
-type engineWork struct{ served, prompt, hits []float64 }
+// engineWork is what each engine reports having done, and the engines'
+// and the replicas' own latency histograms.
+type engineWork struct {
+	served, prompt, hits []float64
+	// Engine-side TTFT (vllm:time_to_first_token_seconds, every engine
+	// summed): arrival at the engine to first token, so queueing there —
+	// which routing decides — without the gateway's and kvgate's CPU time.
+	ttftBuckets          map[float64]float64 // upper bound → cumulative count
+	ttftSum, ttftCount   float64
+	decisionSum, decided float64 // kvgate_extproc_decision_duration_seconds, every replica summed
+}
 
 func (f *haFleet) work(t *testing.T) engineWork {
 	t.Helper()
-	var w engineWork
+	w := engineWork{ttftBuckets: map[float64]float64{}}
 	for _, e := range f.engines {
-		m, err := scrape("http://" + e.endpoint + "/metrics")
+		url := "http://" + e.endpoint + "/metrics"
+		m, err := scrape(url)
 		if err != nil {
 			t.Fatalf("engine %s metrics: %v", e.endpoint, err)
 		}
 		w.served = append(w.served, m["vllm:request_success_total"])
 		w.prompt = append(w.prompt, m["vllm:prompt_tokens_total"])
 		w.hits = append(w.hits, m["vllm:prefix_cache_hits_total"])
+		w.ttftSum += m["vllm:time_to_first_token_seconds_sum"]
+		w.ttftCount += m["vllm:time_to_first_token_seconds_count"]
+		b, err := scrapeBuckets(url, "vllm:time_to_first_token_seconds_bucket")
+		if err != nil {
+			t.Fatalf("engine %s metrics: %v", e.endpoint, err)
+		}
+		for le, n := range b {
+			w.ttftBuckets[le] += n
+		}
+	}
+	for _, admin := range f.admins {
+		m, err := scrape("http://" + admin + "/metrics")
+		if err != nil {
+			t.Fatalf("replica %s metrics: %v", admin, err)
+		}
+		w.decisionSum += m["kvgate_extproc_decision_duration_seconds_sum"]
+		w.decided += m["kvgate_extproc_decision_duration_seconds_count"]
 	}
 	return w
+}
+
+// scrapeBuckets reads one histogram's buckets from a Prometheus text
+// page, summed over its other labels: upper bound → cumulative count.
+func scrapeBuckets(url, name string) (map[float64]float64, error) {
+	resp, err := httpClient.Get(url)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	out := map[float64]float64{}
+	sc := bufio.NewScanner(io.LimitReader(resp.Body, 16<<20))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name+"{") {
+			continue
+		}
+		i := strings.Index(line, `le="`)
+		j := strings.LastIndexByte(line, '}')
+		if i < 0 || j < i {
+			return nil, fmt.Errorf("GET %s: bucket without le: %q", url, line)
+		}
+		bound := line[i+4:]
+		bound = bound[:strings.IndexByte(bound, '"')]
+		le, err := strconv.ParseFloat(strings.Replace(bound, "+Inf", "Inf", 1), 64)
+		if err != nil {
+			return nil, fmt.Errorf("GET %s: le in %q: %w", url, line, err)
+		}
+		fields := strings.Fields(line[j+1:])
+		if len(fields) == 0 {
+			return nil, fmt.Errorf("GET %s: malformed sample %q", url, line)
+		}
+		v, err := strconv.ParseFloat(fields[0], 64)
+		if err != nil {
+			return nil, fmt.Errorf("GET %s: sample %q: %w", url, line, err)
+		}
+		out[le] += v
+	}
+	return out, sc.Err()
+}
+
+// histogramQuantile is Prometheus' histogram_quantile over the difference
+// of two cumulative bucket sets: linear within the bucket the quantile
+// falls in (the lower bound of the first bucket is 0).
+func histogramQuantile(q float64, before, after map[float64]float64) float64 {
+	bounds := make([]float64, 0, len(after))
+	for le := range after {
+		bounds = append(bounds, le)
+	}
+	slices.Sort(bounds)
+	if len(bounds) == 0 {
+		return 0
+	}
+	total := after[bounds[len(bounds)-1]] - before[bounds[len(bounds)-1]]
+	if total <= 0 {
+		return 0
+	}
+	rank := q * total
+	prevBound, prevCount := 0.0, 0.0
+	for _, le := range bounds {
+		c := after[le] - before[le]
+		if c >= rank {
+			if math.IsInf(le, 1) {
+				return prevBound
+			}
+			if c == prevCount {
+				return le
+			}
+			return prevBound + (le-prevBound)*(rank-prevCount)/(c-prevCount)
+		}
+		prevBound, prevCount = le, c
+	}
+	return prevBound
 }
 
 // haResult is one run's figures.
@@ -230,6 +379,10 @@ type haResult struct {
 	ttftP50, ttftP90      time.Duration
 	maxOverMean, cvTokens float64
 	hitRatio              float64
+	// Engine-side TTFT (queueing and prefill in the engines only) and
+	// kvgate's mean decision time.
+	engineTTFTMean, engineTTFTP90 time.Duration
+	decisionMean                  time.Duration
 }
 
 // haRequest is one streamed completion of token ids; it returns the
@@ -315,9 +468,15 @@ func burstWorkload(groups, perGroup, prefixTokens, suffixTokens int, spread time
 	return warm, burst
 }
 
-// run sends the workload through the gateway on its schedule and measures
-// what clients and engines saw.
+// run sends the workload through the fleet's gateway on its schedule and
+// measures what clients and engines saw.
 func (f *haFleet) run(t *testing.T, label string, reqs []haReq) haResult {
+	t.Helper()
+	return f.runVia(t, f.gateway, label, reqs)
+}
+
+// runVia is run through the gateway at base.
+func (f *haFleet) runVia(t *testing.T, base, label string, reqs []haReq) haResult {
 	t.Helper()
 	before := f.work(t)
 	ttfts := make([]time.Duration, len(reqs))
@@ -329,7 +488,7 @@ func (f *haFleet) run(t *testing.T, label string, reqs []haReq) haResult {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ttfts[i], errs[i] = haRequest(context.Background(), f.gateway, r.tokens, r.out)
+			ttfts[i], errs[i] = haRequest(context.Background(), base, r.tokens, r.out)
 		}()
 	}
 	wg.Wait()
@@ -362,6 +521,14 @@ func (f *haFleet) run(t *testing.T, label string, reqs []haReq) haResult {
 	res.cvTokens = coefficientOfVariation(computed)
 	if prompt > 0 {
 		res.hitRatio = hits / prompt
+	}
+	seconds := func(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+	if n := after.ttftCount - before.ttftCount; n > 0 {
+		res.engineTTFTMean = seconds((after.ttftSum - before.ttftSum) / n)
+		res.engineTTFTP90 = seconds(histogramQuantile(0.9, before.ttftBuckets, after.ttftBuckets))
+	}
+	if n := after.decided - before.decided; n > 0 {
+		res.decisionMean = seconds((after.decisionSum - before.decisionSum) / n)
 	}
 	t.Logf("%s: served per engine %v, computed prefill tokens per engine %v", label, served, computed)
 	return res
@@ -447,15 +614,15 @@ func haTrace(t *testing.T, n int) []replay.TraceRequest {
 }
 
 func formatHATable(b *strings.Builder, results []haResult) {
-	b.WriteString("| run | ok / sent | TTFT p50 ms | TTFT p90 ms | p90 vs 1 replica | imbalance | CV computed tokens | hit ratio |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| run | ok / sent | TTFT p50 ms | TTFT p90 ms | p90 vs 1 replica | engine TTFT mean ms | engine TTFT p90 ms | decision mean ms | imbalance | CV computed tokens | hit ratio |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	base := results[0]
 	for _, r := range results {
 		ratio := 0.0
 		if base.ttftP90 > 0 {
 			ratio = float64(r.ttftP90) / float64(base.ttftP90)
 		}
-		fmt.Fprintf(b, "| %s | %d / %d | %.0f | %.0f | %.2f× | %.2f | %.2f | %.3f |\n", r.label, r.requests-r.failed, r.requests,
-			ms(r.ttftP50), ms(r.ttftP90), ratio, r.maxOverMean, r.cvTokens, r.hitRatio)
+		fmt.Fprintf(b, "| %s | %d / %d | %.0f | %.0f | %.2f× | %.0f | %.0f | %.1f | %.2f | %.2f | %.3f |\n", r.label, r.requests-r.failed, r.requests,
+			ms(r.ttftP50), ms(r.ttftP90), ratio, ms(r.engineTTFTMean), ms(r.engineTTFTP90), ms(r.decisionMean), r.maxOverMean, r.cvTokens, r.hitRatio)
 	}
 	b.WriteString("\n")
 }

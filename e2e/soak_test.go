@@ -24,6 +24,7 @@ import (
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 )
 
@@ -287,10 +288,10 @@ func TestSoak(t *testing.T) {
 	// sample after a quarter of the run (caches, pools and tokenizer
 	// memo warmed), the idle end holds no more goroutines beyond a small
 	// constant, and RSS grew by less than half plus 64 MiB.
-	ref := samples[len(samples)/4]
 	if len(samples) < 3 {
 		t.Fatalf("only %d samples: run longer than 2×KVGATE_SOAK_SAMPLE", len(samples))
 	}
+	ref := samples[len(samples)/4]
 	for _, n := range names {
 		if g0, ok := ref.goroutines[n]; ok && idle.goroutines[n] > g0+20 {
 			t.Errorf("%s: %v goroutines idle at the end, %v under load at %s", n, idle.goroutines[n], g0, ref.at.Round(time.Second))
@@ -329,7 +330,11 @@ func writeSoakReport(mdPath, pngPath string, names []string, samples []soakSampl
 		}
 		fmt.Fprintf(&b, "| %s | %.0f | %.3g | %v | %v |", label, s.rps, s.p99*1e3, s.openTickets, s.inflight)
 		for _, n := range names {
-			fmt.Fprintf(&b, " %.1f | %v |", s.rss[n]/(1<<20), s.goroutines[n])
+			g := "n/a" // enginesim exports no Go runtime metrics
+			if v, ok := s.goroutines[n]; ok {
+				g = strconv.FormatFloat(v, 'f', -1, 64)
+			}
+			fmt.Fprintf(&b, " %.1f | %s |", s.rss[n]/(1<<20), g)
 		}
 		b.WriteString("\n")
 	}
@@ -341,14 +346,16 @@ func writeSoakReport(mdPath, pngPath string, names []string, samples []soakSampl
 	p := plot.New()
 	p.Title.Text = fmt.Sprintf("kvgate soak, target %d req/s", rps)
 	p.X.Label.Text = "minutes"
-	p.Y.Label.Text = "RSS MiB / goroutines / req/s ÷ 10 / p99 µs ÷ 10"
+	p.Y.Label.Text = "see legend"
 	p.Add(plotter.NewGrid())
+	// One scale for all: each series is in the tens to hundreds.
 	series := map[string]func(soakSample) float64{
-		"extproc RSS (MiB)":      func(s soakSample) float64 { return s.rss["extproc"] / (1 << 20) },
-		"extproc goroutines":     func(s soakSample) float64 { return s.goroutines["extproc"] },
-		"engine0 RSS (MiB)":      func(s soakSample) float64 { return s.rss["engine0"] / (1 << 20) },
-		"req/s ÷ 10":             func(s soakSample) float64 { return s.rps / 10 },
-		"decision p99 (µs) ÷ 10": func(s soakSample) float64 { return s.p99 * 1e5 },
+		"extproc RSS (MiB)":  func(s soakSample) float64 { return s.rss["extproc"] / (1 << 20) },
+		"extproc goroutines": func(s soakSample) float64 { return s.goroutines["extproc"] },
+		"engine0 RSS (MiB)":  func(s soakSample) float64 { return s.rss["engine0"] / (1 << 20) },
+		"req/s ÷ 10":         func(s soakSample) float64 { return s.rps / 10 },
+		"decision p99 (ms)":  func(s soakSample) float64 { return s.p99 * 1e3 },
+		"open tickets":       func(s soakSample) float64 { return s.openTickets },
 	}
 	keys := make([]string, 0, len(series))
 	for k := range series {
@@ -368,7 +375,7 @@ func writeSoakReport(mdPath, pngPath string, names []string, samples []soakSampl
 		if err != nil {
 			return fmt.Errorf("plot %s: %w", k, err)
 		}
-		line.Color = plotter.DefaultLineStyle.Color
+		line.Color = plotutil.Color(i)
 		line.Dashes = [][]vg.Length{nil, {vg.Points(4), vg.Points(2)}, {vg.Points(1), vg.Points(2)}, {vg.Points(6), vg.Points(2), vg.Points(1), vg.Points(2)}, {vg.Points(8), vg.Points(4)}}[i%5]
 		line.Width = vg.Points(1.5)
 		p.Add(line)

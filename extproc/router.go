@@ -128,7 +128,7 @@ func NewRouter(cfg config.Config, reg *preprocess.Registry, idx index.Index, log
 	}
 	if cfg.Index.Backend == "redis" && !x.SharedLoad.Disabled {
 		if h, ok := idx.(redisClientHolder); ok {
-			r.shared = newSharedLoad(h.RedisClient(), cfg.Index.Redis.Prefix, x.SharedLoad, r.load.SnapshotAll, log)
+			r.shared = newSharedLoad(h.RedisClient(), cfg.Index.Redis.Prefix, x.SharedLoad, r.load.SnapshotAll, r.load.Begun, log)
 		} else {
 			log.Warn("extproc.shared_load: the index gives no Redis client to share load through; replicas count only their own load")
 		}
@@ -428,8 +428,9 @@ func (r *Router) candidates(p *pool, m index.Match, hint []string) []picker.Cand
 			}
 		}
 		l := loads[w.ID]
-		if peer := r.shared.peerLoad(w.ID); peer != (picker.Load{}) {
-			// The other replicas' last published load: without it every
+		if peer := r.shared.peerEstimate(w.ID, l); peer != (picker.Load{}) {
+			// The other replicas' load (their last publish, extrapolated
+			// by this replica's own change since): without it every
 			// replica sends a burst to the same idle worker.
 			l.InflightRequests += peer.InflightRequests
 			l.PrefillTokens += peer.PrefillTokens

@@ -213,7 +213,7 @@ func newSharedLoad(client redis.UniversalClient, prefix string, cfg config.Share
 		peersSeen: prometheus.NewGauge(prometheus.GaugeOpts{Name: "kvgate_extproc_shared_load_peers",
 			Help: "Other extproc replicas whose load this replica adds to its own."}),
 		shareSum: prometheus.NewGauge(prometheus.GaugeOpts{Name: "kvgate_extproc_shared_load_peer_share_ratio",
-			Help: "Sum over live peers of their recent routed requests relative to this replica's: the factor this replica's own load change is extrapolated by between reads (peers+... for an even spread)."}),
+			Help: "Sum over live peers of their recent routed requests relative to this replica's: the factor this replica's own load change is extrapolated by between reads (about the number of peers when Envoy spreads evenly)."}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvgate_extproc_shared_load_errors_total",
 			Help: "Shared-load failures by operation (publish, read, decode)."}, []string{"op"}),
 		rounds: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvgate_extproc_shared_load_rounds_total",

@@ -4,6 +4,8 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"math"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -28,7 +30,7 @@ func TestLoadSnapshotRoundTrip(t *testing.T) {
 		{Endpoint: "10.0.0.2:8000", DPRank: 1}: {InflightRequests: 1},
 		{Endpoint: "10.0.0.3:8000", DPRank: 0}: {}, // idle: not published
 	}
-	b, err := encodeLoadSnapshot(at, in)
+	b, err := encodeLoadSnapshot(at, 12345, in)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +38,7 @@ func TestLoadSnapshotRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !got.At.Equal(at) || len(got.Workers) != 2 {
+	if !got.At.Equal(at) || len(got.Workers) != 2 || !got.HaveRouted || got.Routed != 12345 {
 		t.Fatalf("decoded %+v from %s", got, b)
 	}
 	for w, l := range in {
@@ -61,6 +63,8 @@ func TestLoadSnapshotRejectsBadInput(t *testing.T) {
 		`{"v":1,"at":1,"workers":[["a:1#0",1,1.5,3]]}`:               "workers[0][2]",
 		`{"v":1,"at":1,"workers":[["a:1#0",1,2,1099511627777]]}`:     "workers[0][3]",
 		`{"v":1,"at":1,"workers":[["a:1#0",1,2,3],["a:1#0",1,2,3]]}`: "listed twice",
+		`{"v":1,"at":1,"routed":-1,"workers":[]}`:                    "routed",
+		`{"v":1,"at":1,"routed":1.5,"workers":[]}`:                   "routed",
 	}
 	for in, want := range cases {
 		_, err := decodeLoadSnapshot([]byte(in))
@@ -78,19 +82,24 @@ func FuzzDecodeLoadSnapshot(f *testing.F) {
 	f.Add([]byte(`{"v":1,"at":1,"workers":[]}`))
 	f.Add([]byte(`{"v":1,"at":1,"workers":[["a#0",1,2,3],["a#0",1,2,3]]}`))
 	f.Add([]byte(`{"v":1,"at":1,"workers":[["a#0","1",2,3]]}`))
+	f.Add([]byte(`{"v":1,"at":1,"routed":18446744073709551615,"workers":[]}`))
+	f.Add([]byte(`{"v":1,"at":1,"routed":-1,"workers":[]}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		s, err := decodeLoadSnapshot(b)
 		if err != nil {
 			return
 		}
 		// What decodes re-encodes to the same loads.
-		again, err := encodeLoadSnapshot(s.At, s.Workers)
+		again, err := encodeLoadSnapshot(s.At, s.Routed, s.Workers)
 		if err != nil {
 			t.Fatal(err)
 		}
 		s2, err := decodeLoadSnapshot(again)
 		if err != nil {
 			t.Fatalf("re-encoded snapshot does not decode: %v", err)
+		}
+		if s.HaveRouted && s2.Routed != s.Routed {
+			t.Fatalf("routed %d became %d", s.Routed, s2.Routed)
 		}
 		for w, l := range s.Workers {
 			if l != (picker.Load{}) && s2.Workers[w] != l {
@@ -124,9 +133,9 @@ func checkSharedLoad(t *testing.T, client redis.UniversalClient) {
 	bLoad := map[index.WorkerID]picker.Load{w1: {InflightRequests: 1}, w2: {InflightRequests: 2, PrefillTokens: 10}}
 	cLoad := map[index.WorkerID]picker.Load{w1: {InflightRequests: 2, PrefillTokens: 1000}}
 	ttl := 400 * time.Millisecond
-	a := newSharedLoad(client, "t:", sharedCfg("replica-a", ttl), func() map[index.WorkerID]picker.Load { return aLoad }, quietLog())
-	b := newSharedLoad(client, "t:", sharedCfg("replica-b", ttl), func() map[index.WorkerID]picker.Load { return bLoad }, quietLog())
-	c := newSharedLoad(client, "t:", sharedCfg("replica-c", ttl), func() map[index.WorkerID]picker.Load { return cLoad }, quietLog())
+	a := newSharedLoad(client, "t:", sharedCfg("replica-a", ttl), func() map[index.WorkerID]picker.Load { return aLoad }, nil, quietLog())
+	b := newSharedLoad(client, "t:", sharedCfg("replica-b", ttl), func() map[index.WorkerID]picker.Load { return bLoad }, nil, quietLog())
+	c := newSharedLoad(client, "t:", sharedCfg("replica-c", ttl), func() map[index.WorkerID]picker.Load { return cLoad }, nil, quietLog())
 	for _, s := range []*sharedLoad{a, b, c} {
 		s.round(ctx)
 	}
@@ -143,7 +152,7 @@ func checkSharedLoad(t *testing.T, client redis.UniversalClient) {
 	if got, want := a.peerLoad(w2), bLoad[w2]; got != want {
 		t.Fatalf("a's view of %s: %+v, want %+v", w2, got, want)
 	}
-	if n := b.peers.Load().replicas; n != 2 {
+	if n := b.peers.Load().Replicas; n != 2 {
 		t.Fatalf("b sees %d peers, want 2", n)
 	}
 	// a withdraws (clean shutdown): gone from b's next read.
@@ -177,8 +186,8 @@ func TestSharedLoadSkipsCorruptPeer(t *testing.T) {
 	w := index.WorkerID{Endpoint: "10.0.0.1:8000"}
 	a := newSharedLoad(client, "t:", sharedCfg("a", time.Second), func() map[index.WorkerID]picker.Load {
 		return map[index.WorkerID]picker.Load{w: {InflightRequests: 4}}
-	}, quietLog())
-	b := newSharedLoad(client, "t:", sharedCfg("b", time.Second), func() map[index.WorkerID]picker.Load { return nil }, quietLog())
+	}, nil, quietLog())
+	b := newSharedLoad(client, "t:", sharedCfg("b", time.Second), func() map[index.WorkerID]picker.Load { return nil }, nil, quietLog())
 	a.round(ctx)
 	if err := client.Set(ctx, "t:load:evil", `{"v":1,"at":1,"workers":[["x#0",-5,0,0]]}`, time.Minute).Err(); err != nil {
 		t.Fatal(err)
@@ -315,4 +324,76 @@ func counterValue(t *testing.T, c interface{ Write(*dto.Metric) error }) float64
 		t.Fatal(err)
 	}
 	return m.GetCounter().GetValue()
+}
+
+// Between two reads a replica extrapolates its peers' load from its own
+// change since their snapshot (loadview/peers.go), scaled by their share of
+// the traffic, which it derives from the routed counts they publish. Clocks
+// are fixed so that which own sample is nearest each snapshot is known.
+func TestSharedLoadExtrapolatesBetweenReads(t *testing.T) {
+	client := redistest.Standalone(t).Client()
+	ctx := context.Background()
+	w := index.WorkerID{Endpoint: "10.0.0.1:8000"}
+	aLoad := map[index.WorkerID]picker.Load{w: {InflightRequests: 1}}
+	bLoad := map[index.WorkerID]picker.Load{w: {InflightRequests: 1}}
+	aRouted, bRouted := uint64(10), uint64(10)
+	a := newSharedLoad(client, "t:", sharedCfg("a", time.Minute), func() map[index.WorkerID]picker.Load { return aLoad }, func() uint64 { return aRouted }, quietLog())
+	b := newSharedLoad(client, "t:", sharedCfg("b", time.Minute), func() map[index.WorkerID]picker.Load { return bLoad }, func() uint64 { return bRouted }, quietLog())
+	base := time.UnixMilli(time.Now().UnixMilli())
+	at := func(s *sharedLoad, d time.Duration) { s.now = func() time.Time { return base.Add(d) } }
+
+	at(a, 0)
+	a.round(ctx) // own sample at +0: {1}
+	at(b, 10*time.Millisecond)
+	b.round(ctx) // b's snapshot at +10: {1}, routed 10
+	at(a, 40*time.Millisecond)
+	a.round(ctx) // own sample at +40: {1}; reads b
+	if got := a.peerLoad(w); got.InflightRequests != 1 {
+		t.Fatalf("a reads b's published %+v, want 1 in flight", got)
+	}
+	// a routes 3 more to w before its next read. b's snapshot (+10) is
+	// nearest a's +0 sample ({1}); with no traffic history yet b's share
+	// is 1: b likely did the same, 1 + (4 − 1) = 4.
+	now := picker.Load{InflightRequests: 4}
+	if got := a.peerEstimate(w, now); got.InflightRequests != 4 {
+		t.Fatalf("a's estimate of b on %s: %+v, want 4 in flight", w, got)
+	}
+	// a goes on routing (400 more) while b routes none: b's share falls to
+	// (0+4)/(403+4) and the estimate stays at b's published 1
+	// (1 + 4/407 × (4 − 1) rounds to 1; the nearest own sample to b's +60
+	// snapshot is a's +40 one, {1}).
+	aRouted = 413
+	at(b, 60*time.Millisecond)
+	b.round(ctx)
+	at(a, 100*time.Millisecond)
+	a.round(ctx)
+	if got, want := a.peers.Load().Estimate(w, now), (picker.Load{InflightRequests: 1}); got != want {
+		t.Fatalf("estimate of an idle peer: %+v, want its published %+v", got, want)
+	}
+	if got, want := gaugeValue(t, a.shareSum), 4.0/407.0; got < want-1e-9 || got > want+1e-9 {
+		t.Fatalf("peer share gauge %v, want %v", got, want)
+	}
+	// A replica that publishes no routed count (an older build) is
+	// assumed to get an even share.
+	if err := client.Set(ctx, "t:load:old", `{"v":1,"at":`+strconv.FormatInt(base.Add(100*time.Millisecond).UnixMilli(), 10)+`,"workers":[]}`, time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.HSet(ctx, "t:load-replicas", "old", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	at(a, 120*time.Millisecond)
+	a.round(ctx)
+	// b's counts decayed over the 20 ms since: 403·e^(−20ms/2s).
+	if got, want := gaugeValue(t, a.shareSum), 1+4.0/(403*math.Exp(-0.01)+4); got < want-1e-9 || got > want+1e-9 {
+		t.Fatalf("peer share gauge with an old peer %v, want %v", got, want)
+	}
+}
+
+func gaugeValue(t *testing.T, g interface{ Write(*dto.Metric) error }) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := g.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetGauge().GetValue()
 }

@@ -50,7 +50,7 @@ func runTestDaemon(path string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	if err := Serve(ctx, cfg.Kvagent, log, func(admin net.Addr, _ *Agent) {
+	if err := Serve(ctx, cfg.Kvagent, log, nil, func(admin net.Addr, _ *Agent) {
 		fmt.Printf("READY %s\n", admin)
 	}); err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -45,6 +45,15 @@ func poolsOf(cfg config.Config) []config.PlannerPool {
 	return out
 }
 
+// orDefault is *v, or def when the key was never set (a Config built in
+// code rather than parsed has no defaults applied).
+func orDefault[T any](v *T, def T) T {
+	if v == nil {
+		return def
+	}
+	return *v
+}
+
 func roleToPool(role string) string {
 	switch role {
 	case "prefill":
@@ -103,6 +112,9 @@ func New(cfg config.Config, o Options) (*Loop, error) {
 		UpUtilization: pc.Hysteresis.UpUtilization, DownUtilization: pc.Hysteresis.DownUtilization,
 		DownAfter: pc.Hysteresis.DownAfter, Cooldown: pc.Cooldown.D(),
 		CorrectionAlpha: pc.Correction.Alpha, CorrectionMin: pc.Correction.Min, CorrectionMax: pc.Correction.Max,
+		ErrorHeadroom: orDefault(pc.ErrorHeadroom, config.DefaultPlannerErrorHeadroom),
+		PeakHold:      orDefault(pc.PeakHold, config.Duration(config.DefaultPlannerPeakHold)).D(),
+		BacklogDrain:  orDefault(pc.BacklogDrain, config.Duration(config.DefaultPlannerBacklogDrain)).D(),
 	}
 	if pc.Correction.Disabled {
 		sla.CorrectionAlpha = -1
@@ -113,7 +125,10 @@ func New(cfg config.Config, o Options) (*Loop, error) {
 	if err := sla.Validate(); err != nil {
 		return nil, fmt.Errorf("planner: %w", err)
 	}
-	fp := forecast.Params{Alpha: pc.Forecaster.Alpha, Beta: pc.Forecaster.Beta, NoiseRatio: pc.Forecaster.NoiseRatio}
+	fp := forecast.Params{
+		Alpha: pc.Forecaster.Alpha, Beta: pc.Forecaster.Beta, NoiseRatio: pc.Forecaster.NoiseRatio,
+		TrendDamping: orDefault(pc.Forecaster.TrendDamping, config.Duration(config.DefaultPlannerTrendDamping)).D(),
+	}
 	if _, err := forecast.New(pc.Forecaster.Kind, fp); err != nil {
 		return nil, fmt.Errorf("planner.forecaster: %w", err)
 	}
@@ -144,7 +159,20 @@ func New(cfg config.Config, o Options) (*Loop, error) {
 				eps[pool] = append(eps[pool], e.Endpoint)
 			}
 		}
-		col = collect.NewScraper(eps, pc.Scrape.Extproc, pc.Scrape.Timeout.D()).WithTargets(sla.TTFT, sla.ITL)
+		sc := collect.NewScraper(eps, pc.Scrape.Extproc, pc.Scrape.Timeout.D()).WithTargets(sla.TTFT, sla.ITL)
+		if pc.Scrape.Authenticated() {
+			// Fail at start on a token that cannot be read, rather than
+			// on every scrape round after.
+			key := "planner.scrape.token_file"
+			if pc.Scrape.TokenFile == "" {
+				key = "planner.scrape.token_env"
+			}
+			if _, err := pc.Scrape.Token(); err != nil {
+				return nil, fmt.Errorf("%s: %w", key, err)
+			}
+			sc = sc.WithToken(pc.Scrape.Token)
+		}
+		col = sc
 	}
 
 	var act actuate.Actuator = actuate.Advisory{}

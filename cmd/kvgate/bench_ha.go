@@ -14,12 +14,14 @@ import (
 
 func init() { registerBench("ha-replicas", benchHAReplicas) }
 
-// benchHAReplicas is the 1-vs-3 extproc replica comparison. It needs real
-// processes (engine simulators, `kvgate indexer`, several `kvgate
-// extproc`, redis-server) and the orchestration the end-to-end suite
-// already has, so it runs that test (e2e/ha_full_test.go,
+// benchHAReplicas is the 1-vs-3 extproc replica comparison: 3 rounds of
+// a trace replay and a hot-prefix burst through 1 replica, 3 sharing load
+// and 3 not sharing, interleaved (about 2 minutes plus the build). It
+// needs real processes (engine simulators, `kvgate indexer`, several
+// `kvgate extproc`, redis-server) and the orchestration the end-to-end
+// suite already has, so it runs that test (e2e/ha_full_test.go,
 // TestHAReplicaComparison) from the repository with the Go toolchain and
-// takes the table it writes.
+// takes the tables it writes.
 func benchHAReplicas(ctx context.Context, w io.Writer, _ time.Duration) error {
 	root, err := procs.RepoRoot()
 	if err != nil {

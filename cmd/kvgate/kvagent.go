@@ -45,14 +45,21 @@ func runKvagent(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	log := slog.New(slog.NewJSONHandler(stderr, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	wrapAdmin := func(h http.Handler) http.Handler {
-		return withAdminAuth(h, "kvagent.admin", cfg.Kvagent.Admin, cfg.Kvagent.AdminAuth, log)
-	}
-	if err := kvagent.Serve(ctx, cfg.Kvagent, log, wrapAdmin, func(admin net.Addr, a *kvagent.Agent) {
+	if err := serveKvagent(ctx, cfg.Kvagent, log, func(admin net.Addr, a *kvagent.Agent) {
 		fmt.Fprintf(stdout, "kvgate kvagent: connector on %s, events on %s, admin on http://%s\n", a.SocketPath(), a.EventsEndpoint(), admin)
 	}); err != nil {
 		fmt.Fprintf(stderr, "kvgate kvagent: %v\n", err)
 		return 1
 	}
 	return 0
+}
+
+// serveKvagent runs the agent until ctx ends, its admin listener behind
+// kvagent.admin_auth (the bearer-token check every kvgate admin listener
+// shares; /healthz and /readyz stay open for the kubelet).
+func serveKvagent(ctx context.Context, cfg config.Kvagent, log *slog.Logger, listening func(admin net.Addr, a *kvagent.Agent)) error {
+	wrapAdmin := func(h http.Handler) http.Handler {
+		return withAdminAuth(h, "kvagent.admin", cfg.Admin, cfg.AdminAuth, log)
+	}
+	return kvagent.Serve(ctx, cfg, log, wrapAdmin, listening)
 }

@@ -111,21 +111,27 @@ func runPlanner(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	adminHandler := withAdminAuth(loop.AdminHandler(), "planner.admin", cfg.Planner.Admin, cfg.Planner.AdminAuth, log)
-	if err := servePlanner(ctx, loop, adminHandler, cfg.Planner.Admin, *steps, log); err != nil {
+	ln, err := net.Listen("tcp", cfg.Planner.Admin)
+	if err != nil {
+		fmt.Fprintf(stderr, "kvgate planner: admin: %v\n", err)
+		return 1
+	}
+	if err := servePlanner(ctx, loop, plannerAdmin(cfg, loop, log), ln, *steps, log); err != nil {
 		fmt.Fprintf(stderr, "kvgate planner: %v\n", err)
 		return 1
 	}
 	return 0
 }
 
+// plannerAdmin is the planner's admin handler behind planner.admin_auth
+// (the bearer-token check every kvgate admin listener shares).
+func plannerAdmin(cfg config.Config, loop *planner.Loop, log *slog.Logger) http.Handler {
+	return withAdminAuth(loop.AdminHandler(), "planner.admin", cfg.Planner.Admin, cfg.Planner.AdminAuth, log)
+}
+
 // servePlanner runs the loop (steps decisions, or until ctx ends) with the
-// admin endpoints (admin: loop.AdminHandler behind the admin_auth check) up.
-func servePlanner(ctx context.Context, loop *planner.Loop, admin http.Handler, adminAddr string, steps int, log *slog.Logger) error {
-	ln, err := net.Listen("tcp", adminAddr)
-	if err != nil {
-		return fmt.Errorf("admin: %w", err)
-	}
+// admin endpoints up on ln (closed when it returns).
+func servePlanner(ctx context.Context, loop *planner.Loop, admin http.Handler, ln net.Listener, steps int, log *slog.Logger) error {
 	srv := &http.Server{Handler: admin, ReadHeaderTimeout: 5 * time.Second}
 	go srv.Serve(ln)
 	defer srv.Close()

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os/signal"
 	"strconv"
 	"strings"
@@ -48,14 +49,14 @@ func runPlannerSimulate(args []string, _ io.Reader, stdout, stderr io.Writer) in
 	gpus := fs.Int("gpus-per-replica", 1, "GPUs each replica bills")
 	maxReplicas := fs.Int("max-replicas", simulate.DefaultMaxReplicas, "largest size of a pool")
 	forecaster := fs.String("forecaster", simulate.DefaultPlannerForecaster, "the planner's forecaster: constant, ewma, holt or kalman")
-	damping := fs.Duration("trend-damping", 0, "holt's trend damping time constant (0: undamped)")
+	damping := fs.Duration("trend-damping", simulate.DefaultForecastParams.TrendDamping, "holt's trend damping time constant (0: undamped)")
 	upUtil := fs.Float64("up-utilization", 0, "the planner's scale-up utilisation (0: the simulator's default 0.9)")
 	downUtil := fs.Float64("down-utilization", 0, "the planner's scale-down utilisation (0: the simulator's default 0.7)")
 	horizon := fs.Duration("forecast-horizon", 0, "the planner's forecast horizon (0: provisioning delay + interval)")
 	errHeadroom := fs.Float64("error-headroom", 0, "the planner sizes for forecast + k × its recent mean absolute forecast error; this is k (0: the simulator's default 1; negative: off)")
 	peakHold := fs.Duration("peak-hold", 0, "the planner never scales below what the highest rate seen over this window needs (0: provisioning delay + interval; negative: off)")
 	backlogDrain := fs.Duration("backlog-drain", 0, "the planner adds capacity to serve waiting requests within this time (0: the provisioning delay; negative: off)")
-	warmUp := fs.Duration("warm-up", -1, "unscored lead of the load, in simulated time after scaling (default: one period for sine, none for traces)")
+	warmUp := fs.Duration("warm-up", -1, "unscored lead of the load, in simulated time after scaling (default: a sixth of the period for sine, none for traces)")
 	statics := fs.String("static", "", "static fleets to run, comma-separated: 4p2d (disagg) or 6 (agg); default: search for the cheapest one reaching 99 % SLA attainment")
 	seed := fs.Uint64("seed", 1, "seed for the sine's arrivals and --rate-scale's sampling")
 	asJSON := fs.Bool("json", false, `print exactly one JSON object {"policies":{"<name>":{"sla_attainment","gpu_hours","ttft_p90_ms","itl_p90_ms","scale_events"}}}`)
@@ -72,6 +73,12 @@ func runPlannerSimulate(args []string, _ io.Reader, stdout, stderr io.Writer) in
 	}
 	if *limit < 0 {
 		return bad("--limit %d is negative", *limit)
+	}
+	if math.IsNaN(*errHeadroom) || *errHeadroom > 10 {
+		return bad("--error-headroom %v: want at most 10 (negative: off)", *errHeadroom)
+	}
+	if *damping < 0 {
+		return bad("--trend-damping %v is negative", *damping)
 	}
 	m, err := simulate.ParseMode(*mode)
 	if err != nil {
@@ -97,8 +104,10 @@ func runPlannerSimulate(args []string, _ io.Reader, stdout, stderr io.Writer) in
 		}
 		s.Seed = *seed
 		s.WarmUp = 0 // set on the load below
-		if *warmUp < 0 && s.Duration > s.Period {
-			s.WarmUp = s.Period // the first period, whatever the flags made it
+		if *warmUp < 0 && s.Duration > s.Period/6 {
+			// The first sixth of a period (the rate rising from its
+			// minimum), whatever the flags made it: DefaultSine's 10 min.
+			s.WarmUp = s.Period / 6
 		}
 		load, err = s.Load()
 	case "azure":

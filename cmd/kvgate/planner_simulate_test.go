@@ -76,6 +76,8 @@ func TestPlannerSimulateBadInput(t *testing.T) {
 		{[]string{"--static", "4x2"}, "--static"},
 		{[]string{"--time-scale", "0"}, "time scale"},
 		{[]string{"--sine-min-rate", "9", "--sine-max-rate", "1"}, "max rate"},
+		{[]string{"--error-headroom", "11"}, "--error-headroom"},
+		{[]string{"--trend-damping", "-1s"}, "--trend-damping"},
 	} {
 		var out, errb bytes.Buffer
 		if code := runPlannerSimulate(c.args, nil, &out, &errb); code != 2 || !strings.Contains(errb.String(), c.want) {

@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 
@@ -161,5 +162,34 @@ func TestInventoryRejectsConflicts(t *testing.T) {
 	_, err = New([]Family{{Name: "h", Type: TypeHistogram}, {Name: "h_count", Type: TypeCounter}})
 	if err == nil {
 		t.Fatal("accepted a counter colliding with a histogram's _count")
+	}
+}
+
+// TestKvgateMetricNaming holds kvgate's own metrics to Prometheus' naming
+// rules (https://prometheus.io/docs/practices/naming/): the kvgate_ prefix,
+// counters ending in _total and nothing else ending in it, and base units
+// (seconds, bytes) rather than milliseconds or kilobytes.
+func TestKvgateMetricNaming(t *testing.T) {
+	inv := buildInventory(t)
+	n := 0
+	for _, f := range inv.Families() {
+		if !strings.HasPrefix(f.Source, "kvgate ") {
+			continue
+		}
+		n++
+		if !strings.HasPrefix(f.Name, "kvgate_") {
+			t.Errorf("%s (%s): no kvgate_ prefix", f.Name, f.Source)
+		}
+		if (f.Type == TypeCounter) != strings.HasSuffix(f.Name, "_total") {
+			t.Errorf("%s is a %s: only counters end in _total, and every counter does", f.Name, f.Type)
+		}
+		for _, bad := range []string{"_ms", "_milliseconds", "_kb", "_mb", "_percent"} {
+			if strings.Contains(f.Name, bad) {
+				t.Errorf("%s: use base units (seconds, bytes, ratio), not %s", f.Name, bad)
+			}
+		}
+	}
+	if n < 50 {
+		t.Errorf("only %d kvgate families: a component is missing from the inventory", n)
 	}
 }

@@ -32,6 +32,8 @@ type Scraper struct {
 
 	// ttftTarget and itlTarget (seconds) turn on attainment measurement.
 	ttftTarget, itlTarget float64
+	// token, when set, is the bearer token every request sends.
+	token func() (string, error)
 
 	mu      sync.Mutex
 	prev    map[string]engineSample
@@ -49,6 +51,32 @@ func NewScraper(pools map[string][]string, extproc string, timeout time.Duration
 func (s *Scraper) WithTargets(ttft, itl time.Duration) *Scraper {
 	s.ttftTarget, s.itlTarget = ttft.Seconds(), itl.Seconds()
 	return s
+}
+
+// WithToken makes every scrape send `Authorization: Bearer <token>` (kvgate's
+// admin listeners want it on /metrics beyond loopback). token is called
+// once per Collect, so a rotated token file applies at the next round; its
+// errors must name the source, never the value.
+func (s *Scraper) WithToken(token func() (string, error)) *Scraper {
+	s.token = token
+	return s
+}
+
+// credential is one Collect's bearer token, or why it could not be read.
+type credential struct {
+	token string
+	err   error
+}
+
+func (s *Scraper) credential() credential {
+	if s.token == nil {
+		return credential{}
+	}
+	t, err := s.token()
+	if err != nil {
+		return credential{err: fmt.Errorf("bearer token: %w", err)}
+	}
+	return credential{token: t}
 }
 
 // engineSample is one scrape of one engine, summed over its series.
@@ -80,12 +108,13 @@ func (s *Scraper) Collect(ctx context.Context, now time.Time, draining map[strin
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var results []result
+	cred := s.credential()
 	for pool, eps := range s.pools {
 		for _, ep := range eps {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				smp, err := s.scrapeEngine(ctx, ep, now)
+				smp, err := s.scrapeEngine(ctx, ep, now, cred)
 				mu.Lock()
 				results = append(results, result{pool, ep, smp, err})
 				mu.Unlock()
@@ -95,7 +124,7 @@ func (s *Scraper) Collect(ctx context.Context, now time.Time, draining map[strin
 	var ext *extprocSample
 	var errs []error
 	if s.extproc != "" {
-		e, err := s.scrapeExtproc(ctx, now)
+		e, err := s.scrapeExtproc(ctx, now, cred)
 		if err != nil {
 			errs = append(errs, &SourceError{"extproc", s.extproc, err})
 		} else {
@@ -268,10 +297,16 @@ func toBuckets(m map[float64]float64) []bucket {
 	return out
 }
 
-func (s *Scraper) get(ctx context.Context, hostport string) (map[string]*dto.MetricFamily, error) {
+func (s *Scraper) get(ctx context.Context, hostport string, cred credential) (map[string]*dto.MetricFamily, error) {
+	if cred.err != nil {
+		return nil, cred.err
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+hostport+"/metrics", nil)
 	if err != nil {
 		return nil, err
+	}
+	if cred.token != "" {
+		req.Header.Set("Authorization", "Bearer "+cred.token)
 	}
 	// Text format only: the parser below reads it, and every engine serves it.
 	req.Header.Set("Accept", "text/plain;version=0.0.4")
@@ -280,7 +315,12 @@ func (s *Scraper) get(ctx context.Context, hostport string) (map[string]*dto.Met
 		return nil, err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
+	switch {
+	case (resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden) && cred.token == "":
+		return nil, fmt.Errorf("GET /metrics: %s: the target wants a bearer token (planner.scrape.token_file or token_env)", resp.Status)
+	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
+		return nil, fmt.Errorf("GET /metrics: %s: the target refused planner.scrape's token", resp.Status)
+	case resp.StatusCode != http.StatusOK:
 		return nil, fmt.Errorf("GET /metrics: %s", resp.Status)
 	}
 	body := io.LimitReader(resp.Body, maxBodyBytes+1)
@@ -307,8 +347,8 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func (s *Scraper) scrapeEngine(ctx context.Context, ep string, now time.Time) (engineSample, error) {
-	fams, err := s.get(ctx, ep)
+func (s *Scraper) scrapeEngine(ctx context.Context, ep string, now time.Time, cred credential) (engineSample, error) {
+	fams, err := s.get(ctx, ep, cred)
 	if err != nil {
 		return engineSample{}, err
 	}
@@ -342,8 +382,8 @@ func engineSampleOf(fams map[string]*dto.MetricFamily, now time.Time) engineSamp
 	return smp
 }
 
-func (s *Scraper) scrapeExtproc(ctx context.Context, now time.Time) (*extprocSample, error) {
-	fams, err := s.get(ctx, s.extproc)
+func (s *Scraper) scrapeExtproc(ctx context.Context, now time.Time, cred credential) (*extprocSample, error) {
+	fams, err := s.get(ctx, s.extproc, cred)
 	if err != nil {
 		return nil, err
 	}

@@ -284,9 +284,10 @@ func (s *SLA) size(name string, obs Observation, terms map[string]float64) *pool
 	headroom := s.cfg.ErrorHeadroom * st.rateMAE
 	p.upRate = p.rate + headroom
 	// A scale-down must hold over the whole window until a replica shed
-	// now could be back: the forecasters are linear (or flat) in the
-	// horizon, so the window's largest forecast is at one of its ends —
-	// now (the level) or the horizon — and never below the recent peak.
+	// now could be back: the forecasts are monotonic in the horizon (flat,
+	// linear or a damped trend), so the window's largest is at one of its
+	// ends — now (the level) or the horizon — and never below the recent
+	// peak.
 	level := max(st.rate.Predict(0), 0)
 	p.downRate = max(p.upRate, level+headroom, peak)
 	p.input = max(st.input.Predict(s.cfg.Horizon), 0)

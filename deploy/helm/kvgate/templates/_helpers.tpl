@@ -48,9 +48,75 @@ app.kubernetes.io/component: {{ .component }}
 {{- if and (include "kvgate.redisBacked" .) .Values.indexer.enabled -}}true{{- end -}}
 {{- end -}}
 
+{{/* Where the Secrets kvgate reads as files are mounted: one directory per
+Secret under /var/run/secrets/kvgate (not below the /etc/kvgate ConfigMap
+mount). Files, not env vars: kvgate re-reads them (admin token per request,
+Redis password per connection, certificates per handshake), so a rotated
+Secret applies without a restart. */}}
+{{- define "kvgate.secretsDir" -}}/var/run/secrets/kvgate{{- end -}}
+
+{{/* Admin listeners: which ones the chart binds beyond loopback. */}}
+{{- define "kvgate.extprocAdminExposed" -}}
+{{- if or .Values.metrics.enabled .Values.extproc.tls.enabled -}}true{{- end -}}
+{{- end -}}
+{{- define "kvgate.kvagentAdminExposed" -}}
+{{- if and .Values.kvagent.enabled .Values.metrics.enabled -}}true{{- end -}}
+{{- end -}}
+{{- define "kvgate.plannerAdminExposed" -}}
+{{- if and .Values.planner.enabled .Values.metrics.enabled -}}true{{- end -}}
+{{- end -}}
+
+{{/* The admin token Secret's name: the user's, or the one the chart creates. */}}
+{{- define "kvgate.adminTokenSecret" -}}
+{{- default (printf "%s-admin-token" (include "kvgate.fullname" .)) .Values.adminAuth.existingSecret -}}
+{{- end -}}
+
+{{/* The admin_auth section of an exposed admin listener: the mounted token,
+or (adminAuth.enabled=false) an explicit opt-out that kvgate logs. */}}
+{{- define "kvgate.adminAuthSection" -}}
+{{- if .Values.adminAuth.enabled -}}
+{{- toYaml (dict "token_file" (printf "%s/admin/token" (include "kvgate.secretsDir" .))) -}}
+{{- else -}}
+{{- toYaml (dict "allow_unauthenticated" true) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Volume and mount of the admin token, for pods with an exposed admin
+listener: call with (dict "root" $ "exposed" "true"|""). */}}
+{{- define "kvgate.adminTokenVolume" -}}
+{{- if and .exposed .root.Values.adminAuth.enabled -}}
+- name: admin-token
+  secret:
+    secretName: {{ include "kvgate.adminTokenSecret" .root }}
+    items:
+    - key: {{ .root.Values.adminAuth.key }}
+      path: token
+{{- end -}}
+{{- end -}}
+{{- define "kvgate.adminTokenMount" -}}
+{{- if and .exposed .root.Values.adminAuth.enabled -}}
+- name: admin-token
+  mountPath: {{ include "kvgate.secretsDir" .root }}/admin
+  readOnly: true
+{{- end -}}
+{{- end -}}
+
+{{/* A monitor endpoint's bearer token (prometheus-operator SafeAuthorization):
+the admin token Secret, in the release namespace like the monitors. */}}
+{{- define "kvgate.scrapeAuthorization" -}}
+{{- if .Values.adminAuth.enabled -}}
+authorization:
+  type: Bearer
+  credentials:
+    name: {{ include "kvgate.adminTokenSecret" . }}
+    key: {{ .Values.adminAuth.key }}
+{{- end -}}
+{{- end -}}
+
 {{/* The kvgate config file: config values with the chart-owned keys set. */}}
 {{- define "kvgate.config" -}}
 {{- $c := deepCopy .Values.config -}}
+{{- $secrets := include "kvgate.secretsDir" . -}}
 {{- $index := dict "backend" "memory" -}}
 {{- if include "kvgate.redisBacked" . -}}
 {{- $addrs := .Values.redis.addrs -}}
@@ -61,27 +127,61 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 {{- $redis := dict "addrs" $addrs "cluster" (and (eq .Values.redis.mode "external") .Values.redis.cluster) -}}
 {{- if .Values.redis.passwordSecret.name -}}
-{{- $_ := set $redis "password_env" "REDIS_PASSWORD" -}}
+{{- $_ := set $redis "password_file" (printf "%s/redis/password" $secrets) -}}
+{{- end -}}
+{{- if .Values.redis.username -}}
+{{- if eq .Values.redis.mode "inChart" -}}
+{{- fail "redis.username: the in-chart Redis has only its default user (requirepass); leave it empty" -}}
+{{- end -}}
+{{- $_ := set $redis "username" .Values.redis.username -}}
 {{- end -}}
 {{- $index = dict "backend" "redis" "redis" $redis -}}
 {{- end -}}
 {{- $_ := set $c "index" (mustMergeOverwrite (deepCopy (default dict .Values.config.index)) $index) -}}
 {{- $admin := printf "127.0.0.1:%d" (int .Values.extproc.adminPort) -}}
-{{- if .Values.metrics.enabled -}}
+{{- if include "kvgate.extprocAdminExposed" . -}}
 {{- $admin = printf ":%d" (int .Values.extproc.adminPort) -}}
 {{- end -}}
 {{- $extproc := dict "listen" (printf ":%d" (int .Values.extproc.grpcPort)) "admin" $admin -}}
+{{- if include "kvgate.extprocAdminExposed" . -}}
+{{- $_ := set $extproc "admin_auth" (include "kvgate.adminAuthSection" . | fromYaml) -}}
+{{- end -}}
+{{- if .Values.extproc.tls.enabled -}}
+{{- $dir := printf "%s/extproc-tls" $secrets -}}
+{{- $tls := dict "cert_file" (printf "%s/tls.crt" $dir) "key_file" (printf "%s/tls.key" $dir) "min_version" (toString .Values.extproc.tls.minVersion) -}}
+{{- if .Values.extproc.tls.requireClientCert -}}
+{{- $_ := set $tls "client_ca_file" (printf "%s/ca.crt" $dir) -}}
+{{- $_ := set $tls "require_client_cert" true -}}
+{{- end -}}
+{{- $_ := set $extproc "tls" $tls -}}
+{{- end -}}
 {{- $_ := set $c "extproc" (mustMergeOverwrite (deepCopy (default dict .Values.config.extproc)) $extproc) -}}
-{{- $indexer := dict "listen" (printf ":%d" (int .Values.indexer.port)) -}}
+{{- /* Without the indexer Deployment no process opens indexer.listen: it
+stays on loopback, needing no token. */ -}}
+{{- $indexer := dict "listen" (printf "127.0.0.1:%d" (int .Values.indexer.port)) -}}
+{{- if include "kvgate.indexerEnabled" . -}}
+{{- $indexer = dict "listen" (printf ":%d" (int .Values.indexer.port)) "admin_auth" (include "kvgate.adminAuthSection" . | fromYaml) -}}
+{{- end -}}
 {{- $_ := set $c "indexer" (mustMergeOverwrite (deepCopy (default dict .Values.config.indexer)) $indexer) -}}
 {{- if .Values.kvagent.enabled -}}
 {{- $kv := dict "socket" "/run/kvgate/kvagent.sock" "shm_path" "/dev/shm/kvgate/kvagent.arena" "disk" (dict "dir" "/var/lib/kvgate/kvagent") -}}
+{{- if include "kvgate.kvagentAdminExposed" . -}}
+{{- $_ := set $kv "admin" (printf ":%d" (int .Values.kvagent.adminPort)) -}}
+{{- $_ := set $kv "admin_auth" (include "kvgate.adminAuthSection" . | fromYaml) -}}
+{{- else -}}
+{{- $_ := set $kv "admin" (printf "127.0.0.1:%d" (int .Values.kvagent.adminPort)) -}}
+{{- end -}}
+{{- if .Values.kvagent.peerTLS.secretName -}}
+{{- $dir := printf "%s/kvagent-peer-tls" $secrets -}}
+{{- $_ := set $kv "peer" (dict "tls" (dict "cert_file" (printf "%s/tls.crt" $dir) "key_file" (printf "%s/tls.key" $dir) "ca_file" (printf "%s/ca.crt" $dir))) -}}
+{{- end -}}
 {{- $_ := set $c "kvagent" (mustMergeOverwrite (deepCopy (default dict .Values.config.kvagent)) $kv) -}}
 {{- end -}}
 {{- if .Values.planner.enabled -}}
 {{- $pl := dict "journal" "/var/lib/kvgate/planner/journal.jsonl" -}}
-{{- if .Values.metrics.enabled -}}
+{{- if include "kvgate.plannerAdminExposed" . -}}
 {{- $_ := set $pl "admin" (printf ":%d" (int .Values.planner.adminPort)) -}}
+{{- $_ := set $pl "admin_auth" (include "kvgate.adminAuthSection" . | fromYaml) -}}
 {{- else -}}
 {{- $_ := set $pl "admin" (printf "127.0.0.1:%d" (int .Values.planner.adminPort)) -}}
 {{- end -}}
@@ -98,15 +198,23 @@ app.kubernetes.io/component: {{ .component }}
 {{- toYaml $c -}}
 {{- end -}}
 
-{{/* REDIS_PASSWORD from the configured Secret, when there is one. */}}
-{{- define "kvgate.redisEnv" -}}
+{{/* The Redis password Secret as a file (index.redis.password_file). */}}
+{{- define "kvgate.redisPasswordVolume" -}}
 {{- if and (include "kvgate.redisBacked" .) .Values.redis.passwordSecret.name -}}
-- name: REDIS_PASSWORD
-  valueFrom:
-    secretKeyRef:
-      name: {{ .Values.redis.passwordSecret.name }}
-      key: {{ .Values.redis.passwordSecret.key }}
-{{- end }}
+- name: redis-password
+  secret:
+    secretName: {{ .Values.redis.passwordSecret.name }}
+    items:
+    - key: {{ .Values.redis.passwordSecret.key }}
+      path: password
+{{- end -}}
+{{- end -}}
+{{- define "kvgate.redisPasswordMount" -}}
+{{- if and (include "kvgate.redisBacked" .) .Values.redis.passwordSecret.name -}}
+- name: redis-password
+  mountPath: {{ include "kvgate.secretsDir" . }}/redis
+  readOnly: true
+{{- end -}}
 {{- end -}}
 
 {{/* Restart pods when the config changes. */}}
