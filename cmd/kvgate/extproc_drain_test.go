@@ -8,12 +8,11 @@ import (
 	"testing"
 	"time"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/kvgate/kvgate/config"
+	"github.com/kvgate/kvgate/extproc/envoyharness"
 	"github.com/kvgate/kvgate/extproc/modelfiles"
 )
 
@@ -56,27 +55,27 @@ func TestExtprocReadyzTurns503WhileDraining(t *testing.T) {
 		t.Fatalf("/readyz before SIGTERM: %d, want 200", got)
 	}
 
-	// An ext_proc stream waiting for its request body keeps the drain open.
+	// A routed request whose response has not come back yet keeps its
+	// ext_proc stream, and so the drain, open.
 	conn, err := grpc.NewClient(a.grpc.String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	sctx, cancelStream := context.WithCancel(context.Background())
-	defer cancelStream()
-	stream, err := extprocv3.NewExternalProcessorClient(conn).Process(sctx)
+	h, err := envoyharness.New(conn, envoyharness.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
-	headers := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
-		Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
-			{Key: ":method", RawValue: []byte("POST")}, {Key: ":path", RawValue: []byte("/v1/chat/completions")},
-			{Key: "content-type", RawValue: []byte("application/json")}}}}}}
-	if err := stream.Send(headers); err != nil {
+	sctx, cancelStream := context.WithTimeout(context.Background(), time.Minute)
+	defer cancelStream()
+	x, err := h.Start(sctx, &envoyharness.Request{Method: "POST", Path: "/v1/chat/completions",
+		Headers: []envoyharness.Header{{Name: "content-type", Value: "application/json"}},
+		Body:    []byte(`{"model":"qwen3","messages":[{"role":"user","content":"hold the stream"}],"max_tokens":4}`)})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := stream.Recv(); err != nil {
-		t.Fatalf("response to the request headers: %v", err)
+	if x.Forward == nil {
+		t.Fatalf("request not routed: local reply %+v", x.Local)
 	}
 
 	stop() // SIGTERM
@@ -97,6 +96,7 @@ func TestExtprocReadyzTurns503WhileDraining(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	cancelStream()
+	x.Close(context.Background())
 	select {
 	case err := <-done:
 		if err != nil {

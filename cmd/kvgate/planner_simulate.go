@@ -19,7 +19,7 @@ import (
 
 // Default traces, relative to the repository root (as `kvgate replay`'s).
 const (
-	defaultAzureTrace    = "../shared/traces/azure2023/AzureLLMInferenceTrace_conv.csv"
+	defaultAzureTrace    = "planner-sidecar/simulate/testdata/AzureLLMInferenceTrace_conv.csv"
 	defaultMooncakeTrace = defaultTracePath
 )
 

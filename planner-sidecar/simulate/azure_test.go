@@ -55,7 +55,7 @@ func TestParseAzureErrorsNameFileAndLine(t *testing.T) {
 }
 
 func TestLoadAzureSharedTrace(t *testing.T) {
-	l, err := LoadAzure("../../../shared/traces/azure2023/AzureLLMInferenceTrace_conv.csv", 500)
+	l, err := LoadAzure("testdata/AzureLLMInferenceTrace_conv.csv", 500)
 	if err != nil {
 		t.Fatalf("the shared Azure conversation trace: %v", err)
 	}
