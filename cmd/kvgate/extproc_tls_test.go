@@ -54,17 +54,7 @@ func TestExtprocMutualTLS(t *testing.T) {
 	}
 	caFile, _ := ca.Write(dir, "ca")
 	otherFile, _ := other.Write(dir, "other")
-	issue := func(l *tlstest.Leaf, err error) tlstest.Files {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-		f, err := l.Write(dir, l.Cert.Subject.CommonName)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return f
-	}
+	issue := tlstest.MustWrite(t, dir)
 	server := issue(ca.Server("extproc", "127.0.0.1"))
 	envoy := issue(ca.Client("envoy"))
 	intruder := issue(other.Client("intruder"))
