@@ -2,6 +2,7 @@ package transfer
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"os"
@@ -60,6 +61,34 @@ type Desc struct {
 	Region uint32
 	Offset int64
 	Len    int64
+	// Grant (remote descriptors of a Read only) is the capability the
+	// target handed out for these bytes through a side channel (the
+	// kvagent: AcquireResponse.capability). The TCP backend carries it in
+	// every read request and a target with TCPConfig.ReadAccess checks it;
+	// the zero Grant is "none". The NIXL backend ignores it: there, the
+	// remote registration itself is the capability (its UCX plugin ships
+	// the region's rkey in the metadata, src/plugins/ucx/ucx_backend.h,
+	// nixlUcxPrivateMetadata), so any agent holding the metadata may read
+	// the whole region.
+	Grant Grant
+}
+
+// Grant is an unguessable capability for a range of a target's region,
+// issued by the target (crypto/rand) and checked by it on every read.
+type Grant [16]byte
+
+// ReadRequest is what a target's ReadAccess decides on: one inbound read
+// of Len bytes at Offset of its region Region.
+type ReadRequest struct {
+	// PeerName is the name the initiator gave in its hello (claimed, not
+	// verified); PeerCert its verified TLS client certificate, nil on a
+	// plaintext (loopback) connection.
+	PeerName string
+	PeerCert *x509.Certificate
+	Region   uint32
+	Offset   int64
+	Len      int64
+	Grant    Grant
 }
 
 // Op is the direction of a transfer, seen from the initiator (NIXL's
@@ -188,6 +217,11 @@ var (
 	ErrCanceled = errors.New("kvagent/transfer: transfer canceled")
 	// ErrUnsupported: the backend cannot handle this memory kind.
 	ErrUnsupported = errors.New("unsupported by this backend")
+	// ErrInboundWrite: a peer tried to write into this agent's memory
+	// and the agent does not take inbound writes (TCPConfig.InboundWrites).
+	ErrInboundWrite = errors.New("inbound writes are refused by this agent")
+	// ErrNotPermitted: the target's ReadAccess refused a read.
+	ErrNotPermitted = errors.New("read not permitted")
 )
 
 // RemoteError is a failure the remote agent reported: a descriptor it

@@ -21,7 +21,11 @@
 //     never bytes. A connection that breaks, times out (IOTimeout) or
 //     breaks the protocol fails every transfer on it: Status reports
 //     Failed with the reason, nothing hangs. Optional TLS, mutual when
-//     TCPConfig.TLS has ClientCAs. Regions are DRAM ([]byte, e.g. a slice
+//     TCPConfig.TLS has ClientCAs; without TLS only loopback peers are
+//     served. As a target it is read-only unless TCPConfig.InboundWrites,
+//     and TCPConfig.ReadAccess decides every inbound read (each READ_REQ
+//     carries the remote descriptor's Grant, the capability the target
+//     issued through a side channel). Regions are DRAM ([]byte, e.g. a slice
 //     of the kvagent's mmap'ed arena) or FILE (ReadAt/WriteAt on an
 //     *os.File range, through 4 KiB-aligned buffers so O_DIRECT files
 //     work with aligned descriptors).
@@ -34,9 +38,9 @@
 // Fetching a chain from a peer (the kvagent daemon's use): the peer pins
 // the chain's slots in its host arena (store.Acquire) and says which
 // slots they are (connector call or GenNotif); the fetcher Reserves local
-// slots, Reads descriptors {arena region, slot*BlockBytes, BlockBytes}
-// from the peer's arena region into its own, Commits, and tells the peer
-// to Release (a notification on the Read does that).
+// slots, Reads descriptors {arena region, slot*BlockBytes, BlockBytes,
+// the Acquire's capability} from the peer's arena region into its own,
+// Commits, and tells the peer to Release (a connector call).
 //
 // Metrics (on the Registerer in the config): kvgate_kvagent_transfer_bytes_total{direction},
 // kvgate_kvagent_transfers_total{result}, kvgate_kvagent_transfer_errors_total{reason};

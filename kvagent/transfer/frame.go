@@ -45,7 +45,7 @@ type frameType uint8
 const (
 	frameHello     frameType = 1  // client → server: hello payload
 	frameHelloAck  frameType = 2  // server → client: hello payload
-	frameReadReq   frameType = 3  // client → server: payload = length u64 of [region, offset)
+	frameReadReq   frameType = 3  // client → server: payload = length u64 of [region, offset), grant [16]byte
 	frameData      frameType = 4  // server → client: bytes of a read, in order
 	frameReadErr   frameType = 5  // server → client: the read request failed; payload = reason
 	frameWriteData frameType = 6  // client → server: bytes to store at [region, offset)
@@ -59,8 +59,34 @@ const (
 const flagError uint8 = 1
 
 // protocolVersion is carried in hello frames; a peer speaking another
-// version is refused with a clear error.
-const protocolVersion = 1
+// version is refused with a clear error. Version 2 added the grant to
+// READ_REQ (version 1 peers read without one, which a target with
+// ReadAccess cannot allow, so they are refused at the hello rather than
+// on every read).
+const protocolVersion = 2
+
+// readRequest is the payload of READ_REQ.
+type readRequest struct {
+	n     uint64
+	grant Grant
+}
+
+const readRequestLen = 8 + len(Grant{})
+
+func (r readRequest) encode() []byte {
+	p := make([]byte, 8, readRequestLen)
+	binary.BigEndian.PutUint64(p, r.n)
+	return append(p, r.grant[:]...)
+}
+
+func decodeReadRequest(p []byte) (readRequest, error) {
+	if len(p) != readRequestLen {
+		return readRequest{}, withReason(reasonProtocol, fmt.Errorf("READ_REQ payload of %d bytes, want %d", len(p), readRequestLen))
+	}
+	r := readRequest{n: binary.BigEndian.Uint64(p)}
+	copy(r.grant[:], p[8:])
+	return r, nil
+}
 
 func (t frameType) String() string {
 	names := [...]string{"", "HELLO", "HELLO_ACK", "READ_REQ", "DATA", "READ_ERR", "WRITE_DATA", "FLUSH", "WRITE_ACK", "NOTIF", "NOTIF_ACK", "ERROR"}

@@ -25,7 +25,7 @@ func TestFrameRoundTrip(t *testing.T) {
 		p []byte
 	}{
 		{frameHeader{typ: frameHello}, hello{version: 1, maxPayload: 1 << 20, name: "node-7"}.encode()},
-		{frameHeader{typ: frameReadReq, xfer: 1<<64 - 1, desc: 1<<32 - 1, region: 5, offset: 1 << 40}, u64(4096)},
+		{frameHeader{typ: frameReadReq, xfer: 1<<64 - 1, desc: 1<<32 - 1, region: 5, offset: 1 << 40}, readRequest{n: 4096, grant: Grant{1, 2, 3}}.encode()},
 		{frameHeader{typ: frameData, xfer: 3, desc: 2, region: 1, offset: 77}, pattern(1, 100<<10)}, // through the vectored path
 		{frameHeader{typ: frameWriteAck, flags: flagError, xfer: 9}, []byte("disk full")},
 		{frameHeader{typ: frameFlush, xfer: 9, desc: 4}, nil},
@@ -82,7 +82,7 @@ func TestFrameReaderRejects(t *testing.T) {
 // back to the same bytes.
 func FuzzReadFrame(f *testing.F) {
 	f.Add(encodeFrame(f, frameHeader{typ: frameHello}, hello{version: 1, maxPayload: 4096, name: "a"}.encode()))
-	f.Add(encodeFrame(f, frameHeader{typ: frameReadReq, xfer: 1, desc: 2, region: 3, offset: 4}, u64(5)))
+	f.Add(encodeFrame(f, frameHeader{typ: frameReadReq, xfer: 1, desc: 2, region: 3, offset: 4}, readReq(5)))
 	f.Add(encodeFrame(f, frameHeader{typ: frameData, xfer: 1, region: 3}, []byte("some bytes")))
 	f.Add(encodeFrame(f, frameHeader{typ: frameNotifAck, flags: flagError, xfer: 1}, []byte("queue full")))
 	f.Add([]byte{0, 0, 0, 30, 0, 0, 0, 0, 1})

@@ -55,8 +55,25 @@ type TCPConfig struct {
 	// ClientCAs set, peers must present a certificate signed by one of
 	// them (mutual TLS). Peers are verified against RootCAs with
 	// ServerName, or the host of the peer's advertised address when
-	// ServerName is empty.
+	// ServerName is empty. Without it the listener accepts connections
+	// from loopback addresses only: KV bytes never cross a network in
+	// clear to an unauthenticated peer, whatever Listen says.
 	TLS *tls.Config
+	// ReadAccess, when set, decides every inbound read before a byte of
+	// it is sent (the kvagent: only slots the peer pinned through its own
+	// Acquire, with the capability that Acquire returned). A refusal
+	// reaches the initiator as that read's RemoteError, the connection
+	// stays usable. release, when not nil, is called once the read's
+	// bytes have left the region (copied to the socket or its buffer), so
+	// ReadAccess can hold what it must for the duration. nil: every
+	// registered byte is readable by any peer that can connect (NIXL's
+	// model).
+	ReadAccess func(ReadRequest) (release func(), err error)
+	// InboundWrites lets peers Write into this agent's regions. Off by
+	// default: a write item is answered with ErrInboundWrite and its
+	// bytes are discarded unread into memory (the kvagent's peers only
+	// ever read).
+	InboundWrites bool
 	// MaxMessageBytes is the largest frame payload this agent sends or
 	// accepts (default 1 MiB, 4 KiB..16 MiB); peers learn it from the
 	// metadata and the connection handshake. Larger frames cost fewer
@@ -394,7 +411,7 @@ func (a *tcpAgent) Post(h Xfer) error {
 		rd := x.rdescs[i]
 		for off := int64(0); off < d.Len; off += stripeBytes {
 			n := min(stripeBytes, d.Len-off)
-			items = append(items, &item{at: at, kind: kind, desc: uint32(i), region: rd.Region, roff: rd.Offset + off, local: x.locals[i], loff: d.Offset + off, n: n})
+			items = append(items, &item{at: at, kind: kind, desc: uint32(i), region: rd.Region, roff: rd.Offset + off, local: x.locals[i], loff: d.Offset + off, n: n, grant: rd.Grant})
 		}
 	}
 	at.pending = len(items)

@@ -3,7 +3,7 @@ package transfer
 import (
 	"bufio"
 	"crypto/tls"
-	"encoding/binary"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"math"
@@ -61,7 +61,8 @@ type serverConn struct {
 	fw       *frameWriter
 	br       *bufio.Reader
 	peerName string
-	sendMax  int // the peer's max payload
+	peerCert *x509.Certificate // verified client certificate (TLS only)
+	sendMax  int               // the peer's max payload
 	bounce   []byte
 	// failed write items (transfer, descriptor) → reason, answered at FLUSH.
 	writeErrs map[[2]uint64]string
@@ -79,6 +80,7 @@ func (a *tcpAgent) serve(raw net.Conn) {
 	}()
 	conn := raw
 	raw.SetDeadline(time.Now().Add(a.cfg.DialTimeout))
+	var peerCert *x509.Certificate
 	if a.serverTLS != nil {
 		tc := tls.Server(raw, a.serverTLS)
 		if err := tc.HandshakeContext(a.ctx); err != nil {
@@ -89,9 +91,17 @@ func (a *tcpAgent) serve(raw net.Conn) {
 			return
 		}
 		conn = tc
+		if pc := tc.ConnectionState().PeerCertificates; len(pc) > 0 {
+			peerCert = pc[0]
+		}
+	} else if !isLoopbackAddr(raw.RemoteAddr()) {
+		// Plaintext is for peers on this host only (TCPConfig.TLS).
+		a.metrics.rejected()
+		a.log.Warn("transfer listener: plaintext connection from a non-loopback address refused (configure TLS)", "remote", raw.RemoteAddr())
+		return
 	}
 	br := bufio.NewReaderSize(conn, readBufferBytes)
-	sc := &serverConn{a: a, conn: conn, br: br, fr: newFrameReader(br, a.cfg.MaxMessageBytes), fw: newFrameWriter(conn), writeErrs: map[[2]uint64]string{}}
+	sc := &serverConn{a: a, conn: conn, br: br, peerCert: peerCert, fr: newFrameReader(br, a.cfg.MaxMessageBytes), fw: newFrameWriter(conn), writeErrs: map[[2]uint64]string{}}
 	f, err := readFrameFrom(sc.fr)
 	if err != nil {
 		a.log.Debug("transfer listener: no hello", "remote", raw.RemoteAddr(), "err", err)
@@ -203,17 +213,27 @@ func (sc *serverConn) handle(h frameHeader) error {
 		if err != nil {
 			return err
 		}
-		if len(p) != 8 {
-			return withReason(reasonProtocol, fmt.Errorf("READ_REQ payload of %d bytes, want 8", len(p)))
+		rr, err := decodeReadRequest(p)
+		if err != nil {
+			return err
 		}
-		n := binary.BigEndian.Uint64(p)
-		if n > math.MaxInt64 {
-			n = math.MaxInt64
-		}
+		n := min(rr.n, math.MaxInt64)
 		r, err := sc.resolve(h.region, h.offset, int64(n))
+		var release func()
+		if err == nil && a.cfg.ReadAccess != nil {
+			// After the bounds check, so ReadAccess sees only ranges
+			// inside the region.
+			release, err = a.cfg.ReadAccess(ReadRequest{PeerName: sc.peerName, PeerCert: sc.peerCert, Region: h.region, Offset: int64(h.offset), Len: int64(n), Grant: rr.grant})
+			if err != nil {
+				err = fmt.Errorf("region %d [%d, +%d): %w: %w", h.region, h.offset, n, ErrNotPermitted, err)
+			}
+		}
 		if err != nil {
 			a.metrics.rejected()
 			return sc.fw.write(frameHeader{typ: frameReadErr, xfer: h.xfer, desc: h.desc, region: h.region, offset: h.offset}, sc.reason(err))
+		}
+		if release != nil {
+			defer release()
 		}
 		return sc.serveRead(h, r, int64(n))
 	case frameWriteData:
@@ -222,6 +242,9 @@ func (sc *serverConn) handle(h frameHeader) error {
 			return sc.fr.discard(h)
 		}
 		r, err := sc.resolve(h.region, h.offset, int64(h.n))
+		if err == nil && !a.cfg.InboundWrites {
+			err = ErrInboundWrite
+		}
 		if err != nil {
 			a.metrics.rejected()
 			if err := sc.recordWriteErr(key, err); err != nil {
@@ -314,4 +337,11 @@ func (sc *serverConn) serveRead(h frameHeader, r *region, n int64) error {
 		}
 	}
 	return nil
+}
+
+// isLoopbackAddr reports whether a connection's remote address is a
+// loopback IP (127.0.0.0/8, ::1).
+func isLoopbackAddr(a net.Addr) bool {
+	t, ok := a.(*net.TCPAddr)
+	return ok && t.IP.IsLoopback()
 }

@@ -3,7 +3,6 @@ package transfer
 import (
 	"bufio"
 	"crypto/tls"
-	"encoding/binary"
 	"fmt"
 	"net"
 	"sync"
@@ -128,6 +127,7 @@ type item struct {
 	local  *region
 	loff   int64 // offset in the local region
 	n      int64
+	grant  Grant // a read's capability, sent with its READ_REQ
 	got    int64 // read bytes received (reader goroutine only)
 	// localErr: the local side failed (FILE I/O) while the connection
 	// stayed usable; reported when the item settles.
@@ -257,10 +257,8 @@ func (s *stream) writeLoop(conn net.Conn, fw *frameWriter) {
 		var err error
 		switch it.kind {
 		case itemRead:
-			var n [8]byte
-			binary.BigEndian.PutUint64(n[:], uint64(it.n))
 			conn.SetWriteDeadline(time.Now().Add(timeout))
-			err = fw.write(frameHeader{typ: frameReadReq, xfer: it.at.id, desc: it.desc, region: it.region, offset: uint64(it.roff)}, n[:])
+			err = fw.write(frameHeader{typ: frameReadReq, xfer: it.at.id, desc: it.desc, region: it.region, offset: uint64(it.roff)}, readRequest{n: uint64(it.n), grant: it.grant}.encode())
 		case itemWrite:
 			bounce, err = s.sendWrite(conn, fw, it, bounce)
 		case itemNotif:

@@ -42,7 +42,7 @@ func TestTCPConfigErrors(t *testing.T) {
 // A long descriptor is striped over every stream of the peer.
 func TestTCPStripesOverStreams(t *testing.T) {
 	a, _ := newTestAgent(t, TCPConfig{Name: "a", Streams: 5})
-	b, _ := newTestAgent(t, TCPConfig{Name: "b"})
+	b, _ := newTestAgent(t, TCPConfig{Name: "b", InboundWrites: true})
 	const n = 5 * stripeBytes
 	remote := pattern(1, n)
 	local := make([]byte, n)
@@ -144,12 +144,13 @@ func (r *rawConn) recv() frame {
 	return f
 }
 
-func u64(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
+// readReq is a READ_REQ payload of n bytes without a grant.
+func readReq(n uint64) []byte { return readRequest{n: n}.encode() }
 
 // A peer that skips the initiator's checks gets errors, never bytes
 // outside the region, and cannot write outside it either.
 func TestTCPTargetRefusesOutOfBounds(t *testing.T) {
-	b, _ := newTestAgent(t, TCPConfig{Name: "b"})
+	b, _ := newTestAgent(t, TCPConfig{Name: "b", InboundWrites: true})
 	backing := pattern(3, 3<<10)
 	want := bytes.Clone(backing)
 	rh := mustRegister(t, b, Region{Kind: DRAM, Addr: backing, Offset: 1 << 10, Len: 1 << 10}) // the middle KiB only
@@ -169,7 +170,7 @@ func TestTCPTargetRefusesOutOfBounds(t *testing.T) {
 		{0, 0, 10},           // handle zero
 		{rh, 1<<64 - 5, 100}, // wraps around
 	} {
-		r.send(frameHeader{typ: frameReadReq, xfer: 7, desc: 3, region: c.region, offset: c.off}, u64(c.n))
+		r.send(frameHeader{typ: frameReadReq, xfer: 7, desc: 3, region: c.region, offset: c.off}, readReq(c.n))
 		f := r.recv()
 		if f.typ != frameReadErr || f.xfer != 7 || f.desc != 3 {
 			t.Fatalf("READ_REQ region %d [%d, +%d): answered %s (transfer %d, desc %d), want READ_ERR", c.region, c.off, c.n, f.typ, f.xfer, f.desc)
@@ -190,7 +191,7 @@ func TestTCPTargetRefusesOutOfBounds(t *testing.T) {
 		t.Fatal("an out-of-bounds write (or the write after it in the same item) changed memory")
 	}
 	// An in-bounds read still works on the same connection.
-	r.send(frameHeader{typ: frameReadReq, xfer: 9, region: rh, offset: 24}, u64(100))
+	r.send(frameHeader{typ: frameReadReq, xfer: 9, region: rh, offset: 24}, readReq(100))
 	f = r.recv()
 	if f.typ != frameData || !bytes.Equal(f.payload, want[(1<<10)+24:(1<<10)+124]) {
 		t.Fatalf("in-bounds read answered %s with %d bytes, want the region's bytes", f.typ, len(f.payload))
@@ -214,7 +215,7 @@ func TestTCPTargetRefusesBadFrames(t *testing.T) {
 	}
 	// No hello first.
 	r := dialRaw(t, b.addr, "")
-	r.send(frameHeader{typ: frameReadReq, region: 1}, u64(1))
+	r.send(frameHeader{typ: frameReadReq, region: 1}, readReq(1))
 	expectError(r, "before HELLO")
 	// A hello of another protocol version.
 	r = dialRaw(t, b.addr, "")
@@ -224,7 +225,7 @@ func TestTCPTargetRefusesBadFrames(t *testing.T) {
 	r = dialRaw(t, b.addr, "rogue")
 	var buf bytes.Buffer
 	fw := newFrameWriter(&buf)
-	fw.write(frameHeader{typ: frameReadReq, xfer: 1, region: 1}, u64(10))
+	fw.write(frameHeader{typ: frameReadReq, xfer: 1, region: 1}, readReq(10))
 	fw.flush()
 	bad := buf.Bytes()
 	bad[len(bad)-3] ^= 1 // in the payload
@@ -402,7 +403,7 @@ func TestTCPReleaseCancels(t *testing.T) {
 
 func TestTCPMetrics(t *testing.T) {
 	a, reg := newTestAgent(t, TCPConfig{Name: "a"})
-	b, _ := newTestAgent(t, TCPConfig{Name: "b"})
+	b, _ := newTestAgent(t, TCPConfig{Name: "b", InboundWrites: true})
 	remote := pattern(6, 1<<20)
 	rh := mustRegister(t, b, Region{Kind: DRAM, Addr: remote})
 	lh := mustRegister(t, a, Region{Kind: DRAM, Addr: make([]byte, 1<<20)})

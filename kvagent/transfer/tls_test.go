@@ -105,6 +105,25 @@ func TestTCPMutualTLS(t *testing.T) {
 			t.Fatal("bytes differ")
 		}
 	})
+	t.Run("ReadAccess sees the verified client certificate", func(t *testing.T) {
+		var got []string
+		a, _ := newTestAgent(t, TCPConfig{Name: "a", TLS: good("node-a")})
+		b, _ := newTestAgent(t, TCPConfig{Name: "b", TLS: good("b"), ReadAccess: func(r ReadRequest) (func(), error) {
+			if r.PeerCert != nil {
+				got = append(got, r.PeerCert.Subject.CommonName)
+			}
+			return nil, nil
+		}})
+		rh := mustRegister(t, b, Region{Kind: DRAM, Addr: make([]byte, 4096)})
+		lh := mustRegister(t, a, Region{Kind: DRAM, Addr: make([]byte, 4096)})
+		load(t, a, b)
+		if err := await(t, a, post(t, a, Read, []Desc{{Region: lh, Len: 4096}}, "b", []Desc{{Region: rh, Len: 4096}})); err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 1 || got[0] != "node-a" {
+			t.Fatalf("ReadAccess saw client certificates %q, want [node-a]", got)
+		}
+	})
 	failsClosed := func(t *testing.T, err error, local []byte, a *tcpAgent, want string) {
 		t.Helper()
 		if err == nil {
