@@ -32,7 +32,27 @@ func (s *Store) Lookup(ns string, chain []uint64) []Tier {
 // is absent, fails its checksum, or cannot get a host slot. Every block of
 // chain counts as seen for admission; blocks beyond the prefix count as
 // misses. The caller must Release the slots.
+//
+// Host-resident blocks are handed out as they are: the engine that asks
+// maps the arena read-write anyway, so a checksum pass would guard
+// nothing it could not overwrite, and would cost a read of every block on
+// the onboard path.
 func (s *Store) Acquire(ns string, chain []uint64) ([]Slot, error) {
+	return s.acquire(ns, chain, false)
+}
+
+// AcquireVerified is Acquire that also checks the checksum of every
+// host-resident block before handing it out (disk blocks are checked when
+// promoted): for blocks served beyond the node (peer fetches), so bytes
+// that changed in the arena since their Commit — by a bug, or an engine
+// writing outside its reservation — are dropped, never propagated. The
+// prefix ends before the first block that fails; it is removed and
+// counted as corrupt.
+func (s *Store) AcquireVerified(ns string, chain []uint64) ([]Slot, error) {
+	return s.acquire(ns, chain, true)
+}
+
+func (s *Store) acquire(ns string, chain []uint64, verify bool) ([]Slot, error) {
 	if s.host == nil {
 		return nil, ErrNoHostTier
 	}
@@ -43,6 +63,13 @@ func (s *Store) Acquire(ns string, chain []uint64) ([]Slot, error) {
 	}
 	defer s.inflight.Done()
 	out := make([]Slot, 0, len(chain))
+	// held[i] is the host entry behind out[i] and whether it was resident
+	// (not promoted) — the ones a verifying acquire still has to check.
+	type heldEntry struct {
+		e        *entry
+		resident bool
+	}
+	var held []heldEntry
 	for _, h := range chain {
 		s.sketch.add(Key{Namespace: ns, Hash: h})
 	}
@@ -54,6 +81,9 @@ func (s *Store) Acquire(ns string, chain []uint64) ([]Slot, error) {
 			s.c.hits[TierHost]++
 			s.c.onboardBytes[TierHost] += uint64(s.cfg.BlockBytes)
 			out = append(out, Slot(e.slot))
+			if verify {
+				held = append(held, heldEntry{e, true})
+			}
 			continue
 		}
 		de := (*entry)(nil)
@@ -70,11 +100,69 @@ func (s *Store) Acquire(ns string, chain []uint64) ([]Slot, error) {
 		s.c.hits[TierDisk]++
 		s.c.onboardBytes[TierDisk] += uint64(s.cfg.BlockBytes)
 		out = append(out, Slot(e.slot))
+		if verify {
+			held = append(held, heldEntry{e, false})
+		}
 	}
 	s.c.misses += uint64(len(chain) - len(out))
+	if verify {
+		// Outside the lock: every entry is pinned, its slot cannot be
+		// reused meanwhile, and e.sum never changes after install.
+		s.mu.Unlock()
+		bad := -1
+		for i, he := range held {
+			if he.resident && blockSum(s.arena.slot(he.e.slot)) != he.e.sum {
+				bad = i
+				break
+			}
+		}
+		s.mu.Lock()
+		if bad >= 0 {
+			e := held[bad].e
+			s.c.corrupt[TierHost]++
+			s.log.Warn("kvagent host block failed its checksum before serving a peer; dropped", "namespace", e.key.Namespace, "hash", e.key.Hash, "slot", e.slot)
+			for _, he := range held[bad:] {
+				s.releaseHostLocked(he.e)
+				tier := TierHost
+				if !he.resident {
+					tier = TierDisk
+				}
+				s.c.hits[tier]--
+				s.c.onboardBytes[tier] -= uint64(s.cfg.BlockBytes)
+			}
+			s.dropHostLocked(e)
+			s.c.misses += uint64(len(out) - bad)
+			out = out[:bad]
+		}
+	}
 	s.mu.Unlock()
 	s.flush()
 	return out, nil
+}
+
+// PinSlots adds one pin to each slot, which must hold a live block that
+// is already pinned (by an Acquire): a peer read holds its blocks with it
+// while their bytes are sent, so a concurrent Release of the Acquire's
+// pins cannot let the slot be reused mid-read. Release undoes it. On error
+// nothing is pinned.
+func (s *Store) PinSlots(slots []Slot) error {
+	if s.host == nil {
+		return ErrNoHostTier
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, sl := range slots {
+		if sl < 0 || int(sl) >= len(s.hostSlots) {
+			return fmt.Errorf("pin: slot %d outside the arena [0, %d)", sl, len(s.hostSlots))
+		}
+		if hs := s.hostSlots[sl]; hs.state != slotResident || hs.e.dead || hs.e.pins == 0 {
+			return fmt.Errorf("pin: slot %d holds no acquired block", sl)
+		}
+	}
+	for _, sl := range slots {
+		s.host.pin(s.hostSlots[sl].e)
+	}
+	return nil
 }
 
 // promoteLocked copies a disk block into a new host slot, verified, and

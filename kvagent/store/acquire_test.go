@@ -1,0 +1,115 @@
+package store
+
+import (
+	"bytes"
+	"testing"
+)
+
+// commitChain offloads a chain of n blocks of namespace ns through the
+// arena, as an engine does, and returns the keys.
+func commitChain(t *testing.T, s *Store, ns string, base uint64, n int) []Key {
+	t.Helper()
+	ks := make([]Key, n)
+	metas := make([]Meta, n)
+	for i := range ks {
+		ks[i] = Key{Namespace: ns, Hash: base + uint64(i)}
+		metas[i] = blockMeta(ks[i], base+uint64(i)-1, i > 0)
+	}
+	slots, err := s.Reserve(ks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, sl := range slots {
+		copy(s.arena.slot(int32(sl)), blockData(ks[i], s.BlockBytes()))
+	}
+	if err := s.Commit(ks, metas, slots); err != nil {
+		t.Fatal(err)
+	}
+	return ks
+}
+
+// AcquireVerified (the peer path) stops before a host block whose arena
+// bytes changed since Commit, drops it and counts it; plain Acquire (the
+// engine path) does not pay for the check.
+func TestAcquireVerifiedDropsAChangedHostBlock(t *testing.T) {
+	cfg := testConfig(t, "")
+	cfg.DiskBlocks = 0
+	log := newChangeLog()
+	cfg.OnChange = log.record
+	s := openTest(t, cfg)
+	ks := commitChain(t, s, "m", 10, 4)
+	chain := []uint64{10, 11, 12, 13}
+
+	got, err := s.AcquireVerified("m", chain)
+	if err != nil || len(got) != 4 {
+		t.Fatalf("AcquireVerified of an intact chain: %v, %v", got, err)
+	}
+	s.Release(got)
+
+	// Someone writes into block 12's slot outside a reservation.
+	s.arena.slot(int32(got[2]))[100] ^= 0xff
+	before := s.Stats()
+	got, err = s.AcquireVerified("m", chain)
+	if err != nil || len(got) != 2 {
+		t.Fatalf("AcquireVerified over a changed block: %v, %v; want the 2 blocks before it", got, err)
+	}
+	for i, sl := range got {
+		if !bytes.Equal(s.arena.slot(int32(sl)), blockData(ks[i], s.BlockBytes())) {
+			t.Fatalf("block %d served with other bytes", i)
+		}
+	}
+	s.Release(got)
+	after := s.Stats()
+	if after.Host.CorruptBlocks != before.Host.CorruptBlocks+1 || log.has(TierHost, ks[2]) {
+		t.Fatalf("changed block not dropped and counted: corrupt %d → %d, still announced %v", before.Host.CorruptBlocks, after.Host.CorruptBlocks, log.has(TierHost, ks[2]))
+	}
+	if after.Host.Hits != before.Host.Hits+2 || after.Misses != before.Misses+2 {
+		t.Fatalf("hits %d → %d, misses %d → %d; want +2 each", before.Host.Hits, after.Host.Hits, before.Misses, after.Misses)
+	}
+	if r := s.Lookup("m", chain); len(r) != 2 {
+		t.Fatalf("Lookup after the drop: %v, want the 2-block prefix", r)
+	}
+	// Nothing stays pinned: every slot can be reserved again.
+	all := make([]Key, cfg.HostBlocks)
+	for i := range all {
+		all[i] = Key{Namespace: "other", Hash: uint64(1000 + i)}
+	}
+	slots, err := s.Reserve(all)
+	if err != nil {
+		t.Fatalf("reserve of the whole arena after verified acquires: %v", err)
+	}
+	s.Abort(slots)
+}
+
+// PinSlots holds acquired slots on their own: after the Acquire's pins
+// are released the blocks stay (not evictable) until the extra pin goes.
+func TestPinSlotsHoldsAcquiredBlocks(t *testing.T) {
+	cfg := testConfig(t, "")
+	cfg.DiskBlocks = 0
+	cfg.HostBlocks = 2
+	s := openTest(t, cfg)
+	commitChain(t, s, "m", 1, 2)
+	if err := s.PinSlots([]Slot{0}); err == nil {
+		t.Fatal("PinSlots of a slot nobody acquired succeeded")
+	}
+	if err := s.PinSlots([]Slot{7}); err == nil {
+		t.Fatal("PinSlots outside the arena succeeded")
+	}
+	got, err := s.Acquire("m", []uint64{1, 2})
+	if err != nil || len(got) != 2 {
+		t.Fatal(got, err)
+	}
+	if err := s.PinSlots(got); err != nil {
+		t.Fatal(err)
+	}
+	s.Release(got)
+	if _, err := s.Reserve([]Key{{Namespace: "x", Hash: 9}}); err == nil {
+		t.Fatal("a block held by PinSlots was evicted")
+	}
+	s.Release(got)
+	slots, err := s.Reserve([]Key{{Namespace: "x", Hash: 9}, {Namespace: "x", Hash: 10}})
+	if err != nil {
+		t.Fatalf("reserve after the last pin went: %v", err)
+	}
+	s.Abort(slots)
+}
