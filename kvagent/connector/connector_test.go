@@ -99,9 +99,9 @@ func TestOffloadThenOnboardReturnsTheBytes(t *testing.T) {
 			t.Errorf("block %d on %v, want host", i, tr)
 		}
 	}
-	// Another namespace does not see them.
-	if tiers, _ := c.Lookup(ctx, "other", chain); len(tiers) != 0 {
-		t.Errorf("namespace other: %d blocks resident, want 0", len(tiers))
+	// Another namespace is not this connection's to look at.
+	if _, err := c.Lookup(ctx, "other", chain); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("lookup in namespace other: %v, want PermissionDenied", err)
 	}
 	dst := make([][]byte, len(chain))
 	for i := range dst {

@@ -1,6 +1,7 @@
 package connector
 
 import (
+	"errors"
 	"path"
 	"time"
 
@@ -13,6 +14,8 @@ import (
 type Metrics struct {
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
+	quota    *prometheus.CounterVec
+	expiries *prometheus.CounterVec
 }
 
 // NewMetrics registers the connector's metrics on reg (nil: unregistered).
@@ -29,11 +32,35 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			// disk promotion inside Acquire, milliseconds.
 			Buckets: prometheus.ExponentialBuckets(10e-6, 4, 10),
 		}, []string{"method", "listener"}),
+		quota: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvgate_kvagent_connector_quota_refusals_total",
+			Help: "Reserve and Acquire requests refused for lack of quota, by listener and bound (per_connection, per_client, total).",
+		}, []string{"listener", "scope"}),
+		expiries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvgate_kvagent_connector_expired_slots_total",
+			Help: "Slots given back because a client held them longer than the hold timeout, by listener and kind (reserved, acquired).",
+		}, []string{"listener", "kind"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.requests, m.latency)
+		reg.MustRegister(m.requests, m.latency, m.quota, m.expiries)
 	}
 	return m
+}
+
+func (m *Metrics) quotaRefused(listener string, err error) {
+	var qe *quotaError
+	if m == nil || !errors.As(err, &qe) {
+		return
+	}
+	m.quota.WithLabelValues(listener, qe.scope).Inc()
+}
+
+func (m *Metrics) expired(listener string, reserved, acquired int) {
+	if m == nil {
+		return
+	}
+	m.expiries.WithLabelValues(listener, "reserved").Add(float64(reserved))
+	m.expiries.WithLabelValues(listener, "acquired").Add(float64(acquired))
 }
 
 func (m *Metrics) observe(fullMethod string, peer bool, code codes.Code, d time.Duration) {

@@ -12,7 +12,15 @@
 //
 // The same service, restricted to Lookup/Acquire/Release/Stats/PeerInfo,
 // serves peer kvagents over TCP (Config.Peer): they read the pinned slots
-// with the transfer engine.
+// with the transfer engine, each read checked against the capability their
+// Acquire returned (AuthorizeRead).
+//
+// Who may do what: an engine connection serves the namespace it
+// registered and its sub-namespaces (ownership.go); a peer, the namespaces
+// Config.PeerNamespaces lets its certificate fetch (all without rules);
+// a plaintext peer listener answers loopback clients only. Every
+// connection, client and listener holds at most its Quota of slots, each
+// hold for at most Quota.HoldTimeout (quota.go, ledger.go).
 //
 // kvagent/README.md maps these calls onto vLLM's KVConnectorBase_V1 and an
 // LMCache-style client.
@@ -25,7 +33,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
+	"sync"
 	"time"
 
 	pb "github.com/kvgate/kvgate/kvagent/connector/connectorpb"
@@ -60,18 +68,30 @@ type Config struct {
 	Metrics *Metrics
 	Logger  *slog.Logger
 	// TLS, when set, serves gRPC over TLS with this config (the peer
-	// listener's mutual TLS; grpc adds the "h2" ALPN it needs).
+	// listener's mutual TLS; grpc adds the "h2" ALPN it needs). A peer
+	// server without it answers loopback clients only.
 	TLS *tls.Config
+	// Quota bounds what clients hold pinned, and for how long (zero: no
+	// bounds).
+	Quota Quota
+	// PeerNamespaces (peer servers only), when not empty, lists which
+	// peers may look up and fetch which namespaces; a peer no rule names
+	// gets none. Empty: every peer that may connect may fetch any.
+	PeerNamespaces []NamespaceRule
 }
 
 // Server implements connectorpb.ConnectorServer on a store.
 type Server struct {
 	pb.UnimplementedConnectorServer
-	cfg Config
-	st  *store.Store
-	l   *ledger
-	log *slog.Logger
-	g   *grpc.Server
+	cfg      Config
+	st       *store.Store
+	l        *ledger
+	log      *slog.Logger
+	g        *grpc.Server
+	listener string // "engine" or "peer", in metrics and logs
+	stopReap chan struct{}
+	reapDone chan struct{}
+	stopOnce sync.Once
 }
 
 // NewServer checks cfg and builds the gRPC server (not yet serving).
@@ -102,9 +122,19 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &Server{cfg: cfg, st: cfg.Store, l: newLedger(cfg.Store), log: cfg.Logger}
-	tracker := &connTracker{l: s.l, onClose: func(id uint64, aborted, released int) {
-		s.log.Info("connector client left holding slots; given back", "conn", id, "aborted", aborted, "released", released)
+	if err := checkRules(cfg.PeerNamespaces); err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, st: cfg.Store, l: newLedger(cfg.Store, cfg.Quota, cfg.Peer), log: cfg.Logger, listener: "engine"}
+	if cfg.Peer {
+		s.listener = "peer"
+	}
+	tracker := &connTracker{l: s.l, onClose: func(id uint64, reserved, acquired []store.Slot) {
+		if len(reserved)+len(acquired) == 0 {
+			return
+		}
+		s.giveBack(reserved, acquired)
+		s.log.Info("connector client left holding slots; given back", "conn", id, "aborted", len(reserved), "released", len(acquired))
 	}}
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(cfg.MaxMessageBytes),
@@ -117,34 +147,43 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	s.g = grpc.NewServer(opts...)
 	pb.RegisterConnectorServer(s.g, s)
+	if cfg.Quota.HoldTimeout > 0 {
+		s.stopReap, s.reapDone = make(chan struct{}), make(chan struct{})
+		go s.reap(min(max(cfg.Quota.HoldTimeout/4, 10*time.Millisecond), time.Second))
+	}
 	return s, nil
 }
 
-// ListenUnix listens on a Unix socket at path, replacing a stale socket
-// file left by a previous process (a live one is refused), readable and
-// writable by the owner and group only: the socket is the arena's key.
-func ListenUnix(path string) (net.Listener, error) {
-	if fi, err := os.Lstat(path); err == nil {
-		if fi.Mode()&os.ModeSocket == 0 {
-			return nil, fmt.Errorf("connector: %s exists and is not a socket", path)
-		}
-		if c, err := net.DialTimeout("unix", path, 200*time.Millisecond); err == nil {
-			c.Close()
-			return nil, fmt.Errorf("connector: %s: another kvagent is serving it", path)
-		}
-		if err := os.Remove(path); err != nil {
-			return nil, fmt.Errorf("connector: removing stale socket: %w", err)
+// giveBack returns slots a client no longer holds to the store.
+func (s *Server) giveBack(reserved, acquired []store.Slot) {
+	if len(reserved) > 0 {
+		s.st.Abort(reserved)
+	}
+	if len(acquired) > 0 {
+		s.st.Release(acquired)
+	}
+}
+
+// reap gives back holds past Quota.HoldTimeout, every interval.
+func (s *Server) reap(interval time.Duration) {
+	defer close(s.reapDone)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stopReap:
+			return
+		case now := <-t.C:
+			reserved, acquired := s.l.expire(now)
+			if len(reserved)+len(acquired) == 0 {
+				continue
+			}
+			s.giveBack(reserved, acquired)
+			s.cfg.Metrics.expired(s.listener, len(reserved), len(acquired))
+			s.log.Warn("connector holds older than the hold timeout given back", "listener", s.listener,
+				"timeout", s.cfg.Quota.HoldTimeout, "reserved", len(reserved), "acquired", len(acquired))
 		}
 	}
-	l, err := net.Listen("unix", path)
-	if err != nil {
-		return nil, fmt.Errorf("connector: listen %s: %w", path, err)
-	}
-	if err := os.Chmod(path, 0o660); err != nil {
-		l.Close()
-		return nil, fmt.Errorf("connector: chmod %s: %w", path, err)
-	}
-	return l, nil
 }
 
 // Serve serves l until Stop.
@@ -153,6 +192,12 @@ func (s *Server) Serve(l net.Listener) error { return s.g.Serve(l) }
 // Stop drains: in-flight requests finish (until ctx ends), then every
 // connection closes and its slots are given back.
 func (s *Server) Stop(ctx context.Context) {
+	defer s.stopOnce.Do(func() {
+		if s.stopReap != nil {
+			close(s.stopReap)
+			<-s.reapDone
+		}
+	})
 	done := make(chan struct{})
 	go func() {
 		s.g.GracefulStop()
@@ -190,8 +235,19 @@ func (s *Server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 }
 
 func (s *Server) handle(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-	if s.cfg.Peer && !peerAllowed[info.FullMethod] {
-		return nil, status.Errorf(codes.PermissionDenied, "%s: not served to peers", info.FullMethod)
+	c := s.l.enter(connID(ctx), func() client { return clientOf(ctx) })
+	if s.cfg.Peer {
+		// Defence in depth: configuration refuses a plaintext peer
+		// listener off loopback, and TLS refuses clients without a
+		// certificate of the CA before any request.
+		switch {
+		case s.cfg.TLS == nil && !c.loopback:
+			return nil, status.Error(codes.PermissionDenied, "plaintext peer listener: serves loopback clients only (configure kvagent.peer.tls)")
+		case s.cfg.TLS != nil && c.identity == "":
+			return nil, status.Error(codes.Unauthenticated, "peer listener: no verified client certificate")
+		case !peerAllowed[info.FullMethod]:
+			return nil, status.Errorf(codes.PermissionDenied, "%s: not served to peers", info.FullMethod)
+		}
 	}
 	if !s.cfg.Peer && info.FullMethod == pb.Connector_PeerInfo_FullMethodName {
 		return nil, status.Error(codes.Unimplemented, "PeerInfo: served on the peer listener only")
@@ -203,13 +259,19 @@ func (s *Server) handle(ctx context.Context, req any, info *grpc.UnaryServerInfo
 	if err := validateRequest(m, s.cfg.Limits); err != nil {
 		return nil, err
 	}
+	if err := s.mayUse(connID(ctx), c, m); err != nil {
+		return nil, err
+	}
 	return h(ctx, req)
 }
 
-func (s *Server) Register(_ context.Context, r *pb.RegisterRequest) (*pb.RegisterResponse, error) {
+func (s *Server) Register(ctx context.Context, r *pb.RegisterRequest) (*pb.RegisterResponse, error) {
 	bb := uint64(s.st.BlockBytes())
 	if r.GetBlockBytes() != 0 && r.GetBlockBytes() != bb {
 		return nil, status.Errorf(codes.FailedPrecondition, "block_bytes: engine blocks of %d bytes, this kvagent's slots hold %d (check kvagent.model / block_bytes)", r.GetBlockBytes(), bb)
+	}
+	if err := s.l.register(connID(ctx), r.GetNamespace()); err != nil {
+		return nil, status.Error(codes.FailedPrecondition, err.Error())
 	}
 	s.log.Info("engine registered", "namespace", r.GetNamespace(), "tokens_per_block", r.GetTokensPerBlock())
 	return &pb.RegisterResponse{
@@ -230,22 +292,33 @@ func (s *Server) Lookup(_ context.Context, r *pb.LookupRequest) (*pb.LookupRespo
 }
 
 func (s *Server) Reserve(ctx context.Context, r *pb.ReserveRequest) (*pb.ReserveResponse, error) {
+	id := connID(ctx)
 	ks := keys(r.GetNamespace(), r.GetHashes())
+	// All or nothing: a partial offload is no use to the engine.
+	admitted, err := s.l.admit(id, len(ks), true)
+	if err != nil {
+		s.cfg.Metrics.quotaRefused(s.listener, err)
+		return nil, status.Errorf(codes.ResourceExhausted, "reserve %d slots: %v", len(ks), err)
+	}
 	slots, err := s.st.Reserve(ks)
 	if err != nil {
+		s.l.refund(id, admitted)
 		// Every slot pinned by in-flight offloads and onboards: the
 		// engine should skip this offload (it never waits for the agent).
 		return nil, status.Errorf(codes.ResourceExhausted, "reserve %d slots: %v", len(ks), err)
 	}
-	s.l.addReserved(connID(ctx), slots)
+	if _, err := s.l.grant(id, slots, false, admitted); err != nil {
+		s.st.Abort(slots)
+		return nil, status.Errorf(codes.Internal, "reserve: %v", err)
+	}
 	return &pb.ReserveResponse{Slots: slotsToPB(slots)}, nil
 }
 
 func (s *Server) Commit(ctx context.Context, r *pb.CommitRequest) (*pb.CommitResponse, error) {
 	slots := slotsFromPB(r.GetSlots())
 	id := connID(ctx)
-	if bad, ok := s.l.takeReserved(id, slots); !ok {
-		return nil, status.Errorf(codes.FailedPrecondition, "slots: slot %d is not reserved by this connection", bad)
+	if bad, ok := s.l.take(id, slots, false); !ok {
+		return nil, status.Errorf(codes.FailedPrecondition, "slots: slot %d is not reserved by this connection%s", bad, s.expiryHint())
 	}
 	ks := make([]store.Key, len(r.GetBlocks()))
 	metas := make([]store.Meta, len(r.GetBlocks()))
@@ -262,39 +335,85 @@ func (s *Server) Commit(ctx context.Context, r *pb.CommitRequest) (*pb.CommitRes
 
 func (s *Server) Abort(ctx context.Context, r *pb.AbortRequest) (*pb.AbortResponse, error) {
 	slots := slotsFromPB(r.GetSlots())
-	if bad, ok := s.l.takeReserved(connID(ctx), slots); !ok {
-		return nil, status.Errorf(codes.FailedPrecondition, "slots: slot %d is not reserved by this connection", bad)
+	if bad, ok := s.l.take(connID(ctx), slots, false); !ok {
+		return nil, status.Errorf(codes.FailedPrecondition, "slots: slot %d is not reserved by this connection%s", bad, s.expiryHint())
 	}
 	s.st.Abort(slots)
 	return &pb.AbortResponse{}, nil
 }
 
 func (s *Server) Acquire(ctx context.Context, r *pb.AcquireRequest) (*pb.AcquireResponse, error) {
-	slots, err := s.st.Acquire(r.GetNamespace(), r.GetChain())
-	if err != nil && len(slots) == 0 {
+	id := connID(ctx)
+	chain := r.GetChain()
+	// The prefix ends where the quota does: fewer blocks onboarded, the
+	// rest recomputed, never a stall.
+	admitted, err := s.l.admit(id, len(chain), false)
+	if err != nil {
+		s.cfg.Metrics.quotaRefused(s.listener, err)
 		return nil, status.Errorf(codes.ResourceExhausted, "acquire: %v", err)
 	}
-	s.l.addAcquired(connID(ctx), slots)
+	chain = chain[:admitted]
+	var slots []store.Slot
+	if s.cfg.Peer {
+		// Blocks leaving the node are checked first (an engine on the
+		// node maps the arena read-write; what it scribbled stays here).
+		slots, err = s.st.AcquireVerified(r.GetNamespace(), chain)
+	} else {
+		slots, err = s.st.Acquire(r.GetNamespace(), chain)
+	}
+	if err != nil && len(slots) == 0 {
+		s.l.refund(id, admitted)
+		return nil, status.Errorf(codes.ResourceExhausted, "acquire: %v", err)
+	}
 	resp := &pb.AcquireResponse{Slots: slotsToPB(slots)}
 	if r.GetWithMeta() && len(slots) > 0 {
-		metas, err := s.metas(r.GetNamespace(), r.GetChain()[:len(slots)])
+		metas, err := s.metas(slots, chain)
 		if err != nil {
-			s.l.takeAcquired(connID(ctx), slots)
+			s.l.refund(id, admitted)
 			s.st.Release(slots)
 			return nil, status.Errorf(codes.Internal, "acquire: meta: %v", err)
 		}
 		resp.Metas = metas
+	}
+	tok, err := s.l.grant(id, slots, true, admitted)
+	if err != nil {
+		s.st.Release(slots)
+		return nil, status.Errorf(codes.Internal, "acquire: %v", err)
+	}
+	if tok != (Capability{}) {
+		resp.Capability = tok[:]
 	}
 	return resp, nil
 }
 
 func (s *Server) Release(ctx context.Context, r *pb.ReleaseRequest) (*pb.ReleaseResponse, error) {
 	slots := slotsFromPB(r.GetSlots())
-	if bad, ok := s.l.takeAcquired(connID(ctx), slots); !ok {
-		return nil, status.Errorf(codes.FailedPrecondition, "slots: slot %d is not acquired by this connection", bad)
+	if bad, ok := s.l.take(connID(ctx), slots, true); !ok {
+		return nil, status.Errorf(codes.FailedPrecondition, "slots: slot %d is not acquired by this connection%s", bad, s.expiryHint())
 	}
 	s.st.Release(slots)
 	return &pb.ReleaseResponse{}, nil
+}
+
+// expiryHint completes "not reserved/acquired by this connection" when
+// holds expire.
+func (s *Server) expiryHint() string {
+	if s.cfg.Quota.HoldTimeout <= 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (or held longer than the hold timeout, %s, and given back)", s.cfg.Quota.HoldTimeout)
+}
+
+// AuthorizeRead lets a transfer-engine read of slots go ahead if cap
+// names a live Acquire of this (peer) server, made by the peer with
+// certificate identity identity (PeerIdentity; "" on plaintext), that
+// holds every slot. The slots stay pinned until release is called, even
+// if the Acquire is released meanwhile.
+func (s *Server) AuthorizeRead(cap Capability, identity string, slots []store.Slot) (release func(), err error) {
+	if !s.cfg.Peer {
+		return nil, errors.New("connector: reads are authorized on the peer listener only")
+	}
+	return s.l.authorizeRead(cap, identity, slots)
 }
 
 func (s *Server) PeerInfo(context.Context, *pb.PeerInfoRequest) (*pb.PeerInfoResponse, error) {

@@ -26,19 +26,20 @@ func (s *Server) Stats(context.Context, *pb.StatsRequest) (*pb.StatsResponse, er
 	}, nil
 }
 
-// metas returns the metas of chain's blocks, which the caller has pinned
-// (Acquire): a peer fetch commits them under the same metas. The store
-// hands metas out only with the data, so each block is copied once into
-// a scratch buffer here; peer fetches are rare next to engine onboards.
-func (s *Server) metas(ns string, chain []uint64) ([]*pb.BlockMeta, error) {
-	buf := make([]byte, s.st.BlockBytes())
-	out := make([]*pb.BlockMeta, len(chain))
-	for i, h := range chain {
-		_, m, err := s.st.Get(store.Key{Namespace: ns, Hash: h}, buf)
-		if err != nil {
-			return nil, fmt.Errorf("block %d (%#x): %w", i, h, err)
+// metas returns the metas of the blocks in slots, which the caller has
+// pinned (Acquire) for chain: a peer fetch commits them under the same
+// metas.
+func (s *Server) metas(slots []store.Slot, chain []uint64) ([]*pb.BlockMeta, error) {
+	hashes, ms, err := s.st.PinnedMetas(slots)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*pb.BlockMeta, len(slots))
+	for i, h := range hashes {
+		if h != chain[i] {
+			return nil, fmt.Errorf("block %d: slot %d holds %#x, asked %#x", i, slots[i], h, chain[i])
 		}
-		out[i] = metaToPB(h, m)
+		out[i] = metaToPB(h, ms[i])
 	}
 	return out, nil
 }

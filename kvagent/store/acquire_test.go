@@ -2,6 +2,7 @@ package store
 
 import (
 	"bytes"
+	"slices"
 	"testing"
 )
 
@@ -112,4 +113,36 @@ func TestPinSlotsHoldsAcquiredBlocks(t *testing.T) {
 		t.Fatalf("reserve after the last pin went: %v", err)
 	}
 	s.Abort(slots)
+}
+
+func TestPinnedMetas(t *testing.T) {
+	cfg := testConfig(t, "")
+	cfg.DiskBlocks = 0
+	s := openTest(t, cfg)
+	ks := commitChain(t, s, "m", 40, 3)
+	got, err := s.Acquire("m", []uint64{40, 41, 42})
+	if err != nil || len(got) != 3 {
+		t.Fatal(got, err)
+	}
+	defer s.Release(got)
+	hashes, metas, err := s.PinnedMetas(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, k := range ks {
+		want := blockMeta(k, k.Hash-1, i > 0)
+		if hashes[i] != k.Hash || metas[i].Parent != want.Parent || metas[i].HasParent != want.HasParent || !slices.Equal(metas[i].TokenIDs, want.TokenIDs) || metas[i].LoRAName != want.LoRAName {
+			t.Fatalf("block %d: %#x %+v, want %#x %+v", i, hashes[i], metas[i], k.Hash, want)
+		}
+	}
+	free := Slot(-1)
+	for sl := range Slot(cfg.HostBlocks) {
+		if !slices.Contains(got, sl) {
+			free = sl
+			break
+		}
+	}
+	if _, _, err := s.PinnedMetas([]Slot{free}); err == nil {
+		t.Fatal("metas of a slot nobody holds")
+	}
 }

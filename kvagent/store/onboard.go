@@ -291,3 +291,27 @@ func (s *Store) copyOutLocked(e *entry, dst []byte, tier Tier) (Tier, Meta, erro
 	s.c.onboardBytes[tier] += uint64(s.cfg.BlockBytes)
 	return tier, cloneMeta(e.meta), nil
 }
+
+// PinnedMetas returns the hash and meta of the block in each slot, which
+// the caller holds pinned (Acquire): a peer fetch commits the blocks under
+// the same metas. Nothing is copied but the metas.
+func (s *Store) PinnedMetas(slots []Slot) ([]uint64, []Meta, error) {
+	if s.host == nil {
+		return nil, nil, ErrNoHostTier
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	hashes := make([]uint64, len(slots))
+	metas := make([]Meta, len(slots))
+	for i, sl := range slots {
+		if sl < 0 || int(sl) >= len(s.hostSlots) {
+			return nil, nil, fmt.Errorf("metas: slot %d outside the arena [0, %d)", sl, len(s.hostSlots))
+		}
+		hs := s.hostSlots[sl]
+		if hs.state != slotResident || hs.e.pins == 0 {
+			return nil, nil, fmt.Errorf("metas: slot %d holds no pinned block", sl)
+		}
+		hashes[i], metas[i] = hs.e.key.Hash, cloneMeta(hs.e.meta)
+	}
+	return hashes, metas, nil
+}

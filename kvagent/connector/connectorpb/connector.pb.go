@@ -721,9 +721,14 @@ func (x *AcquireRequest) GetWithMeta() bool {
 }
 
 type AcquireResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Slots         []int32                `protobuf:"varint,1,rep,packed,name=slots,proto3" json:"slots,omitempty"` // one per block of the resident prefix
-	Metas         []*BlockMeta           `protobuf:"bytes,2,rep,name=metas,proto3" json:"metas,omitempty"`         // with_meta: parallel to slots
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Slots []int32                `protobuf:"varint,1,rep,packed,name=slots,proto3" json:"slots,omitempty"` // one per block of the resident prefix
+	Metas []*BlockMeta           `protobuf:"bytes,2,rep,name=metas,proto3" json:"metas,omitempty"`         // with_meta: parallel to slots
+	// capability (peer listener only): 16 random bytes that let the caller
+	// read these slots, and only these, with the transfer engine (every
+	// READ_REQ carries it) until it releases them, its connection ends or
+	// the hold expires; bound to the caller's certificate identity.
+	Capability    []byte `protobuf:"bytes,3,opt,name=capability,proto3" json:"capability,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -768,6 +773,13 @@ func (x *AcquireResponse) GetSlots() []int32 {
 func (x *AcquireResponse) GetMetas() []*BlockMeta {
 	if x != nil {
 		return x.Metas
+	}
+	return nil
+}
+
+func (x *AcquireResponse) GetCapability() []byte {
+	if x != nil {
+		return x.Capability
 	}
 	return nil
 }
@@ -1207,10 +1219,13 @@ const file_connector_proto_rawDesc = "" +
 	"\x0eAcquireRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
 	"\x05chain\x18\x02 \x03(\x04R\x05chain\x12\x1b\n" +
-	"\twith_meta\x18\x03 \x01(\bR\bwithMeta\"[\n" +
+	"\twith_meta\x18\x03 \x01(\bR\bwithMeta\"{\n" +
 	"\x0fAcquireResponse\x12\x14\n" +
 	"\x05slots\x18\x01 \x03(\x05R\x05slots\x122\n" +
-	"\x05metas\x18\x02 \x03(\v2\x1c.kvgate.kvagent.v1.BlockMetaR\x05metas\"&\n" +
+	"\x05metas\x18\x02 \x03(\v2\x1c.kvgate.kvagent.v1.BlockMetaR\x05metas\x12\x1e\n" +
+	"\n" +
+	"capability\x18\x03 \x01(\fR\n" +
+	"capability\"&\n" +
 	"\x0eReleaseRequest\x12\x14\n" +
 	"\x05slots\x18\x01 \x03(\x05R\x05slots\"\x11\n" +
 	"\x0fReleaseResponse\"\x0e\n" +

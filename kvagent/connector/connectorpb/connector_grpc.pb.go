@@ -46,7 +46,9 @@ const (
 type ConnectorClient interface {
 	// Register announces an engine (its namespace and block geometry) and
 	// returns where the arena is. A block geometry that differs from the
-	// agent's is refused: slots are fixed-size.
+	// agent's is refused: slots are fixed-size. The connection then serves
+	// that namespace and its "namespace/..." sub-namespaces (LoRA, cache
+	// salt) only; calls naming another are refused (PERMISSION_DENIED).
 	Register(ctx context.Context, in *RegisterRequest, opts ...grpc.CallOption) (*RegisterResponse, error)
 	// Lookup reports the longest prefix of chain the agent holds, with the
 	// tier of each block (vLLM get_num_new_matched_tokens).
@@ -60,7 +62,8 @@ type ConnectorClient interface {
 	Abort(ctx context.Context, in *AbortRequest, opts ...grpc.CallOption) (*AbortResponse, error)
 	// Acquire pins the resident prefix of chain in host memory (promoting
 	// disk blocks) and returns one slot per block; the engine copies them,
-	// then calls Release.
+	// then calls Release. The prefix also ends where the caller's pin quota
+	// does.
 	Acquire(ctx context.Context, in *AcquireRequest, opts ...grpc.CallOption) (*AcquireResponse, error)
 	// Release unpins acquired slots.
 	Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*ReleaseResponse, error)
@@ -175,7 +178,9 @@ func (c *connectorClient) PeerInfo(ctx context.Context, in *PeerInfoRequest, opt
 type ConnectorServer interface {
 	// Register announces an engine (its namespace and block geometry) and
 	// returns where the arena is. A block geometry that differs from the
-	// agent's is refused: slots are fixed-size.
+	// agent's is refused: slots are fixed-size. The connection then serves
+	// that namespace and its "namespace/..." sub-namespaces (LoRA, cache
+	// salt) only; calls naming another are refused (PERMISSION_DENIED).
 	Register(context.Context, *RegisterRequest) (*RegisterResponse, error)
 	// Lookup reports the longest prefix of chain the agent holds, with the
 	// tier of each block (vLLM get_num_new_matched_tokens).
@@ -189,7 +194,8 @@ type ConnectorServer interface {
 	Abort(context.Context, *AbortRequest) (*AbortResponse, error)
 	// Acquire pins the resident prefix of chain in host memory (promoting
 	// disk blocks) and returns one slot per block; the engine copies them,
-	// then calls Release.
+	// then calls Release. The prefix also ends where the caller's pin quota
+	// does.
 	Acquire(context.Context, *AcquireRequest) (*AcquireResponse, error)
 	// Release unpins acquired slots.
 	Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error)
