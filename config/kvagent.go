@@ -22,8 +22,12 @@ import (
 //	  replay: tcp://127.0.0.1:5601       # their replay endpoint (ZMQ ROUTER)
 //	  admin: 127.0.0.1:9500              # /metrics /healthz /readyz
 //	  admin_auth: {token_file: /var/run/secrets/kvgate/admin-token}  # needed beyond loopback
+//	  quotas:                            # slots a client may hold pinned, and for how long (0: derived)
+//	    engine: {per_connection: 0, per_process: 0, hold_timeout: 60s}
+//	    peer: {per_connection: 0, per_peer: 0, total: 0, hold_timeout: 30s}
 //	  peer: {listen: 10.0.0.11:5700, transfer_listen: 10.0.0.11:5701, streams: 4,
-//	         tls: {cert_file: /etc/kvgate/peer/tls.crt, key_file: /etc/kvgate/peer/tls.key, ca_file: /etc/kvgate/peer/ca.crt}}
+//	         tls: {cert_file: /etc/kvgate/peer/tls.crt, key_file: /etc/kvgate/peer/tls.key, ca_file: /etc/kvgate/peer/ca.crt},
+//	         namespaces: [{peer: node-b.gpu.internal, allow: [qwen3, "qwen3/*"]}]}
 //	  peers: [{name: node-b, addr: 10.0.0.12:5700}]
 type Kvagent struct {
 	Name string `yaml:"name"`
@@ -46,9 +50,43 @@ type Kvagent struct {
 	// MaxChain bounds the blocks of one connector request.
 	MaxChain int `yaml:"max_chain"`
 	// DrainTimeout bounds the graceful stop on SIGTERM.
-	DrainTimeout Duration      `yaml:"drain_timeout"`
-	Peer         KvagentPeer   `yaml:"peer"`
-	Peers        []KvagentPeer `yaml:"peers"`
+	DrainTimeout Duration `yaml:"drain_timeout"`
+	// Quotas bound the arena slots clients hold pinned (reserved plus
+	// acquired) and for how long, so that no engine, and no peer, can
+	// pin the arena and starve the others' offloads.
+	Quotas KvagentQuotas `yaml:"quotas"`
+	Peer   KvagentPeer   `yaml:"peer"`
+	Peers  []KvagentPeer `yaml:"peers"`
+}
+
+// KvagentQuotas are kvagent.quotas: one quota for the engine socket, one
+// for the peer listener. A field left 0 takes its default, derived from
+// host_blocks.
+type KvagentQuotas struct {
+	Engine KvagentQuota `yaml:"engine"`
+	Peer   KvagentQuota `yaml:"peer"`
+}
+
+// KvagentQuota bounds what clients of one listener hold.
+type KvagentQuota struct {
+	// PerConnection: slots one connection holds. Default host_blocks/2
+	// (engine), host_blocks/4 (peer).
+	PerConnection int `yaml:"per_connection"`
+	// PerProcess (engine only): slots one engine process holds over its
+	// connections, by the pid the kernel reports for the socket
+	// (SO_PEERCRED). Default host_blocks/2.
+	PerProcess int `yaml:"per_process"`
+	// PerPeer (peer only): slots one peer holds over its connections, by
+	// the names in its certificate (by IP without TLS). Default
+	// host_blocks/4.
+	PerPeer int `yaml:"per_peer"`
+	// Total (peer only): slots all peers together hold, what remote
+	// agents may take from the local engines. Default host_blocks/2.
+	Total int `yaml:"total"`
+	// HoldTimeout gives back a Reserve or Acquire not committed,
+	// aborted or released within it (the connection stays open). Default
+	// 60s (engine), 30s (peer): an offload or onboard takes milliseconds.
+	HoldTimeout Duration `yaml:"hold_timeout"`
 }
 
 // KvagentModel derives the block size in bytes: layers × kv_heads ×
@@ -88,9 +126,22 @@ type KvagentPeer struct {
 	Streams        int    `yaml:"streams"`
 	// TLS (kvagent.peer only) is mutual TLS on both peer channels, the
 	// control gRPC service and the transfer engine: every agent presents
-	// its certificate and accepts only peers signed by ca_file. Off when
-	// cert_file is empty: the KV bytes then cross the network in clear.
+	// its certificate and accepts only peers signed by ca_file. Required
+	// when listen or transfer_listen is not a loopback address; without
+	// it both channels serve loopback clients only.
 	TLS PeerTLS `yaml:"tls"`
+	// Namespaces (kvagent.peer only), when set, says which peers may look
+	// up and fetch which namespaces; a peer no rule names gets none.
+	// Empty: every peer of the CA may fetch any namespace.
+	Namespaces []KvagentPeerNamespaces `yaml:"namespaces"`
+}
+
+// KvagentPeerNamespaces lets the peer whose certificate names Peer (its
+// CN or a DNS, IP or URI SAN) fetch the namespaces in Allow: exact names,
+// "name/*" for name's sub-namespaces (LoRA, cache salt), or "*".
+type KvagentPeerNamespaces struct {
+	Peer  string   `yaml:"peer"`
+	Allow []string `yaml:"allow"`
 }
 
 // Kvagent bounds.
@@ -123,6 +174,22 @@ func (x *Kvagent) applyDefaults() {
 	}
 	if x.Peer.Streams == 0 {
 		x.Peer.Streams = 4
+	}
+	h := x.HostBlocks
+	e, p := &x.Quotas.Engine, &x.Quotas.Peer
+	for _, d := range []struct {
+		v   *int
+		def int
+	}{{&e.PerConnection, h / 2}, {&e.PerProcess, h / 2}, {&p.PerConnection, h / 4}, {&p.PerPeer, h / 4}, {&p.Total, h / 2}} {
+		if *d.v == 0 {
+			*d.v = max(d.def, 1)
+		}
+	}
+	if e.HoldTimeout == 0 {
+		e.HoldTimeout = Duration(60e9)
+	}
+	if p.HoldTimeout == 0 {
+		p.HoldTimeout = Duration(30e9)
 	}
 }
 
@@ -239,6 +306,33 @@ func (x *Kvagent) validate(path string) error {
 	if p.TLS.Enabled() && p.Listen == "" {
 		return fmt.Errorf("%s.peer.tls: set without %s.peer.listen", path, path)
 	}
+	// The peer channels hand out KV bytes and token ids: off loopback,
+	// only to peers that prove who they are.
+	for _, l := range [][2]string{{"listen", p.Listen}, {"transfer_listen", p.TransferListen}} {
+		if l[1] != "" && !p.TLS.Enabled() && !IsLoopback(l[1]) {
+			return fmt.Errorf("%s.peer.tls: required: %s.peer.%s %q is not a loopback address, and peers off loopback must authenticate with mutual TLS (set cert_file, key_file and ca_file)", path, path, l[0], l[1])
+		}
+	}
+	if len(p.Namespaces) > 0 && !p.TLS.Enabled() {
+		return fmt.Errorf("%s.peer.namespaces: needs %s.peer.tls (the rules match names in the peers' certificates)", path, path)
+	}
+	for i, r := range p.Namespaces {
+		rp := fmt.Sprintf("%s.peer.namespaces[%d]", path, i)
+		if r.Peer == "" {
+			return fmt.Errorf("%s.peer: empty (want a name the peer's certificate carries: CN, DNS, IP or URI SAN)", rp)
+		}
+		if len(r.Allow) == 0 {
+			return fmt.Errorf("%s.allow: empty (want namespaces, \"name/*\" or \"*\")", rp)
+		}
+		for j, ns := range r.Allow {
+			if ns == "" || (strings.Contains(ns, "*") && ns != "*" && (!strings.HasSuffix(ns, "/*") || strings.Count(ns, "*") > 1)) {
+				return fmt.Errorf("%s.allow[%d]: %q: want a namespace, \"name/*\" or \"*\"", rp, j, ns)
+			}
+		}
+	}
+	if err := x.Quotas.validate(path+".quotas", x.HostBlocks); err != nil {
+		return err
+	}
 	names := map[string]bool{x.Name: true}
 	for i, q := range x.Peers {
 		pp := fmt.Sprintf("%s.peers[%d]", path, i)
@@ -255,6 +349,35 @@ func (x *Kvagent) validate(path string) error {
 	}
 	if len(x.Peers) > 0 && p.Listen == "" {
 		return fmt.Errorf("%s.peer.listen: required with peers (fetching needs a transfer endpoint)", path)
+	}
+	return nil
+}
+
+func (q *KvagentQuotas) validate(path string, hostBlocks int) error {
+	if q.Engine.PerPeer != 0 || q.Engine.Total != 0 {
+		return fmt.Errorf("%s.engine: per_peer and total belong to %s.peer", path, path)
+	}
+	if q.Peer.PerProcess != 0 {
+		return fmt.Errorf("%s.peer.per_process: belongs to %s.engine", path, path)
+	}
+	for _, b := range []struct {
+		key string
+		v   int
+	}{
+		{"engine.per_connection", q.Engine.PerConnection}, {"engine.per_process", q.Engine.PerProcess},
+		{"peer.per_connection", q.Peer.PerConnection}, {"peer.per_peer", q.Peer.PerPeer}, {"peer.total", q.Peer.Total},
+	} {
+		if b.v < 1 || b.v > hostBlocks {
+			return fmt.Errorf("%s.%s: %d: want 1..%d (host_blocks), or 0 for the default", path, b.key, b.v, hostBlocks)
+		}
+	}
+	for _, b := range []struct {
+		key string
+		d   Duration
+	}{{"engine.hold_timeout", q.Engine.HoldTimeout}, {"peer.hold_timeout", q.Peer.HoldTimeout}} {
+		if b.d.D() < 100e6 || b.d.D() > 3600e9 {
+			return fmt.Errorf("%s.%s: %s: want 100ms..1h", path, b.key, b.d.D())
+		}
 	}
 	return nil
 }

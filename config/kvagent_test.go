@@ -17,7 +17,7 @@ const kvagentBase = `kvagent:
   disk: {dir: /var/lib/kvgate/kvagent, blocks: 4096}
   events: tcp://127.0.0.1:5600
   replay: tcp://127.0.0.1:5601
-  peer: {listen: 10.0.0.11:5700, transfer_listen: 10.0.0.11:5701}
+  peer: {listen: 127.0.0.1:5700, transfer_listen: 127.0.0.1:5701}
   peers: [{name: node-b, addr: 10.0.0.12:5700}]
 `
 
@@ -33,6 +33,11 @@ func TestKvagentSectionDefaultsAndDerivedBlockSize(t *testing.T) {
 	}
 	if k.Disk.DirectIO != "auto" || k.Disk.AdmitAfter != 2 || k.Admin != "127.0.0.1:9500" || k.MaxChain != 4096 || k.Peer.Streams != 4 {
 		t.Errorf("defaults: %+v", k)
+	}
+	// Quotas default to shares of the 1024 host slots.
+	if q := k.Quotas; q.Engine != (KvagentQuota{PerConnection: 512, PerProcess: 512, HoldTimeout: Duration(60e9)}) ||
+		q.Peer != (KvagentQuota{PerConnection: 256, PerPeer: 256, Total: 512, HoldTimeout: Duration(30e9)}) {
+		t.Errorf("quota defaults: %+v", q)
 	}
 	// Without a socket the section is off, and valid empty.
 	if c, err := Parse(strings.NewReader("")); err != nil || c.Kvagent.Enabled() {
@@ -51,12 +56,23 @@ func TestKvagentErrorsNameTheKey(t *testing.T) {
 		{"events: tcp://127.0.0.1:5600", "events: udp://x:1", "kvagent.events:"},
 		{"peers: [{name: node-b, addr: 10.0.0.12:5700}]", "peers: [{name: node-b, addr: nope}]", "kvagent.peers[0].addr:"},
 		{"peers: [{name: node-b, addr: 10.0.0.12:5700}]", "peers: [{name: kvagent, addr: 10.0.0.12:5700}]", "kvagent.peers[0].name:"},
-		{"peer: {listen: 10.0.0.11:5700, transfer_listen: 10.0.0.11:5701}", "peer: {listen: 10.0.0.11:5700}", "kvagent.peer: listen and transfer_listen go together"},
+		{"peer: {listen: 127.0.0.1:5700, transfer_listen: 127.0.0.1:5701}", "peer: {listen: 127.0.0.1:5700}", "kvagent.peer: listen and transfer_listen go together"},
 		{"replay: tcp://127.0.0.1:5601", "replay: tcp://127.0.0.1:5601\n  admin: 0.0.0.0:9500", "kvagent.admin: \"0.0.0.0:9500\" is not a loopback address and kvagent.admin_auth has no token"},
 		{"peers: [{name: node-b, addr: 10.0.0.12:5700}]", "peers: [{name: node-b, addr: 10.0.0.12:5700, tls: {cert_file: /x}}]", "kvagent.peers[0]: only name and addr belong here"},
-		{"transfer_listen: 10.0.0.11:5701}", "transfer_listen: 10.0.0.11:5701, tls: {ca_file: /x}}", "kvagent.peer.tls.cert_file: required"},
-		{"transfer_listen: 10.0.0.11:5701}", "transfer_listen: 10.0.0.11:5701, tls: {cert_file: /nonexistent/tls.crt, key_file: /nonexistent/tls.key}}", "kvagent.peer.tls.ca_file: required"},
-		{"transfer_listen: 10.0.0.11:5701}", "transfer_listen: 10.0.0.11:5701, tls: {cert_file: /nonexistent/tls.crt, key_file: /nonexistent/tls.key, ca_file: /nonexistent/ca.crt}}", "kvagent.peer.tls.cert_file:"},
+		{"transfer_listen: 127.0.0.1:5701}", "transfer_listen: 127.0.0.1:5701, tls: {ca_file: /x}}", "kvagent.peer.tls.cert_file: required"},
+		{"transfer_listen: 127.0.0.1:5701}", "transfer_listen: 127.0.0.1:5701, tls: {cert_file: /nonexistent/tls.crt, key_file: /nonexistent/tls.key}}", "kvagent.peer.tls.ca_file: required"},
+		{"transfer_listen: 127.0.0.1:5701}", "transfer_listen: 127.0.0.1:5701, tls: {cert_file: /nonexistent/tls.crt, key_file: /nonexistent/tls.key, ca_file: /nonexistent/ca.crt}}", "kvagent.peer.tls.cert_file:"},
+		// Off loopback the peer channels need mutual TLS.
+		{"listen: 127.0.0.1:5700,", "listen: 10.0.0.11:5700,", `kvagent.peer.tls: required: kvagent.peer.listen "10.0.0.11:5700" is not a loopback address`},
+		{"transfer_listen: 127.0.0.1:5701}", "transfer_listen: 0.0.0.0:5701}", `kvagent.peer.tls: required: kvagent.peer.transfer_listen "0.0.0.0:5701"`},
+		{"transfer_listen: 127.0.0.1:5701}", "transfer_listen: \":5701\"}", `kvagent.peer.transfer_listen ":5701" is not a loopback address`},
+		{"transfer_listen: 127.0.0.1:5701}", "transfer_listen: 127.0.0.1:5701, namespaces: [{peer: node-b, allow: [m]}]}", "kvagent.peer.namespaces: needs kvagent.peer.tls"},
+		// Quotas.
+		{"host_blocks: 1024", "host_blocks: 1024\n  quotas: {engine: {per_connection: 1025}}", "kvagent.quotas.engine.per_connection: 1025: want 1..1024"},
+		{"host_blocks: 1024", "host_blocks: 1024\n  quotas: {peer: {total: -1}}", "kvagent.quotas.peer.total: -1"},
+		{"host_blocks: 1024", "host_blocks: 1024\n  quotas: {engine: {total: 5}}", "kvagent.quotas.engine: per_peer and total belong to kvagent.quotas.peer"},
+		{"host_blocks: 1024", "host_blocks: 1024\n  quotas: {peer: {per_process: 5}}", "kvagent.quotas.peer.per_process: belongs to kvagent.quotas.engine"},
+		{"host_blocks: 1024", "host_blocks: 1024\n  quotas: {peer: {hold_timeout: 10ms}}", "kvagent.quotas.peer.hold_timeout: 10ms: want 100ms..1h"},
 	}
 	for _, tc := range cases {
 		doc := strings.Replace(kvagentBase, tc.old, tc.new, 1)
@@ -118,13 +134,27 @@ func TestKvagentAdminAuthAndPeerTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	doc := strings.Replace(kvagentBase, "replay: tcp://127.0.0.1:5601", "replay: tcp://127.0.0.1:5601\n  admin: 0.0.0.0:9500\n  admin_auth: {token_file: "+tokenFile+"}", 1)
-	doc = strings.Replace(doc, "transfer_listen: 10.0.0.11:5701}", "transfer_listen: 10.0.0.11:5701, tls: {cert_file: "+f.Cert+", key_file: "+f.Key+", ca_file: "+caFile+"}}", 1)
+	// Off loopback with mutual TLS, and namespace rules (which need it).
+	doc = strings.Replace(doc, "peer: {listen: 127.0.0.1:5700, transfer_listen: 127.0.0.1:5701}", "peer: {listen: 10.0.0.11:5700, transfer_listen: 0.0.0.0:5701, tls: {cert_file: "+f.Cert+", key_file: "+f.Key+", ca_file: "+caFile+"}, namespaces: [{peer: node-b, allow: [qwen3, \"qwen3/*\"]}]}", 1)
 	c, err := Parse(strings.NewReader(doc))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if tok, err := c.Kvagent.AdminAuth.Token(); err != nil || tok != "0123456789abcdef0123" {
 		t.Errorf("token %q, %v", tok, err)
+	}
+	if ns := c.Kvagent.Peer.Namespaces; len(ns) != 1 || ns[0].Peer != "node-b" || len(ns[0].Allow) != 2 {
+		t.Errorf("peer namespaces %+v", ns)
+	}
+	for bad, want := range map[string]string{
+		`[{peer: "", allow: [m]}]`:      "kvagent.peer.namespaces[0].peer: empty",
+		`[{peer: node-b}]`:              "kvagent.peer.namespaces[0].allow: empty",
+		`[{peer: node-b, allow: [m*]}]`: `kvagent.peer.namespaces[0].allow[0]: "m*"`,
+	} {
+		d := strings.Replace(doc, `namespaces: [{peer: node-b, allow: [qwen3, "qwen3/*"]}]`, "namespaces: "+bad, 1)
+		if _, err := Parse(strings.NewReader(d)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("namespaces %s: %v, want %q", bad, err, want)
+		}
 	}
 	tc, err := c.Kvagent.Peer.TLS.Load()
 	if err != nil || tc == nil || tc.RootCAs == nil || tc.GetClientCertificate == nil || tc.GetCertificate == nil {

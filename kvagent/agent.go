@@ -22,6 +22,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/kvgate/kvgate/config"
@@ -51,6 +52,9 @@ type Agent struct {
 	// peerTLS is kvagent.peer.tls loaded (nil = plaintext): it serves
 	// and dials both peer channels, control gRPC and transfer engine.
 	peerTLS *tls.Config
+	// reads authorizes the transfer engine's inbound reads once the
+	// arena is registered and the peer server exists (nil before).
+	reads atomic.Pointer[readGate]
 
 	wg       sync.WaitGroup
 	mu       sync.Mutex
@@ -99,8 +103,11 @@ func Start(cfg config.Kvagent, reg prometheus.Registerer, log *slog.Logger) (_ *
 	}
 	metrics := connector.NewMetrics(reg)
 	limits := connector.Limits{MaxChain: cfg.MaxChain}
+	eq := cfg.Quotas.Engine
 	if a.conn, err = connector.NewServer(connector.Config{
 		Store: a.st, Slots: cfg.HostBlocks, Limits: limits, Metrics: metrics, Logger: log.With("part", "connector"),
+		Quota: connector.Quota{PerConnection: eq.PerConnection, PerClient: eq.PerProcess, HoldTimeout: eq.HoldTimeout.D(),
+			ConfigKey: "kvagent.quotas.engine", ClientKey: "per_process"},
 	}); err != nil {
 		return nil, err
 	}
@@ -154,8 +161,12 @@ func (a *Agent) startPeer(reg prometheus.Registerer, m *connector.Metrics, limit
 		Listen:     a.cfg.Peer.TransferListen,
 		Streams:    a.cfg.Peer.Streams,
 		TLS:        a.peerTLS,
-		Registerer: reg,
-		Logger:     a.log.With("part", "transfer"),
+		ReadAccess: a.authorizeRead,
+		// Peers only ever read this arena (FetchFromPeer); a write would
+		// land in slots engines onboard from.
+		InboundWrites: false,
+		Registerer:    reg,
+		Logger:        a.log.With("part", "transfer"),
 	}); err != nil {
 		return fmt.Errorf("kvagent: peer transfer engine: %w", err)
 	}
@@ -163,6 +174,11 @@ func (a *Agent) startPeer(reg prometheus.Registerer, m *connector.Metrics, limit
 		return fmt.Errorf("kvagent: peer: register arena: %w", err)
 	}
 	a.peerFetchM = newPeerFetchMetrics(reg)
+	pq := a.cfg.Quotas.Peer
+	rules := make([]connector.NamespaceRule, len(a.cfg.Peer.Namespaces))
+	for i, r := range a.cfg.Peer.Namespaces {
+		rules[i] = connector.NamespaceRule{Peer: r.Peer, Namespaces: r.Allow}
+	}
 	if a.peerSrv, err = connector.NewServer(connector.Config{
 		Store: a.st, Slots: a.cfg.HostBlocks, Limits: limits, Metrics: m, Peer: true, Name: a.cfg.Name,
 		PeerInfo: func() ([]byte, uint32, error) {
@@ -171,9 +187,13 @@ func (a *Agent) startPeer(reg prometheus.Registerer, m *connector.Metrics, limit
 		},
 		Logger: a.log.With("part", "peer"),
 		TLS:    a.peerTLS,
+		Quota: connector.Quota{PerConnection: pq.PerConnection, PerClient: pq.PerPeer, Total: pq.Total, HoldTimeout: pq.HoldTimeout.D(),
+			ConfigKey: "kvagent.quotas.peer", ClientKey: "per_peer"},
+		PeerNamespaces: rules,
 	}); err != nil {
 		return err
 	}
+	a.reads.Store(&readGate{srv: a.peerSrv, region: a.region, blockBytes: int64(a.st.BlockBytes())})
 	if a.peerL, err = net.Listen("tcp", a.cfg.Peer.Listen); err != nil {
 		return fmt.Errorf("kvagent: peer listen %s: %w", a.cfg.Peer.Listen, err)
 	}

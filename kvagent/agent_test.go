@@ -60,6 +60,10 @@ func agentYAML(o agentOpts) string {
 	if o.peer {
 		b.WriteString("  peer: {listen: 127.0.0.1:0, transfer_listen: 127.0.0.1:0, streams: 2}\n")
 	}
+	// These tests move whole small arenas at once; the default quotas
+	// (a half or a quarter of the arena) have their own tests.
+	h := o.hostBlocks
+	fmt.Fprintf(&b, "  quotas: {engine: {per_connection: %d, per_process: %d}, peer: {per_connection: %d, per_peer: %d, total: %d}}\n", h, h, h, h, h)
 	return b.String()
 }
 

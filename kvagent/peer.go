@@ -118,6 +118,10 @@ func (a *Agent) FetchFromPeer(ctx context.Context, peerName, ns string, chain []
 		return 0, fmt.Errorf("kvagent: peer %s: acquire: %w", peerName, err)
 	}
 	remoteSlots := acq.GetSlots()
+	// The peer's transfer engine lets us read these slots, and only
+	// these, with the capability of this Acquire.
+	var grant transfer.Grant
+	copy(grant[:], acq.GetCapability())
 	defer func() {
 		if len(remoteSlots) == 0 {
 			return
@@ -129,6 +133,9 @@ func (a *Agent) FetchFromPeer(ctx context.Context, peerName, ns string, chain []
 			a.log.Warn("peer release failed", "peer", peerName, "err", rerr)
 		}
 	}()
+	if len(remoteSlots) > 0 && len(acq.GetCapability()) != len(grant) {
+		return 0, fmt.Errorf("kvagent: peer %s: acquire returned a capability of %d bytes, want %d", peerName, len(acq.GetCapability()), len(grant))
+	}
 	if len(acq.GetMetas()) != len(remoteSlots) || len(remoteSlots) > len(chain) {
 		return 0, fmt.Errorf("kvagent: peer %s: acquire returned %d slots and %d metas for %d blocks", peerName, len(remoteSlots), len(acq.GetMetas()), len(chain))
 	}
@@ -167,7 +174,7 @@ func (a *Agent) FetchFromPeer(ctx context.Context, peerName, ns string, chain []
 			return have, fmt.Errorf("kvagent: peer %s: slot %d outside its arena of %d", peerName, want[i], p.slots)
 		}
 		localDescs[i] = transfer.Desc{Region: a.region, Offset: int64(local[i]) * bb, Len: bb}
-		remoteDescs[i] = transfer.Desc{Region: p.region, Offset: int64(want[i]) * bb, Len: bb}
+		remoteDescs[i] = transfer.Desc{Region: p.region, Offset: int64(want[i]) * bb, Len: bb, Grant: grant}
 	}
 	x, err := a.xfer.CreateXfer(transfer.Read, localDescs, p.remote, remoteDescs, nil)
 	if err != nil {
@@ -223,4 +230,32 @@ func (m *peerFetchMetrics) observe(peer string, n, blockBytes int, err error, d 
 	m.blocks.WithLabelValues(peer).Add(float64(n))
 	m.bytes.WithLabelValues(peer).Add(float64(n * blockBytes))
 	m.seconds.WithLabelValues(peer).Observe(d.Seconds())
+}
+
+// readGate decides the transfer engine's inbound reads: a read of the
+// arena is let through when the capability it carries names an Acquire,
+// on the peer listener, by the same peer (its certificate identity), that
+// holds every slot the read touches (connector.Server.AuthorizeRead).
+type readGate struct {
+	srv        *connector.Server
+	region     uint32
+	blockBytes int64
+}
+
+// authorizeRead is the transfer engine's ReadAccess.
+func (a *Agent) authorizeRead(r transfer.ReadRequest) (func(), error) {
+	g := a.reads.Load()
+	if g == nil {
+		return nil, errors.New("kvagent: not serving peers yet")
+	}
+	if r.Region != g.region {
+		return nil, fmt.Errorf("kvagent: region %d is not the arena (%d)", r.Region, g.region)
+	}
+	// The transfer engine checked the range against the region.
+	first, last := r.Offset/g.blockBytes, (r.Offset+r.Len-1)/g.blockBytes
+	slots := make([]store.Slot, 0, last-first+1)
+	for s := first; s <= last; s++ {
+		slots = append(slots, store.Slot(s))
+	}
+	return g.srv.AuthorizeRead(connector.Capability(r.Grant), connector.PeerIdentity(r.PeerCert), slots)
 }

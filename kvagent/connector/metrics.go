@@ -34,7 +34,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"method", "listener"}),
 		quota: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvgate_kvagent_connector_quota_refusals_total",
-			Help: "Reserve and Acquire requests refused for lack of quota, by listener and bound (per_connection, per_client, total).",
+			Help: "Reserve and Acquire requests refused for lack of quota, by listener and bound (per_connection, per_process, per_peer, total).",
 		}, []string{"listener", "scope"}),
 		expiries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvgate_kvagent_connector_expired_slots_total",

@@ -27,8 +27,10 @@ type Quota struct {
 	// working.
 	HoldTimeout time.Duration
 	// ConfigKey is the configuration section the quota comes from
-	// (kvagent.quotas.engine); refusals name its keys.
-	ConfigKey string
+	// (kvagent.quotas.engine) and ClientKey the name of PerClient in it
+	// (per_process, per_peer; default per_client): refusals and the
+	// metrics' scope label use them.
+	ConfigKey, ClientKey string
 }
 
 // quotaError is a refusal for lack of quota: which bound, what is held.
@@ -41,7 +43,10 @@ type quotaError struct {
 }
 
 func (e *quotaError) Error() string {
-	who := map[string]string{"per_connection": "this connection holds", "per_client": "this client holds", "total": "the clients of this listener hold"}[e.scope]
+	who := map[string]string{"per_connection": "this connection holds", "total": "the clients of this listener hold"}[e.scope]
+	if who == "" {
+		who = "this client holds"
+	}
 	key := e.scope
 	if e.key != "" {
 		key = e.key + "." + e.scope
@@ -55,7 +60,11 @@ func (e *quotaError) Error() string {
 func (q Quota) room(conn, cl, total int) (int, *quotaError) {
 	room := int(^uint(0) >> 1)
 	var tightest *quotaError
-	for _, b := range []quotaError{{scope: "per_connection", held: conn, limit: q.PerConnection}, {scope: "per_client", held: cl, limit: q.PerClient}, {scope: "total", held: total, limit: q.Total}} {
+	clientKey := q.ClientKey
+	if clientKey == "" {
+		clientKey = "per_client"
+	}
+	for _, b := range []quotaError{{scope: "per_connection", held: conn, limit: q.PerConnection}, {scope: clientKey, held: cl, limit: q.PerClient}, {scope: "total", held: total, limit: q.Total}} {
 		if b.limit <= 0 {
 			continue
 		}
