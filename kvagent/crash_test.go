@@ -36,6 +36,9 @@ func TestMain(m *testing.M) {
 	if path := os.Getenv(daemonEnv); path != "" {
 		os.Exit(runTestDaemon(path))
 	}
+	if sock := os.Getenv(attackerEnv); sock != "" {
+		os.Exit(runAttacker(sock))
+	}
 	os.Exit(m.Run())
 }
 
