@@ -98,12 +98,15 @@ func TestEngineConnectionServesItsNamespaceOnly(t *testing.T) {
 	}
 	defer other.Close()
 	for name, call := range map[string]func() error{
-		"lookup":            func() error { _, err := other.Lookup(ctx, "m", []uint64{10}); return err },
-		"lookup sub":        func() error { _, err := other.Lookup(ctx, "m/sql-lora", []uint64{20}); return err },
-		"acquire with meta": func() error { _, err := other.rpc.Acquire(ctx, &pb.AcquireRequest{Namespace: "m", Chain: []uint64{10, 11}, WithMeta: true}); return err },
-		"reserve":           func() error { _, err := other.Reserve(ctx, "m", []uint64{99}); return err },
-		"commit":            func() error { return other.Commit(ctx, "m", chainBlocks(1, 10), []int32{0}) },
-		"name prefix":       func() error { _, err := other.Lookup(ctx, "tenant-bb", []uint64{1}); return err },
+		"lookup":     func() error { _, err := other.Lookup(ctx, "m", []uint64{10}); return err },
+		"lookup sub": func() error { _, err := other.Lookup(ctx, "m/sql-lora", []uint64{20}); return err },
+		"acquire with meta": func() error {
+			_, err := other.rpc.Acquire(ctx, &pb.AcquireRequest{Namespace: "m", Chain: []uint64{10, 11}, WithMeta: true})
+			return err
+		},
+		"reserve":     func() error { _, err := other.Reserve(ctx, "m", []uint64{99}); return err },
+		"commit":      func() error { return other.Commit(ctx, "m", chainBlocks(1, 10), []int32{0}) },
+		"name prefix": func() error { _, err := other.Lookup(ctx, "tenant-bb", []uint64{1}); return err },
 	} {
 		if err := call(); code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), `registered "tenant-b"`) {
 			t.Errorf("%s of another tenant's namespace: %v, want PermissionDenied naming the registration", name, err)
@@ -114,7 +117,9 @@ func TestEngineConnectionServesItsNamespaceOnly(t *testing.T) {
 		t.Errorf("second Register with another namespace: %v, want FailedPrecondition", err)
 	}
 	conn, err := grpc.NewClient("passthrough:///"+f.sock, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return (&net.Dialer{}).DialContext(ctx, "unix", f.sock) }))
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", f.sock)
+		}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -332,7 +337,10 @@ func TestPlaintextPeerListenerRefusesRemoteClients(t *testing.T) {
 	for name, call := range map[string]func() error{
 		"stats":     func() error { _, err := p.Stats(ctx, &pb.StatsRequest{}); return err },
 		"peer info": func() error { _, err := p.PeerInfo(ctx, &pb.PeerInfoRequest{}); return err },
-		"acquire":   func() error { _, err := p.Acquire(ctx, &pb.AcquireRequest{Namespace: "m", Chain: []uint64{1}}); return err },
+		"acquire": func() error {
+			_, err := p.Acquire(ctx, &pb.AcquireRequest{Namespace: "m", Chain: []uint64{1}})
+			return err
+		},
 	} {
 		if err := call(); code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "loopback") {
 			t.Errorf("%s from a non-loopback address: %v, want PermissionDenied", name, err)
