@@ -62,6 +62,21 @@ Secret applies without a restart. */}}
 {{- define "kvgate.kvagentAdminExposed" -}}
 {{- if and .Values.kvagent.enabled .Values.metrics.enabled -}}true{{- end -}}
 {{- end -}}
+{{/* The kvagent's TCP ports besides admin, from config.kvagent: peer and
+transfer (kvagent.peer), events and replay (kvagent.events/replay, ZMQ), as
+a YAML list of {name, port}. The chart declares them on the pod and opens
+each in the NetworkPolicy to the pods that need it only. */}}
+{{- define "kvgate.kvagentPorts" -}}
+{{- $k := default dict .Values.config.kvagent -}}
+{{- $peer := default dict $k.peer -}}
+{{- $ports := list -}}
+{{- range $p := list (list "peer" $peer.listen) (list "transfer" $peer.transfer_listen) (list "events" $k.events) (list "replay" $k.replay) -}}
+{{- with index $p 1 -}}
+{{- $ports = append $ports (dict "name" (index $p 0) "port" (regexFind "[0-9]+$" (toString .) | int)) -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml $ports -}}
+{{- end -}}
 {{- define "kvgate.plannerAdminExposed" -}}
 {{- if and .Values.planner.enabled .Values.metrics.enabled -}}true{{- end -}}
 {{- end -}}
@@ -170,6 +185,9 @@ stays on loopback, needing no token. */ -}}
 {{- $_ := set $kv "admin_auth" (include "kvgate.adminAuthSection" . | fromYaml) -}}
 {{- else -}}
 {{- $_ := set $kv "admin" (printf "127.0.0.1:%d" (int .Values.kvagent.adminPort)) -}}
+{{- end -}}
+{{- if and (dig "peer" "listen" "" (default dict .Values.config.kvagent)) (not .Values.kvagent.peerTLS.secretName) -}}
+{{- fail "kvagent.peerTLS.secretName: required with config.kvagent.peer: kvagents on the pod network must authenticate each other with mutual TLS (kvagent.peer.tls)" -}}
 {{- end -}}
 {{- if .Values.kvagent.peerTLS.secretName -}}
 {{- $dir := printf "%s/kvagent-peer-tls" $secrets -}}
