@@ -242,8 +242,8 @@ func TestPeerListenerServesReadsOnly(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_, err := Dial(ctx, f.sock, Registration{Namespace: "m"})
-	if s, _ := status.FromError(errors.Unwrap(err)); s.Code() != codes.PermissionDenied {
-		t.Fatalf("register on a peer listener: %v, want PermissionDenied", err)
+	if s, _ := status.FromError(errors.Unwrap(err)); s.Code() != codes.PermissionDenied || !strings.Contains(s.Message(), "not served to peers") {
+		t.Fatalf("register on a peer listener: %v, want PermissionDenied (not served to peers)", err)
 	}
 }
 

@@ -32,7 +32,8 @@ type client struct {
 	// names are the names the certificate gives (CN, SANs), matched
 	// against Config.PeerNamespaces.
 	names []string
-	// loopback: a TCP connection from a loopback address.
+	// loopback: a TCP connection from a loopback address, or the Unix
+	// socket.
 	loopback bool
 }
 
@@ -42,7 +43,8 @@ func clientOf(ctx context.Context) client {
 		return client{key: "unknown"}
 	}
 	if pa, ok := p.Addr.(processAddr); ok {
-		return client{key: fmt.Sprintf("pid:%d", pa.pid)}
+		// A Unix socket is as local as loopback.
+		return client{key: fmt.Sprintf("pid:%d", pa.pid), loopback: true}
 	}
 	var c client
 	if tcp, ok := p.Addr.(*net.TCPAddr); ok {
