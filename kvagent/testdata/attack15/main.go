@@ -6,7 +6,8 @@
 //
 //	go build -o /tmp/kvgate ./cmd/kvgate && go run ./kvagent/testdata/attack15 -kvgate /tmp/kvgate
 //
-// It lives under testdata so that `go build ./...` and `go vet ./...` skip
+// It exits 1 when any attack achieved something (the line says BREACH),
+// so it can gate a build. It lives under testdata so that `go build ./...` and `go vet ./...` skip
 // it: a workshop tool, not part of the product. The regression tests are
 // kvagent/attack_test.go.
 package main
@@ -38,6 +39,19 @@ const (
 	hostBlocks = 64
 )
 
+// breaches counts the attacks that achieved something.
+var breaches int
+
+// report prints one attack's outcome, marking a breach.
+func report(breach bool, format string, args ...any) {
+	mark := "refused"
+	if breach {
+		mark = "BREACH"
+		breaches++
+	}
+	fmt.Printf("[%s] "+format+"\n", append([]any{mark}, args...)...)
+}
+
 func main() {
 	bin := flag.String("kvgate", "", "the kvgate binary")
 	role := flag.String("role", "", "internal: reserve-attacker SOCKET")
@@ -60,6 +74,10 @@ func main() {
 			defer n.stop()
 			attack(ctx, n)
 		}()
+	}
+	if breaches > 0 {
+		fmt.Printf("%d attacks achieved something\n", breaches)
+		os.Exit(1)
 	}
 }
 
@@ -157,11 +175,11 @@ func configRefusal(bin, dir string) {
 	go func() { done <- cmd.Wait() }()
 	select {
 	case err := <-done:
-		fmt.Printf("plaintext peer listener on 0.0.0.0: refused at start (%v): %s\n", err, strings.TrimSpace(stderr.String()))
+		report(false, "plaintext peer listener on 0.0.0.0: refused at start (%v): %s", err, strings.TrimSpace(stderr.String()))
 	case <-time.After(3 * time.Second):
 		cmd.Process.Kill()
 		<-done
-		fmt.Println("plaintext peer listener on 0.0.0.0: ACCEPTED (serving after 3s)")
+		report(true, "plaintext peer listener on 0.0.0.0: ACCEPTED (serving after 3s)")
 	}
 }
 
@@ -197,7 +215,13 @@ func socketMode(dir string) {
 	}
 	close(stop)
 	<-done
-	fmt.Printf("socket modes observed during 2000 ListenUnix (umask 0): %v\n", seen)
+	wide := 0
+	for m, n := range seen {
+		if m&^0o660 != 0 {
+			wide += n
+		}
+	}
+	report(wide > 0, "socket modes observed during 2000 ListenUnix (umask 0): %v", seen)
 }
 
 // readWithoutAcquire: a client with no credentials reads every arena slot
@@ -236,7 +260,7 @@ func readWithoutAcquire(ctx context.Context, n *victimNode) {
 			}
 		}
 	}
-	fmt.Printf("transfer reads without an Acquire: %d of %d slots refused, %d of the victim's %d blocks read (%v)\n", refused, hostBlocks, stolen, len(blocks), short(why))
+	report(stolen > 0 || refused < hostBlocks, "transfer reads without an Acquire: %d of %d slots refused, %d of the victim's %d blocks read (%v)", refused, hostBlocks, stolen, len(blocks), short(why))
 	slots, err := victim.Acquire(ctx, "m", chain)
 	check(err)
 	check(victim.Release(ctx, slots))
@@ -245,7 +269,8 @@ func readWithoutAcquire(ctx context.Context, n *victimNode) {
 	dst := [][]byte{make([]byte, blockBytes)}
 	_, err = victim.Onboard(ctx, "m", chain[:1], dst)
 	check(err)
-	fmt.Printf("transfer write into the victim's slot: err %v; the victim's next onboard returns the attacker's bytes: %v\n", short(werr), bytes.HasPrefix(dst[0], []byte("poison!!")))
+	poisoned := bytes.HasPrefix(dst[0], []byte("poison!!"))
+	report(werr == nil || poisoned, "transfer write into the victim's slot: err %v; the victim's next onboard returns the attacker's bytes: %v", short(werr), poisoned)
 }
 
 // crossTenant: another tenant's engine asks for namespace m's token ids.
@@ -266,9 +291,9 @@ func crossTenant(ctx context.Context, n *victimNode) {
 	if len(r.GetSlots()) > 0 {
 		c.Release(ctx, &pb.ReleaseRequest{Slots: r.GetSlots()})
 	}
-	fmt.Printf("tenant-b's engine connection: Acquire(m, with_meta) → %d token ids of tenant m (err %v)\n", tokens, short(err))
+	report(tokens > 0 || len(r.GetSlots()) > 0, "tenant-b's engine connection: Acquire(m, with_meta) → %d token ids of tenant m (err %v)", tokens, short(err))
 	lr, err := c.Lookup(ctx, &pb.LookupRequest{Namespace: "m", Chain: chain})
-	fmt.Printf("tenant-b's engine connection: Lookup(m) → %d blocks of tenant m's residency (err %v)\n", len(lr.GetTiers()), short(err))
+	report(err == nil, "tenant-b's engine connection: Lookup(m) → %d blocks of tenant m's residency (err %v)", len(lr.GetTiers()), short(err))
 }
 
 // pinStarvation: peer connections acquire every resident block and never
@@ -298,7 +323,7 @@ func pinStarvation(ctx context.Context, n *victimNode) {
 	}
 	_, bs := makeChain(8, 5000)
 	err := victim.Offload(ctx, "m", bs)
-	fmt.Printf("peer pin starvation: %d Acquires over 8 connections never released → %d pins held, %d refused; victim's offload of 8 blocks: err %v\n", acquires, pinned, refused, short(err))
+	report(err != nil, "peer pin starvation: %d Acquires over 8 connections never released → %d pins held, %d refused; victim's offload of 8 blocks: err %v", acquires, pinned, refused, short(err))
 }
 
 // reservationStarvation: another process reserves over 8 connections and
@@ -316,7 +341,7 @@ func reservationStarvation(ctx context.Context, n *victimNode) {
 	line, _ := bufio.NewReader(out).ReadString('\n')
 	_, bs := makeChain(4, 6000)
 	verr := victim.Offload(ctx, "m", bs)
-	fmt.Printf("reservation starvation by another process: %s; victim's offload of 4 blocks: err %v\n", strings.TrimSpace(line), short(verr))
+	report(verr != nil, "reservation starvation by another process: %s; victim's offload of 4 blocks: err %v", strings.TrimSpace(line), short(verr))
 	in.Close()
 	cmd.Wait()
 }
