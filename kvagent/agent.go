@@ -163,8 +163,10 @@ func (a *Agent) startPeer(reg prometheus.Registerer, m *connector.Metrics, limit
 		TLS:        a.peerTLS,
 		ReadAccess: a.authorizeRead,
 		// Peers only ever read this arena (FetchFromPeer); a write would
-		// land in slots engines onboard from.
+		// land in slots engines onboard from. Nothing here reads
+		// notifications, so none are queued either.
 		InboundWrites: false,
+		InboundNotifs: false,
 		Registerer:    reg,
 		Logger:        a.log.With("part", "transfer"),
 	}); err != nil {

@@ -11,7 +11,8 @@ import (
 )
 
 // By default a target takes no inbound writes: the item fails with a
-// RemoteError, not one byte lands, and the connection keeps serving reads.
+// RemoteError, not one byte lands, and the connection keeps serving reads;
+// nor inbound notifications.
 func TestTCPTargetRefusesInboundWritesByDefault(t *testing.T) {
 	a, _ := newTestAgent(t, TCPConfig{Name: "a", Streams: 1})
 	b, _ := newTestAgent(t, TCPConfig{Name: "b"})
@@ -38,6 +39,13 @@ func TestTCPTargetRefusesInboundWritesByDefault(t *testing.T) {
 	}
 	if got := b.accepted.Load(); got != 1 {
 		t.Fatalf("target accepted %d connections, want the one stream kept", got)
+	}
+	// Nor does it queue notifications it would never read.
+	if err := a.GenNotif("b", []byte("hold me")); err == nil || !strings.Contains(err.Error(), ErrInboundNotif.Error()) {
+		t.Fatalf("notification to a target without InboundNotifs: %v, want %q", err, ErrInboundNotif)
+	}
+	if got := b.GetNotifs(); len(got) != 0 {
+		t.Fatalf("target queued %v", got)
 	}
 }
 

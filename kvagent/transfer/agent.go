@@ -220,6 +220,9 @@ var (
 	// ErrInboundWrite: a peer tried to write into this agent's memory
 	// and the agent does not take inbound writes (TCPConfig.InboundWrites).
 	ErrInboundWrite = errors.New("inbound writes are refused by this agent")
+	// ErrInboundNotif: a peer sent a notification to an agent that takes
+	// none (TCPConfig.InboundNotifs).
+	ErrInboundNotif = errors.New("inbound notifications are refused by this agent")
 	// ErrNotPermitted: the target's ReadAccess refused a read.
 	ErrNotPermitted = errors.New("read not permitted")
 )

@@ -22,7 +22,8 @@
 //     breaks the protocol fails every transfer on it: Status reports
 //     Failed with the reason, nothing hangs. Optional TLS, mutual when
 //     TCPConfig.TLS has ClientCAs; without TLS only loopback peers are
-//     served. As a target it is read-only unless TCPConfig.InboundWrites,
+//     served. As a target it is read-only unless TCPConfig.InboundWrites
+//     (and queues no notifications unless TCPConfig.InboundNotifs),
 //     and TCPConfig.ReadAccess decides every inbound read (each READ_REQ
 //     carries the remote descriptor's Grant, the capability the target
 //     issued through a side channel). Regions are DRAM ([]byte, e.g. a slice

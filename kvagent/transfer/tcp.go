@@ -74,6 +74,11 @@ type TCPConfig struct {
 	// bytes are discarded unread into memory (the kvagent's peers only
 	// ever read).
 	InboundWrites bool
+	// InboundNotifs lets peers queue notifications for GetNotifs (up to
+	// 65,536 of them, 64 MiB). Off by default: an agent that never calls
+	// GetNotifs (the kvagent) would otherwise hold what any peer sends;
+	// a notification is answered with ErrInboundNotif.
+	InboundNotifs bool
 	// MaxMessageBytes is the largest frame payload this agent sends or
 	// accepts (default 1 MiB, 4 KiB..16 MiB); peers learn it from the
 	// metadata and the connection handshake. Larger frames cost fewer

@@ -7,11 +7,11 @@ import (
 	"github.com/kvgate/kvgate/kvagent/transfer/transfertest"
 )
 
-// The suite writes as well as reads: NIXL's semantics, which the TCP
-// backend has once InboundWrites is on.
+// The suite writes and notifies as well as reads: NIXL's semantics, which
+// the TCP backend has once InboundWrites and InboundNotifs are on.
 func TestTCPConformance(t *testing.T) {
 	transfertest.RunConformance(t, func(t *testing.T, name string) transfer.Agent {
-		a, err := transfer.NewTCP(transfer.TCPConfig{Name: name, Streams: 3, MaxMessageBytes: 64 << 10, InboundWrites: true})
+		a, err := transfer.NewTCP(transfer.TCPConfig{Name: name, Streams: 3, MaxMessageBytes: 64 << 10, InboundWrites: true, InboundNotifs: true})
 		if err != nil {
 			t.Fatalf("NewTCP: %v", err)
 		}
@@ -23,7 +23,7 @@ func TestTCPConformance(t *testing.T) {
 // space.
 func TestTCPConformanceOneStream(t *testing.T) {
 	transfertest.RunConformance(t, func(t *testing.T, name string) transfer.Agent {
-		a, err := transfer.NewTCP(transfer.TCPConfig{Name: name, Streams: 1, MaxMessageBytes: 16 << 20, InboundWrites: true})
+		a, err := transfer.NewTCP(transfer.TCPConfig{Name: name, Streams: 1, MaxMessageBytes: 16 << 20, InboundWrites: true, InboundNotifs: true})
 		if err != nil {
 			t.Fatalf("NewTCP: %v", err)
 		}

@@ -288,7 +288,11 @@ func (sc *serverConn) handle(h frameHeader) error {
 			return err
 		}
 		ack := frameHeader{typ: frameNotifAck, xfer: h.xfer}
-		if err := a.queueNotif(sc.peerName, msg); err != nil {
+		err = ErrInboundNotif
+		if a.cfg.InboundNotifs {
+			err = a.queueNotif(sc.peerName, msg)
+		}
+		if err != nil {
 			a.metrics.rejected()
 			ack.flags = flagError
 			return sc.fw.write(ack, sc.reason(err))
