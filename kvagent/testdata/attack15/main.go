@@ -277,7 +277,9 @@ func readWithoutAcquire(ctx context.Context, n *victimNode) {
 func crossTenant(ctx context.Context, n *victimNode) {
 	sock, chain := n.sock, n.chain
 	conn, err := grpc.NewClient("passthrough:///"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return (&net.Dialer{}).DialContext(ctx, "unix", sock) }))
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+		}))
 	check(err)
 	defer conn.Close()
 	c := pb.NewConnectorClient(conn)
