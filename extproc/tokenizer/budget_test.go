@@ -88,9 +88,9 @@ func TestEncodeBoundedRefusesHugeWords(t *testing.T) {
 		text string
 		word int
 	}{
-		{strings.Repeat("a", 5000), 5000},                    // letters
-		{"x" + strings.Repeat(" ", 5000) + "y", 4999},        // a space run gives one space to the next word
-		{strings.Repeat("!", 5000), 5000},                    // punctuation
+		{strings.Repeat("a", 5000), 5000},                   // letters
+		{"x" + strings.Repeat(" ", 5000) + "y", 4999},       // a space run gives one space to the next word
+		{strings.Repeat("!", 5000), 5000},                   // punctuation
 		{"ok " + strings.Repeat("中", 2000) + " fine", 6001}, // CJK run with its leading space
 	} {
 		_, err := tok.EncodeBounded(context.Background(), nil, c.text, EncodeOptions{Limits: Limits{MaxWordBytes: 4096}})
