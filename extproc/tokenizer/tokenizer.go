@@ -324,6 +324,9 @@ type EncodeOptions struct {
 // completed encode are exactly those of the unbounded entry points.
 func (t *Tokenizer) EncodeBounded(ctx context.Context, dst []uint32, text string, o EncodeOptions) ([]uint32, error) {
 	b := newBudget(ctx, len(dst), o.Limits)
+	if !b.alive() {
+		return dst, b.err
+	}
 	switch {
 	case o.SpecialTokens:
 		return t.encodeSpecial(dst, text, b)
