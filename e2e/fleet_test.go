@@ -109,6 +109,8 @@ func startFleet(t *testing.T, o fleetOptions) *fleet {
 		// exceed the 50ms default, and the request would be routed on
 		// load alone (correct behaviour, but not what these tests check).
 		"index_timeout": "2s",
+		// The tests read each decision from x-kvgate-debug (off by default).
+		"debug_header": map[string]any{"allow_any_client": true},
 	}
 	indexer := map[string]any{}
 	cfg := map[string]any{

@@ -13,7 +13,6 @@ import (
 	"github.com/kvgate/kvgate/extproc/openai"
 )
 
-
 func parse(t testing.TB, body string) *openai.ChatRequest {
 	t.Helper()
 	r, err := openai.ParseChat([]byte(body), openai.Limits{})

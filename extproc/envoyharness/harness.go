@@ -20,6 +20,7 @@ import (
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // Config is the part of Envoy's ext_proc filter and cluster configuration
@@ -48,6 +49,17 @@ type Config struct {
 	// RouteOnHeader routes on the x-gateway-destination-endpoint header
 	// (ORIGINAL_DST use_http_header) instead of envoy.lb metadata.
 	RouteOnHeader bool
+	// RequestAttributes are the filter's request_attributes; the harness
+	// evaluates "source.address" (Request.Source) and sends it in the
+	// request headers message, printed as a string in a Struct under the
+	// filter's name, as ExpressionManager::evaluateAttributes does
+	// (source/extensions/filters/http/ext_proc/matching_utils.cc). Others
+	// are not implemented and refused by New.
+	RequestAttributes []string
+	// ForwardingNamespaces are metadata_options.forwarding_namespaces.untyped:
+	// the namespaces of Request.DynamicMetadata sent in metadata_context
+	// (Filter::addDynamicMetadata in ext_proc.cc); others stay in Envoy.
+	ForwardingNamespaces []string
 }
 
 // DefaultConfig is the GIE reference configuration: full-duplex streamed
@@ -94,6 +106,11 @@ func New(conn grpc.ClientConnInterface, cfg Config) (*Harness, error) {
 	if cfg.ResponseBodyMode == filterv3.ProcessingMode_FULL_DUPLEX_STREAMED && (!cfg.ResponseTrailers || cfg.FailureModeAllow) {
 		return nil, fmt.Errorf("envoyharness: FULL_DUPLEX_STREAMED response bodies need response trailer mode SEND and failure_mode_allow false")
 	}
+	for _, a := range cfg.RequestAttributes {
+		if a != attributeSource {
+			return nil, fmt.Errorf("envoyharness: request attribute %q is not implemented (only %s)", a, attributeSource)
+		}
+	}
 	if cfg.MessageTimeout <= 0 {
 		cfg.MessageTimeout = 200 * time.Millisecond
 	}
@@ -136,6 +153,12 @@ type Request struct {
 	// envoy.lb.subset_hint / x-gateway-destination-endpoint-subset.
 	SubsetHint []string
 	Cancel     CancelPoint
+	// Source is the downstream peer ("ip:port") Envoy's connection sees:
+	// the source.address attribute.
+	Source string
+	// DynamicMetadata is what Envoy's own filters (set_metadata, …) wrote
+	// for this request before ext_proc, by namespace.
+	DynamicMetadata map[string]*structpb.Struct
 }
 
 // Forwarded is what Envoy would send upstream after the request path.
