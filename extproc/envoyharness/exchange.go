@@ -437,21 +437,7 @@ func (x *Exchange) requestHeadersMessage(req *Request, eos bool) *extprocv3.Proc
 			subsetHintNamespace: {Fields: map[string]*structpb.Value{subsetHintKey: structpb.NewListValue(v)}},
 		}}
 	}
-	for _, ns := range x.cfg.ForwardingNamespaces {
-		if md, ok := req.DynamicMetadata[ns]; ok {
-			if m.MetadataContext == nil {
-				m.MetadataContext = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{}}
-			}
-			m.MetadataContext.FilterMetadata[ns] = md
-		}
-	}
-	for _, a := range x.cfg.RequestAttributes {
-		// An attribute that does not evaluate is left out (source.address
-		// always does on a TCP connection).
-		if a == attributeSource && req.Source != "" {
-			m.Attributes = map[string]*structpb.Struct{extProcFilterName: {Fields: map[string]*structpb.Value{a: structpb.NewStringValue(req.Source)}}}
-		}
-	}
+	addRequestContext(m, req, x.cfg) // attributes.go
 	return m
 }
 

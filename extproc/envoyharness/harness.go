@@ -49,16 +49,8 @@ type Config struct {
 	// RouteOnHeader routes on the x-gateway-destination-endpoint header
 	// (ORIGINAL_DST use_http_header) instead of envoy.lb metadata.
 	RouteOnHeader bool
-	// RequestAttributes are the filter's request_attributes; the harness
-	// evaluates "source.address" (Request.Source) and sends it in the
-	// request headers message, printed as a string in a Struct under the
-	// filter's name, as ExpressionManager::evaluateAttributes does
-	// (source/extensions/filters/http/ext_proc/matching_utils.cc). Others
-	// are not implemented and refused by New.
-	RequestAttributes []string
-	// ForwardingNamespaces are metadata_options.forwarding_namespaces.untyped:
-	// the namespaces of Request.DynamicMetadata sent in metadata_context
-	// (Filter::addDynamicMetadata in ext_proc.cc); others stay in Envoy.
+	// RequestAttributes and ForwardingNamespaces: see attributes.go.
+	RequestAttributes    []string
 	ForwardingNamespaces []string
 }
 
@@ -106,10 +98,8 @@ func New(conn grpc.ClientConnInterface, cfg Config) (*Harness, error) {
 	if cfg.ResponseBodyMode == filterv3.ProcessingMode_FULL_DUPLEX_STREAMED && (!cfg.ResponseTrailers || cfg.FailureModeAllow) {
 		return nil, fmt.Errorf("envoyharness: FULL_DUPLEX_STREAMED response bodies need response trailer mode SEND and failure_mode_allow false")
 	}
-	for _, a := range cfg.RequestAttributes {
-		if a != attributeSource {
-			return nil, fmt.Errorf("envoyharness: request attribute %q is not implemented (only %s)", a, attributeSource)
-		}
+	if err := checkRequestAttributes(cfg); err != nil {
+		return nil, err
 	}
 	if cfg.MessageTimeout <= 0 {
 		cfg.MessageTimeout = 200 * time.Millisecond
@@ -153,11 +143,8 @@ type Request struct {
 	// envoy.lb.subset_hint / x-gateway-destination-endpoint-subset.
 	SubsetHint []string
 	Cancel     CancelPoint
-	// Source is the downstream peer ("ip:port") Envoy's connection sees:
-	// the source.address attribute.
-	Source string
-	// DynamicMetadata is what Envoy's own filters (set_metadata, …) wrote
-	// for this request before ext_proc, by namespace.
+	// Source and DynamicMetadata: see attributes.go.
+	Source          string
 	DynamicMetadata map[string]*structpb.Struct
 }
 

@@ -15,8 +15,6 @@ const (
 	destinationKey       = "x-gateway-destination-endpoint"
 	servedKey            = "x-gateway-destination-endpoint-served"
 	subsetHintNamespace  = "envoy.lb.subset_hint"
-	attributeSource      = "source.address"
-	extProcFilterName    = "envoy.filters.http.ext_proc"
 	subsetHintKey        = "x-gateway-destination-endpoint-subset"
 	defaultStatusOnError = 500
 )
