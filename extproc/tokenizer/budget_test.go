@@ -5,8 +5,9 @@ import (
 	"errors"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
+
+	"github.com/kvgate/kvgate/internal/cancelafter"
 )
 
 // A bounded encode that completes is the oracle's encode: every golden
@@ -105,20 +106,6 @@ func TestEncodeBoundedRefusesHugeWords(t *testing.T) {
 	}
 }
 
-// countdownCtx reports Canceled from its n-th look on, counting the looks:
-// it shows where the encoder consults the context without any timing.
-type countdownCtx struct {
-	context.Context
-	n, looks atomic.Int64
-}
-
-func (c *countdownCtx) Err() error {
-	if c.looks.Add(1) >= c.n.Load() {
-		return context.Canceled
-	}
-	return nil
-}
-
 func TestEncodeBoundedStopsWhenTheContextEnds(t *testing.T) {
 	tok := loadModel(t, "qwen3")
 	ctx, cancel := context.WithCancel(context.Background())
@@ -128,25 +115,23 @@ func TestEncodeBoundedStopsWhenTheContextEnds(t *testing.T) {
 	}
 
 	// Many pre-tokens: the context is looked at every checkEvery bytes.
-	cd := &countdownCtx{Context: context.Background()}
-	cd.n.Store(3)
+	cd := cancelafter.New(3)
 	text := strings.Repeat(" hello", 1<<20) // 6 MiB
 	ids, err := tok.EncodeBounded(cd, nil, text, EncodeOptions{})
-	if !errors.Is(err, context.Canceled) || cd.looks.Load() != 3 {
-		t.Fatalf("err %v after %d looks, want Canceled at the 3rd", err, cd.looks.Load())
+	if !errors.Is(err, context.Canceled) || cd.Looks() != 3 {
+		t.Fatalf("err %v after %d looks, want Canceled at the 3rd", err, cd.Looks())
 	}
 	if max := 3 * checkEvery / 6; len(ids) > max {
 		t.Fatalf("%d ids encoded, want at most %d (3 checks' worth of text)", len(ids), max)
 	}
 
 	// One long word: the merge loop itself looks at the context.
-	cd = &countdownCtx{Context: context.Background()}
-	cd.n.Store(2)
+	cd = cancelafter.New(2)
 	ids, err = tok.EncodeBounded(cd, nil, strings.Repeat("a", 1<<20), EncodeOptions{})
 	if !errors.Is(err, context.Canceled) || len(ids) != 0 {
 		t.Fatalf("1 MiB word: %d ids, err %v; want it abandoned mid-merge", len(ids), err)
 	}
-	if got := cd.looks.Load(); got != 2 {
+	if got := cd.Looks(); got != 2 {
 		t.Fatalf("the merge loop looked %d times, want 2 (stopped at the second)", got)
 	}
 }

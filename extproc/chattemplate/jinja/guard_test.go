@@ -4,31 +4,11 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/kvgate/kvgate/extproc/chattemplate/jinja"
+	"github.com/kvgate/kvgate/internal/cancelafter"
 )
-
-// countdownCtx reports Canceled from its n-th look on and counts the looks,
-// so a test sees where the renderer consults the context without timing.
-type countdownCtx struct {
-	context.Context
-	n, looks atomic.Int64
-}
-
-func (c *countdownCtx) Err() error {
-	if c.looks.Add(1) >= c.n.Load() {
-		return context.Canceled
-	}
-	return nil
-}
-
-func newCountdown(n int64) *countdownCtx {
-	c := &countdownCtx{Context: context.Background()}
-	c.n.Store(n)
-	return c
-}
 
 func strings1k(n int) jinja.Value {
 	items := make([]jinja.Value, n)
@@ -75,12 +55,12 @@ func TestRenderValuesContextStopsWhenCancelled(t *testing.T) {
 			t.Fatal(err)
 		}
 		// 3,000² = 9M steps uncancelled; the 3rd look cancels.
-		ctx := newCountdown(3)
+		ctx := cancelafter.New(3)
 		_, err = tmpl.RenderValuesContext(ctx, map[string]jinja.Value{"items": strings1k(3000)}, jinja.RenderOptions{})
 		if !errors.Is(err, context.Canceled) {
 			t.Fatalf("%s: err %v, want context.Canceled", src, err)
 		}
-		if got := ctx.looks.Load(); got != 3 {
+		if got := ctx.Looks(); got != 3 {
 			t.Fatalf("%s: the context was looked at %d times, want 3 (the render must stop at the look that saw the cancel)", src, got)
 		}
 	}
