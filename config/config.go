@@ -74,8 +74,19 @@ type Extproc struct {
 	Outlier Outlier `yaml:"outlier"`
 	// SharedLoad shares in-flight accounting between extproc replicas.
 	SharedLoad SharedLoad `yaml:"shared_load"`
-	// TLS secures the ext_proc gRPC listener (Envoy ↔ extproc).
+	// TLS secures the ext_proc gRPC listener (Envoy ↔ extproc). Listen on a
+	// non-loopback address requires it unless AllowPlaintext.
 	TLS ServerTLS `yaml:"tls"`
+	// AllowPlaintext accepts a non-loopback Listen without TLS: for a
+	// deployment where something else authenticates and encrypts the
+	// gateway's connection (an Istio sidecar's mTLS) and a NetworkPolicy
+	// admits only the gateway. Off, such a config stops at start.
+	AllowPlaintext bool `yaml:"allow_plaintext"`
+	// Preprocess bounds the CPU and size of one request's preprocessing.
+	Preprocess Preprocess `yaml:"preprocess"`
+	// DebugHeader says who may get the x-kvgate-debug response header
+	// (nobody by default).
+	DebugHeader DebugHeader `yaml:"debug_header"`
 	// AdminAuth protects the admin endpoints when they are not on loopback.
 	AdminAuth AdminAuth `yaml:"admin_auth"`
 }
@@ -383,6 +394,7 @@ func (c *Config) applyDefaults() {
 	}
 	x.Outlier.applyDefaults()
 	x.SharedLoad.applyDefaults()
+	x.Preprocess.applyDefaults()
 	c.Kvagent.applyDefaults()
 	c.Planner.applyDefaults()
 	hc := &x.HealthCheck
@@ -453,6 +465,15 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if err := c.Extproc.TLS.validate("extproc.tls"); err != nil {
+		return err
+	}
+	if err := c.Extproc.checkListenExposure(); err != nil {
+		return err
+	}
+	if err := c.Extproc.Preprocess.validate("extproc.preprocess"); err != nil {
+		return err
+	}
+	if err := c.Extproc.DebugHeader.validate("extproc.debug_header"); err != nil {
 		return err
 	}
 	if err := c.Extproc.AdminAuth.validate("extproc.admin_auth"); err != nil {
@@ -580,6 +601,19 @@ func checkHostPort(s string) error {
 		return fmt.Errorf("%q: bad port", s)
 	}
 	return nil
+}
+
+// checkListenExposure refuses an ext_proc listener beyond loopback that
+// serves plaintext: whoever reaches it can route requests anywhere in the
+// fleet and read every decision's answer, so it must be TLS (mTLS for the
+// gateway) unless the config says something else protects it.
+func (x *Extproc) checkListenExposure() error {
+	if IsLoopback(x.Listen) || x.TLS.Enabled() || x.AllowPlaintext {
+		return nil
+	}
+	return fmt.Errorf("extproc.listen: %q is not a loopback address and extproc.tls has no cert_file: serve TLS "+
+		"(extproc.tls.cert_file, key_file, and client_ca_file with require_client_cert for the gateway), or set "+
+		"extproc.allow_plaintext: true where a mesh sidecar's mTLS and a NetworkPolicy protect the port", x.Listen)
 }
 
 func (x *Extproc) validate() error {

@@ -87,6 +87,8 @@ func startChaosFleet(t *testing.T, o chaosOptions) *chaosFleet {
 		// base_ejection_time likewise (default 30s): kvgate keeps an
 		// engine ejected for it even once active health checks pass again.
 		"outlier": map[string]any{"slow_start": chaosSlowStart.String(), "base_ejection_time": chaosSlowStart.String()},
+		// The tests read each decision from x-kvgate-debug (off by default).
+		"debug_header": map[string]any{"allow_any_client": true},
 	}
 	cfg := map[string]any{
 		"models":  []map[string]any{{"name": modelName, "block_size": blockSize, "tokenizer": tokDir}},

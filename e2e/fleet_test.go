@@ -66,6 +66,9 @@ type fleetOptions struct {
 	// indexer` process; empty means the memory index inside the extproc.
 	redisAddrs []string
 	workerTTL  time.Duration
+	// extproc overrides keys of the extproc section (the attack tests
+	// restore the defaults the other tests relax).
+	extproc map[string]any
 }
 
 type fleet struct {
@@ -73,6 +76,7 @@ type fleet struct {
 	engines   []*engine
 	cfgPath   string
 	extproc   *procs.Proc
+	listen    string // extproc ext_proc gRPC host:port
 	admin     string // extproc admin host:port
 	indexer   *procs.Proc
 	indexerAt string // indexer host:port (Redis variant)
@@ -109,6 +113,11 @@ func startFleet(t *testing.T, o fleetOptions) *fleet {
 		// exceed the 50ms default, and the request would be routed on
 		// load alone (correct behaviour, but not what these tests check).
 		"index_timeout": "2s",
+		// The tests read each decision from x-kvgate-debug (off by default).
+		"debug_header": map[string]any{"allow_any_client": true},
+	}
+	for k, v := range o.extproc {
+		extproc[k] = v
 	}
 	indexer := map[string]any{}
 	cfg := map[string]any{
@@ -145,7 +154,7 @@ func startFleet(t *testing.T, o fleetOptions) *fleet {
 		p := procs.Start(t, "extproc", kvgateBin, "extproc", "--config", f.cfgPath, "--drain", "2s")
 		err := p.WaitHTTP(ctx, "http://"+admin+"/readyz")
 		if err == nil {
-			f.extproc, f.admin = p, admin
+			f.extproc, f.listen, f.admin = p, listen, admin
 			break
 		}
 		if attempt == startAttempts || ctx.Err() != nil {

@@ -142,6 +142,8 @@ func startHAProcesses(t *testing.T, engines int, share []bool) (*haFleet, []*env
 		"health_check":  map[string]any{"interval": "200ms", "timeout": "1s", "unhealthy_after": 2},
 		"index_timeout": "2s",
 		"shared_load":   sharedLoad,
+		// The tests read each decision from x-kvgate-debug (off by default).
+		"debug_header": map[string]any{"allow_any_client": true},
 	}
 	cfg := map[string]any{
 		"models":  []map[string]any{{"name": modelName, "block_size": blockSize, "tokenizer": tokDir}},

@@ -15,12 +15,13 @@ type metrics struct {
 	indexErrors   prometheus.Counter
 	fallbacksUsed prometheus.Counter
 	approximate   prometheus.Counter
+	debugHeader   *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
 	return &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvgate_extproc_requests_total",
-			Help: "Requests by served model and outcome (routed, bad_request, unknown_model, too_large, shed, no_worker)."}, []string{"model", "outcome"}),
+			Help: "Requests by served model and outcome (routed, bad_request, unknown_model, too_large, preprocess_timeout, client_cancel, shed, no_worker)."}, []string{"model", "outcome"}),
 		picks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvgate_extproc_picks_total",
 			Help: "Requests routed to each worker (endpoint#rank)."}, []string{"worker"}),
 		pd: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvgate_extproc_pd_decisions_total",
@@ -39,13 +40,15 @@ func newMetrics() *metrics {
 			Help: "Requests the proxy served on a fallback endpoint instead of the primary."}),
 		approximate: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvgate_extproc_untokenized_requests_total",
 			Help: "Requests kvgate could not tokenize exactly (e.g. media content parts) and routed on load alone."}),
+		debugHeader: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvgate_extproc_debug_header_requests_total",
+			Help: "Routed requests that asked for x-kvgate-debug, by whether extproc.debug_header granted it (refused: not a trusted client)."}, []string{"outcome"}),
 	}
 }
 
 // Register adds the router's metrics, and its load view as gauges, to reg.
 func (r *Router) Register(reg prometheus.Registerer) error {
 	m := r.metrics
-	cs := []prometheus.Collector{m.requests, m.picks, m.pd, m.finished, m.overlap, m.ttfb, m.decision, m.indexErrors, m.fallbacksUsed, m.approximate, loadCollector{r}}
+	cs := []prometheus.Collector{m.requests, m.picks, m.pd, m.finished, m.overlap, m.ttfb, m.decision, m.indexErrors, m.fallbacksUsed, m.approximate, m.debugHeader, loadCollector{r}}
 	if r.health != nil {
 		cs = append(cs, r.health.probes, r.health.failures)
 	}

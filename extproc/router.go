@@ -71,6 +71,7 @@ type Router struct {
 	log     *slog.Logger
 	metrics *metrics
 	debug   *decisionLog
+	debugOK debugAccess            // who gets the x-kvgate-debug header
 	health  *healthChecker         // nil when disabled
 	engines *enginemetrics.Scraper // nil when disabled
 	outlier *outlierDetector       // nil when disabled
@@ -110,8 +111,12 @@ func NewRouter(cfg config.Config, reg *preprocess.Registry, idx index.Index, log
 	if err != nil {
 		return nil, err
 	}
+	debugOK, err := newDebugAccess(x.DebugHeader)
+	if err != nil {
+		return nil, err
+	}
 	r := &Router{
-		cfg: x, reg: reg, idx: idx, load: loadview.New(), recent: recent,
+		cfg: x, reg: reg, idx: idx, load: loadview.New(), recent: recent, debugOK: debugOK,
 		pick: pc, pd: pd, log: log,
 		metrics: newMetrics(), debug: newDecisionLog(x.DecisionsKept), now: time.Now,
 		rnd:        rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0x6b766761)),
@@ -248,18 +253,33 @@ func (r *Router) Route(ctx context.Context, req *server.Request) (*server.Decisi
 	start := r.now()
 	var res *preprocess.Result
 	var err error
+	chat, completion := strings.HasPrefix(req.Path, "/v1/chat/completions"), strings.HasPrefix(req.Path, "/v1/completions")
 	switch {
+	case req.Body == nil && req.Method == http.MethodPost && (chat || completion):
+		// A POST without a body (Envoy sends end_of_stream on the headers)
+		// is a request the engine would refuse: say so instead of routing it.
+		want := "prompt"
+		if chat {
+			want = "messages"
+		}
+		r.metrics.requests.WithLabelValues("", "bad_request").Inc()
+		return nil, routeError(http.StatusBadRequest, "request body is empty: want a JSON object with model and "+want, "invalid_request_error", "")
 	case req.Body == nil:
 		return r.routeWithoutBody(req)
-	case strings.HasPrefix(req.Path, "/v1/chat/completions"):
-		res, err = r.reg.Chat(req.Body)
-	case strings.HasPrefix(req.Path, "/v1/completions"):
-		res, err = r.reg.Completion(req.Body)
+	case chat:
+		res, err = r.reg.ChatContext(ctx, req.Body)
+	case completion:
+		res, err = r.reg.CompletionContext(ctx, req.Body)
 	default:
 		return r.routeWithoutBody(req)
 	}
 	if err != nil {
 		var oe *openai.Error
+		if errors.Is(err, preprocess.ErrCancelled) {
+			// Nobody is left to answer: the stream's context ended.
+			r.metrics.requests.WithLabelValues("", "client_cancel").Inc()
+			return nil, routeError(http.StatusServiceUnavailable, "request cancelled", "service_unavailable", "")
+		}
 		if errors.As(err, &oe) {
 			r.metrics.requests.WithLabelValues("", outcomeFor(oe.Status)).Inc()
 			return nil, &server.RouteError{Status: oe.Status, Body: oe.JSON()}
@@ -288,7 +308,7 @@ func (r *Router) Route(ctx context.Context, req *server.Request) (*server.Decisi
 		e.Headers = map[string]string{"x-kvgate-shed-reason": reason}
 		return nil, e
 	}
-	expected := int(res.MaxTokens)
+	expected := int(min(res.MaxTokens, picker.MaxOutputTokens)) // parsing bounds it; the picker must never see more
 	if expected <= 0 {
 		expected = r.cfg.ExpectedOutputTokens
 	}
@@ -321,8 +341,11 @@ func (r *Router) Route(ctx context.Context, req *server.Request) (*server.Decisi
 	}
 	r.mu.Unlock()
 	if err != nil {
+		// The picker's reason names workers and bounds: log it, never tell
+		// the client.
+		r.log.Warn("picker refused the request", "request_id", req.RequestID, "model", res.Served, "err", err)
 		r.metrics.requests.WithLabelValues(res.Served, "no_worker").Inc()
-		return nil, routeError(http.StatusServiceUnavailable, "no eligible worker for model "+res.Served+": "+err.Error(), "service_unavailable", "no_eligible_worker")
+		return nil, routeError(http.StatusServiceUnavailable, "no eligible worker for model "+res.Served, "service_unavailable", "no_eligible_worker")
 	}
 	chosen := cands[dec.Primary]
 	depth := chosen.Depths.Max()
@@ -359,7 +382,15 @@ func (r *Router) Route(ctx context.Context, req *server.Request) (*server.Decisi
 	}
 	r.debug.add(entry)
 	if req.Debug {
-		d.DebugHeader = entry.header()
+		// Only to clients extproc.debug_header grants it: the header shows
+		// every candidate's cached depth (issue 15: a prompt's variant
+		// revealed whether it was cached).
+		outcome := "refused"
+		if r.debugOK.grants(req) {
+			outcome = "granted"
+			d.DebugHeader = entry.header()
+		}
+		r.metrics.debugHeader.WithLabelValues(outcome).Inc()
 	}
 	r.log.Debug("routed", "request_id", req.RequestID, "model", res.Served, "worker", entry.Chosen, "tokens", entry.Tokens, "cached_blocks", depth, "blocks", entry.Blocks)
 	return d, nil
@@ -533,6 +564,8 @@ func outcomeFor(status int) string {
 		return "unknown_model"
 	case http.StatusRequestEntityTooLarge:
 		return "too_large"
+	case http.StatusServiceUnavailable:
+		return "preprocess_timeout"
 	}
 	return "bad_request"
 }

@@ -55,7 +55,7 @@ func newRig(t *testing.T, mutate func(*config.Config), hcfg envoyharness.Config)
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	reg, err := preprocess.New(cfg.Models, preprocess.Options{Limits: openai.Limits{MaxBodyBytes: cfg.Extproc.MaxBodyBytes}})
+	reg, err := preprocess.New(cfg.Models, preprocess.OptionsFor(cfg.Extproc, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,6 +203,11 @@ func TestErrorsAreOpenAIJSONWithTheRightStatus(t *testing.T) {
 		{"unknown model", chatBody("gpt-9", "hi"), 404, "model_not_found"},
 		{"oversized", chatBody("qwen3", strings.Repeat("x", 70<<10)), 413, ""},
 		{"bad message", []byte(`{"model":"qwen3","messages":[{"role":"user","content":[{"type":"nope"}]}]}`), 400, ""},
+		// issue 15 item 6 and issue 17 item 8
+		{"empty POST", nil, 400, ""},
+		{"no model", []byte(`{"messages":[{"role":"user","content":"hi"}]}`), 400, ""},
+		{"max_tokens 2^63-1", []byte(`{"model":"qwen3","max_tokens":9223372036854775807,"messages":[{"role":"user","content":"hi"}]}`), 400, ""},
+		{"own chat_template", []byte(`{"model":"qwen3","chat_template":"{{ 1 }}","messages":[{"role":"user","content":"hi"}]}`), 400, ""},
 	}
 	for _, c := range cases {
 		x, err := r.harness.Start(context.Background(), post(c.body))
@@ -363,4 +368,16 @@ func TestPrefillDecodeDisaggregation(t *testing.T) {
 	}
 	x.Cancel()
 	<-x.Done()
+}
+
+// The picker's bounds are the parser's: a max_tokens the parser lets
+// through can never make the picker refuse (issue 15: 2^63-1 came back as
+// a 503 naming picker internals).
+func TestOutputTokenBoundMatchesPicker(t *testing.T) {
+	if openai.DefaultLimits.MaxOutputTokens > picker.MaxOutputTokens {
+		t.Fatalf("openai accepts max_tokens up to %d, the picker only %d", openai.DefaultLimits.MaxOutputTokens, picker.MaxOutputTokens)
+	}
+	if c := config.Default(); c.Extproc.Preprocess.MaxOutputTokens > picker.MaxOutputTokens || c.Extproc.Preprocess.MaxPromptTokens > picker.MaxPromptTokens {
+		t.Fatalf("config bounds %+v exceed the picker's", c.Extproc.Preprocess)
+	}
 }

@@ -23,7 +23,6 @@ import (
 
 	"github.com/kvgate/kvgate/config"
 	"github.com/kvgate/kvgate/extproc"
-	"github.com/kvgate/kvgate/extproc/openai"
 	"github.com/kvgate/kvgate/extproc/preprocess"
 	"github.com/kvgate/kvgate/extproc/server"
 	"github.com/kvgate/kvgate/indexer"
@@ -101,7 +100,7 @@ type extprocOptions struct {
 // readiness probe fails first, in-flight streams finish (up to the drain
 // deadline), and only then does the process stop.
 func serveExtproc(ctx context.Context, cfg config.Config, o extprocOptions) error {
-	reg, err := preprocess.New(cfg.Models, preprocess.Options{BaseDir: o.baseDir, Limits: openai.Limits{MaxBodyBytes: cfg.Extproc.MaxBodyBytes}})
+	reg, err := preprocess.New(cfg.Models, preprocess.OptionsFor(cfg.Extproc, o.baseDir))
 	if err != nil {
 		return err
 	}

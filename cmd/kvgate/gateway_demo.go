@@ -96,6 +96,9 @@ func gatewayDemo(ctx context.Context, out io.Writer, o gatewayDemoOptions) error
 	cfg := config.Default()
 	cfg.Models = []config.Model{{Name: demoModel, BlockSize: 64, Tokenizer: tokDir}}
 	cfg.Extproc.Listen, cfg.Extproc.Admin = "127.0.0.1:0", "127.0.0.1:0"
+	// The demo shows, and its replay reads, each decision in x-kvgate-debug;
+	// everything listens on loopback. Production leaves it off.
+	cfg.Extproc.DebugHeader.AllowAnyClient = true
 	engines := make([]*enginesim.Server, o.engines)
 	for i := range engines {
 		s, err := enginesim.NewServer(enginesim.ServerConfig{

@@ -1,6 +1,7 @@
 package chattemplate
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -35,6 +36,9 @@ type Options struct {
 	// which model_dump() writes first, as null when absent. Defaults to
 	// name, description, parameters; newer vLLM also declares "strict".
 	ToolFunctionFields []string
+	// MaxPromptBytes bounds what one render may write (0 = no bound); past
+	// it the render stops with a *jinja.OutputLimitError.
+	MaxPromptBytes int
 }
 
 // Renderer holds one model's compiled templates. It is safe for concurrent
@@ -136,7 +140,14 @@ var reservedVariables = map[string]bool{
 // Values Python holds differently — integers beyond int64 and floats out of
 // range in tool arguments — still render, counted in Stats.Inexact.
 func (r *Renderer) Render(req *openai.ChatRequest) (string, error) {
-	out, err := r.render(req)
+	return r.RenderContext(context.Background(), req)
+}
+
+// RenderContext is Render stopped by ctx: the template engine looks at it
+// every thousand or so steps, so a cancelled request or a passed deadline
+// ends the render within about a millisecond with ctx's error.
+func (r *Renderer) RenderContext(ctx context.Context, req *openai.ChatRequest) (string, error) {
+	out, err := r.render(ctx, req)
 	if err != nil {
 		r.failures.Add(1)
 		return "", err
@@ -145,8 +156,8 @@ func (r *Renderer) Render(req *openai.ChatRequest) (string, error) {
 	return out, nil
 }
 
-func (r *Renderer) render(req *openai.ChatRequest) (string, error) {
-	if req.ChatTemplate != "" {
+func (r *Renderer) render(ctx context.Context, req *openai.ChatRequest) (string, error) {
+	if req.RequestTemplate() != "" {
 		return "", ErrRequestTemplate
 	}
 	tmpl, err := r.pick(len(req.Tools) > 0)
@@ -197,8 +208,11 @@ func (r *Renderer) render(req *openai.ChatRequest) (string, error) {
 		return jinja.NewString(s), nil
 	})
 
-	out, err := tmpl.RenderValues(vars)
+	out, err := tmpl.RenderValuesContext(ctx, vars, jinja.RenderOptions{MaxOutputBytes: r.opts.MaxPromptBytes})
 	if err != nil {
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			return "", err
+		}
 		var te *TemplateError
 		if errors.As(err, &te) {
 			return "", te

@@ -1,6 +1,7 @@
 package chattemplate
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -8,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvgate/kvgate/extproc/chattemplate/jinja"
 	"github.com/kvgate/kvgate/extproc/openai"
 )
 
@@ -130,5 +132,42 @@ func TestRenderConcurrent(t *testing.T) {
 func TestStrftimeUnsupported(t *testing.T) {
 	if _, err := strftime("%Q", fixedNow); err == nil {
 		t.Error("unknown directive accepted")
+	}
+}
+
+// The real Qwen3 template (loops over the messages backwards, then
+// forwards) stops when the request's context ends, and its output is
+// bounded.
+func TestRenderContextStopsAndBounds(t *testing.T) {
+	cfg := loadModel(t, "qwen3")
+	msgs := make([]string, 4000)
+	for i := range msgs {
+		msgs[i] = fmt.Sprintf(`{"role":"user","content":"message %d"}`, i)
+	}
+	req := parse(t, `{"messages":[`+strings.Join(msgs, ",")+`]}`)
+	r, err := New(cfg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	full, err := r.RenderContext(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := r.RenderContext(ctx, req); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled: err %v", err)
+	}
+	bounded, err := New(cfg, Options{MaxPromptBytes: len(full) - 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ol *jinja.OutputLimitError
+	if _, err := bounded.RenderContext(context.Background(), req); !errors.As(err, &ol) {
+		t.Fatalf("one byte under the prompt's size: err %v", err)
+	}
+	exact, _ := New(cfg, Options{MaxPromptBytes: len(full)})
+	if out, err := exact.RenderContext(context.Background(), req); err != nil || out != full {
+		t.Fatalf("at the prompt's size: %d bytes, %v", len(out), err)
 	}
 }

@@ -437,6 +437,7 @@ func (x *Exchange) requestHeadersMessage(req *Request, eos bool) *extprocv3.Proc
 			subsetHintNamespace: {Fields: map[string]*structpb.Value{subsetHintKey: structpb.NewListValue(v)}},
 		}}
 	}
+	addRequestContext(m, req, x.cfg) // attributes.go
 	return m
 }
 

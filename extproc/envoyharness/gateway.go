@@ -74,7 +74,8 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeLocal(w, &LocalReply{Status: http.StatusRequestEntityTooLarge, Body: []byte("Payload Too Large")})
 		return
 	}
-	req := &Request{Method: r.Method, Path: r.URL.RequestURI(), Authority: r.Host, Scheme: "http", Body: body, ChunkSize: g.ChunkSize}
+	// Source: the connection's peer, what Envoy's source.address is.
+	req := &Request{Method: r.Method, Path: r.URL.RequestURI(), Authority: r.Host, Scheme: "http", Body: body, ChunkSize: g.ChunkSize, Source: r.RemoteAddr}
 	for name, vs := range r.Header {
 		n := strings.ToLower(name)
 		if hopByHop[n] || n == "host" {

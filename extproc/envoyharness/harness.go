@@ -20,6 +20,7 @@ import (
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // Config is the part of Envoy's ext_proc filter and cluster configuration
@@ -48,6 +49,9 @@ type Config struct {
 	// RouteOnHeader routes on the x-gateway-destination-endpoint header
 	// (ORIGINAL_DST use_http_header) instead of envoy.lb metadata.
 	RouteOnHeader bool
+	// RequestAttributes and ForwardingNamespaces: see attributes.go.
+	RequestAttributes    []string
+	ForwardingNamespaces []string
 }
 
 // DefaultConfig is the GIE reference configuration: full-duplex streamed
@@ -94,6 +98,9 @@ func New(conn grpc.ClientConnInterface, cfg Config) (*Harness, error) {
 	if cfg.ResponseBodyMode == filterv3.ProcessingMode_FULL_DUPLEX_STREAMED && (!cfg.ResponseTrailers || cfg.FailureModeAllow) {
 		return nil, fmt.Errorf("envoyharness: FULL_DUPLEX_STREAMED response bodies need response trailer mode SEND and failure_mode_allow false")
 	}
+	if err := checkRequestAttributes(cfg); err != nil {
+		return nil, err
+	}
 	if cfg.MessageTimeout <= 0 {
 		cfg.MessageTimeout = 200 * time.Millisecond
 	}
@@ -136,6 +143,9 @@ type Request struct {
 	// envoy.lb.subset_hint / x-gateway-destination-endpoint-subset.
 	SubsetHint []string
 	Cancel     CancelPoint
+	// Source and DynamicMetadata: see attributes.go.
+	Source          string
+	DynamicMetadata map[string]*structpb.Struct
 }
 
 // Forwarded is what Envoy would send upstream after the request path.

@@ -26,8 +26,29 @@ type ChatRequest struct {
 	// Documents are the RAG documents for templates that accept them.
 	Documents []Value
 	// ChatTemplate is a per-request template override (vLLM honours it only
-	// with --trust-request-chat-template); empty when absent.
-	ChatTemplate string
+	// with --trust-request-chat-template); HasChatTemplate reports it was
+	// given and not null (an empty string counts, as in vLLM).
+	ChatTemplate    string
+	HasChatTemplate bool
+}
+
+// RequestTemplate names the field through which the request brings its own
+// chat template, or "" when it brings none. vLLM refuses such a request
+// with 400 unless started with --trust-request-chat-template: a
+// chat_template, or a chat_template key in chat_template_kwargs, that is
+// not None (vllm/entrypoints/openai/serving_engine.py,
+// OpenAIServing._validate_chat_template; the same test in the newer
+// vllm/entrypoints/serve render path's _render_messages).
+func (r *ChatRequest) RequestTemplate() string {
+	if r.HasChatTemplate {
+		return "chat_template"
+	}
+	for _, kv := range r.ChatTemplateKwargs {
+		if kv.Key == "chat_template" && kv.Value.Kind != KindNull {
+			return "chat_template_kwargs.chat_template"
+		}
+	}
+	return ""
 }
 
 // Message is one chat message.
@@ -118,6 +139,9 @@ func parseChat(body []byte, lim Limits) (*ChatRequest, *Error) {
 	if len(body) > lim.MaxBodyBytes {
 		return nil, tooLarge("", "request body of %d bytes exceeds the %d-byte limit", len(body), lim.MaxBodyBytes)
 	}
+	if len(body) == 0 {
+		return nil, invalid("", "request body is empty: want a JSON object with model and messages")
+	}
 	s := newScanner(body, lim)
 	r := &ChatRequest{Body: body, AddGenerationPrompt: true}
 	if s.peek() != '{' {
@@ -152,7 +176,10 @@ func parseChat(body []byte, lim Limits) (*ChatRequest, *Error) {
 		case "documents":
 			r.Documents, err = objectList(s)
 		case "chat_template":
-			r.ChatTemplate, err = optionalString(s)
+			var tmpl *string
+			if tmpl, err = optionalStringPtr(s); tmpl != nil {
+				r.ChatTemplate, r.HasChatTemplate = *tmpl, true
+			}
 		default:
 			err = s.skip()
 		}
@@ -174,6 +201,14 @@ func parseChat(body []byte, lim Limits) (*ChatRequest, *Error) {
 		// vLLM's ChatCompletionRequest validator rejects the same pair.
 		return nil, invalid("continue_final_message", "cannot set both continue_final_message and add_generation_prompt to true")
 	}
+	for _, f := range []struct {
+		name string
+		n    *int64
+	}{{"max_tokens", maxTokens}, {"max_completion_tokens", maxCompletionTokens}} {
+		if err := checkMaxTokens(f.name, f.n, lim); err != nil {
+			return nil, err
+		}
+	}
 	switch {
 	case maxCompletionTokens != nil:
 		r.MaxTokens, r.HasMaxTokens = *maxCompletionTokens, true
@@ -181,6 +216,14 @@ func parseChat(body []byte, lim Limits) (*ChatRequest, *Error) {
 		r.MaxTokens, r.HasMaxTokens = *maxTokens, true
 	}
 	return r, nil
+}
+
+// checkMaxTokens refuses an output-length bound no engine could honour.
+func checkMaxTokens(name string, n *int64, lim Limits) *Error {
+	if n != nil && *n > lim.MaxOutputTokens {
+		return at(name, invalid("", "%d is more than the %d tokens kvgate accepts", *n, lim.MaxOutputTokens))
+	}
+	return nil
 }
 
 func parseMessages(s *scanner) ([]Message, *Error) {

@@ -140,7 +140,11 @@ func TestParseChatErrors(t *testing.T) {
 		message    string
 	}{
 		{"not object", `[1]`, Limits{}, 400, "request body must be a JSON object"},
-		{"empty", ``, Limits{}, 400, "request body must be a JSON object"},
+		{"empty", ``, Limits{}, 400, "request body is empty: want a JSON object with model and messages"},
+		{"max_tokens int64 max", `{"max_tokens":9223372036854775807,"messages":[{"role":"user","content":"x"}]}`, Limits{}, 400, "max_tokens: 9223372036854775807 is more than the 67108864 tokens kvgate accepts"},
+		{"max_completion_tokens over", `{"max_completion_tokens":67108865,"messages":[{"role":"user","content":"x"}]}`, Limits{}, 400, "max_completion_tokens: 67108865 is more than the 67108864 tokens kvgate accepts"},
+		{"max_tokens over int64", `{"max_tokens":9223372036854775808,"messages":[{"role":"user","content":"x"}]}`, Limits{}, 400, "max_tokens: expected an integer, got 9223372036854775808"},
+		{"chat_template number", `{"chat_template":1,"messages":[{"role":"user","content":"x"}]}`, Limits{}, 400, "chat_template: expected a string, got number"},
 		{"no messages", `{"model":"m"}`, Limits{}, 400, "messages: required"},
 		{"empty messages", `{"messages":[]}`, Limits{}, 400, "messages: must contain at least one message"},
 		{"unknown part", `{"messages":[{"role":"user","content":"a"},{"role":"user","content":"b"},{"role":"user","content":"c"},{"role":"user","content":[{"type":"text","text":"x"},{"type":"foo"}]}]}`, Limits{}, 400, `messages[3].content[1]: unknown content part type "foo"`},
@@ -178,6 +182,47 @@ func TestParseChatErrors(t *testing.T) {
 				t.Errorf("got %d %q\nwant %d %q", e.Status, e.Message, c.status, c.message)
 			}
 		})
+	}
+}
+
+func TestParseChatBoundsMaxTokens(t *testing.T) {
+	for _, c := range []struct {
+		body string
+		want int64
+	}{
+		{`{"max_tokens":67108864,"messages":[{"role":"user","content":"x"}]}`, 1 << 26},
+		{`{"max_tokens":0,"messages":[{"role":"user","content":"x"}]}`, 0},
+	} {
+		r, err := ParseChat([]byte(c.body), Limits{})
+		if err != nil || r.MaxTokens != c.want || !r.HasMaxTokens {
+			t.Errorf("%s: %+v, %v", c.body, r, err)
+		}
+	}
+	if _, err := ParseChat([]byte(`{"max_tokens":11,"messages":[{"role":"user","content":"x"}]}`), Limits{MaxOutputTokens: 10}); err == nil || err.(*Error).Param != "max_tokens" {
+		t.Errorf("configured bound: err %v, want 400 on param max_tokens", err)
+	}
+}
+
+// vLLM refuses a request that brings its own template when chat_template
+// or chat_template_kwargs.chat_template "is not None": an empty string
+// counts, null does not.
+func TestChatRequestTemplate(t *testing.T) {
+	for _, c := range []struct{ body, want string }{
+		{`{"messages":[{"role":"user","content":"x"}]}`, ""},
+		{`{"chat_template":null,"messages":[{"role":"user","content":"x"}]}`, ""},
+		{`{"chat_template":"","messages":[{"role":"user","content":"x"}]}`, "chat_template"},
+		{`{"chat_template":"{{ messages }}","messages":[{"role":"user","content":"x"}]}`, "chat_template"},
+		{`{"chat_template_kwargs":{"enable_thinking":false},"messages":[{"role":"user","content":"x"}]}`, ""},
+		{`{"chat_template_kwargs":{"chat_template":null},"messages":[{"role":"user","content":"x"}]}`, ""},
+		{`{"chat_template_kwargs":{"chat_template":"x"},"messages":[{"role":"user","content":"x"}]}`, "chat_template_kwargs.chat_template"},
+	} {
+		r, err := ParseChat([]byte(c.body), Limits{})
+		if err != nil {
+			t.Fatalf("%s: %v", c.body, err)
+		}
+		if got := r.RequestTemplate(); got != c.want {
+			t.Errorf("%s: RequestTemplate() = %q, want %q", c.body, got, c.want)
+		}
 	}
 }
 

@@ -35,6 +35,9 @@ func parseCompletion(body []byte, lim Limits) (*CompletionRequest, *Error) {
 	if len(body) > lim.MaxBodyBytes {
 		return nil, tooLarge("", "request body of %d bytes exceeds the %d-byte limit", len(body), lim.MaxBodyBytes)
 	}
+	if len(body) == 0 {
+		return nil, invalid("", "request body is empty: want a JSON object with model and prompt")
+	}
 	s := newScanner(body, lim)
 	r := &CompletionRequest{Body: body}
 	if s.peek() != '{' {
@@ -52,7 +55,9 @@ func parseCompletion(body []byte, lim Limits) (*CompletionRequest, *Error) {
 		case "max_tokens":
 			var n *int64
 			if n, err = optionalInt(s); n != nil {
-				r.MaxTokens, r.HasMaxTokens = *n, true
+				if err = checkMaxTokens("", n, lim); err == nil {
+					r.MaxTokens, r.HasMaxTokens = *n, true
+				}
 			}
 		case "prompt":
 			havePrompt = true

@@ -39,6 +39,8 @@ func TestParseCompletionErrors(t *testing.T) {
 		message string
 	}{
 		{`{"model":"m"}`, Limits{}, 400, "prompt: required"},
+		{``, Limits{}, 400, "request body is empty: want a JSON object with model and prompt"},
+		{`{"max_tokens":9223372036854775807,"prompt":"x"}`, Limits{}, 400, "max_tokens: 9223372036854775807 is more than the 67108864 tokens kvgate accepts"},
 		{`{"prompt":null}`, Limits{}, 400, "prompt: required"},
 		{`{"prompt":[]}`, Limits{}, 400, "prompt: must not be an empty array"},
 		{`{"prompt":["a",1]}`, Limits{}, 400, "prompt[1]: expected string like the first element, got number"},

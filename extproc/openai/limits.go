@@ -16,6 +16,11 @@ type Limits struct {
 	// MaxPromptTokens is the most token ids across a completions request's
 	// token-id prompts (413 above it).
 	MaxPromptTokens int
+	// MaxOutputTokens is the largest max_tokens / max_completion_tokens
+	// accepted (400 above it): the engine would refuse more than its context
+	// allows anyway, and the router's arithmetic on the value must not
+	// overflow (a max_tokens of 2^63-1 used to surface as a picker error).
+	MaxOutputTokens int64
 	// MaxKeptValues is the most JSON values kept as trees (tools, tool-call
 	// arguments, kwargs, documents, opaque content parts); it bounds memory
 	// where the body-size limit alone would not (413 above it).
@@ -32,6 +37,9 @@ var DefaultLimits = Limits{
 	MaxMessages:     4096,
 	MaxPrompts:      1024,
 	MaxPromptTokens: 1 << 20,
+	// 2^26 (67M) is far beyond any served context window (the largest
+	// today are ~10M tokens) and equals picker.MaxOutputTokens.
+	MaxOutputTokens: 1 << 26,
 	MaxKeptValues:   200_000,
 }
 
@@ -54,6 +62,9 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.MaxPromptTokens > 0 {
 		d.MaxPromptTokens = l.MaxPromptTokens
+	}
+	if l.MaxOutputTokens > 0 {
+		d.MaxOutputTokens = l.MaxOutputTokens
 	}
 	if l.MaxKeptValues > 0 {
 		d.MaxKeptValues = l.MaxKeptValues

@@ -6,6 +6,7 @@
 package preprocess
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/kvgate/kvgate/config"
 	"github.com/kvgate/kvgate/extproc/chattemplate"
+	"github.com/kvgate/kvgate/extproc/chattemplate/jinja"
 	"github.com/kvgate/kvgate/extproc/openai"
 	"github.com/kvgate/kvgate/extproc/tokenizer"
 	"github.com/kvgate/kvgate/indexer/blockhash"
@@ -40,6 +42,10 @@ type Registry struct {
 	names  map[string]served
 	limits openai.Limits
 	cache  *tokenizer.SegmentCache
+	// bounds of one request's preprocessing (Options)
+	maxWordBytes  int
+	timeout       time.Duration
+	trustTemplate bool
 }
 
 // Options tunes a Registry.
@@ -52,13 +58,43 @@ type Options struct {
 	BaseDir string
 	// Now is the clock behind templates' strftime_now (nil = time.Now).
 	Now func() time.Time
+	// MaxWordBytes refuses (413) a prompt holding a longer pre-token,
+	// before BPE runs on it (0 = no bound).
+	MaxWordBytes int
+	// Timeout bounds one request's template render and tokenization
+	// (0 = only the caller's context).
+	Timeout time.Duration
+	// TrustRequestChatTemplate routes a request that brings its own
+	// chat_template on load alone instead of refusing it (400), for engines
+	// started with --trust-request-chat-template.
+	TrustRequestChatTemplate bool
+}
+
+// OptionsFor is the extproc configuration's preprocessing: its limits,
+// with relative tokenizer directories resolved against baseDir.
+func OptionsFor(x config.Extproc, baseDir string) Options {
+	p := x.Preprocess
+	return Options{
+		Limits:                   openai.Limits{MaxBodyBytes: x.MaxBodyBytes, MaxPromptTokens: p.MaxPromptTokens, MaxOutputTokens: p.MaxOutputTokens},
+		BaseDir:                  baseDir,
+		MaxWordBytes:             p.MaxWordBytes,
+		Timeout:                  p.Timeout.D(),
+		TrustRequestChatTemplate: p.TrustRequestChatTemplate,
+	}
 }
 
 // New loads every configured model's tokenizer and chat template. A model
 // without a tokenizer directory is refused: routing it would need token
 // ids kvgate cannot produce exactly.
 func New(models []config.Model, opts Options) (*Registry, error) {
-	r := &Registry{names: map[string]served{}, limits: opts.Limits}
+	r := &Registry{names: map[string]served{}, limits: opts.Limits, maxWordBytes: opts.MaxWordBytes, timeout: opts.Timeout, trustTemplate: opts.TrustRequestChatTemplate}
+	body := opts.Limits.MaxBodyBytes
+	if body <= 0 {
+		body = openai.DefaultLimits.MaxBodyBytes
+	}
+	// A template writes the messages once plus its own framing; four times
+	// the body bounds any real one while keeping a render's memory bounded.
+	maxPrompt := 4*body + 1<<20
 	switch {
 	case opts.SegmentCacheBytes == 0:
 		r.cache = tokenizer.NewSegmentCache(64 << 20)
@@ -81,7 +117,7 @@ func New(models []config.Model, opts Options) (*Registry, error) {
 		if err != nil {
 			return nil, fmt.Errorf("models[%d] (%s): %w", i, mc.Name, err)
 		}
-		chat, err := chattemplate.New(tc, chattemplate.Options{Now: opts.Now})
+		chat, err := chattemplate.New(tc, chattemplate.Options{Now: opts.Now, MaxPromptBytes: maxPrompt})
 		if err != nil {
 			return nil, fmt.Errorf("models[%d] (%s): chat template: %w", i, mc.Name, err)
 		}
@@ -137,6 +173,12 @@ type Result struct {
 
 // Chat preprocesses a /v1/chat/completions body.
 func (r *Registry) Chat(body []byte) (*Result, error) {
+	return r.ChatContext(context.Background(), body)
+}
+
+// ChatContext is Chat bounded by ctx and the registry's Timeout: the
+// template render and the tokenizer stop when either ends.
+func (r *Registry) ChatContext(ctx context.Context, body []byte) (*Result, error) {
 	req, err := openai.ParseChat(body, r.limits)
 	if err != nil {
 		return nil, err
@@ -146,13 +188,34 @@ func (r *Registry) Chat(body []byte) (*Result, error) {
 		return nil, err
 	}
 	res.Stream, res.MaxTokens = req.Stream, req.MaxTokens
-	prompt, err := res.Model.Chat.Render(req)
+	if field := req.RequestTemplate(); field != "" {
+		if !r.trustTemplate {
+			// vLLM refuses it with 400 unless started with
+			// --trust-request-chat-template (openai.ChatRequest.RequestTemplate).
+			return nil, &openai.Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Param: field,
+				Message: field + ": a request's own chat template is refused, as the engines refuse it without --trust-request-chat-template " +
+					"(if yours run with it, set extproc.preprocess.trust_request_chat_template)"}
+		}
+		// The engine renders it; kvgate does not run a client's template.
+		res.Approximate = "the request brings its own chat template"
+		return res, nil
+	}
+	ctx, cancel := r.bound(ctx)
+	defer cancel()
+	prompt, err := res.Model.Chat.RenderContext(ctx, req)
 	if err != nil {
 		var te *chattemplate.TemplateError
-		if errors.As(err, &te) {
+		var ol *jinja.OutputLimitError
+		switch {
+		case errors.As(err, &te):
 			// raise_exception in the template: the request is invalid for
 			// this model (vLLM answers 400 too).
 			return nil, &openai.Error{Status: http.StatusBadRequest, Message: te.Message, Type: "invalid_request_error"}
+		case errors.As(err, &ol):
+			return nil, &openai.Error{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Param: "messages", Code: "prompt_too_long",
+				Message: fmt.Sprintf("the chat template's rendering of the messages is larger than %d bytes", ol.Limit)}
+		case ctx.Err() != nil:
+			return nil, r.stopped(ctx)
 		}
 		// Anything else (media parts whose placeholders are model-specific,
 		// a construct the engine renders differently) is not the client's
@@ -164,9 +227,10 @@ func (r *Registry) Chat(body []byte) (*Result, error) {
 	res.Prompt = prompt
 	// vLLM tokenizes rendered chat prompts without adding special tokens:
 	// the template already wrote them.
-	res.Tokens = res.Model.Tokenizer.EncodeCached(make([]uint32, 0, len(prompt)/3+8), prompt, r.cache)
-	if err := r.checkTokens(len(res.Tokens)); err != nil {
-		return nil, err
+	res.Tokens, err = res.Model.Tokenizer.EncodeBounded(ctx, make([]uint32, 0, len(prompt)/3+8), prompt,
+		tokenizer.EncodeOptions{Cache: r.cache, Limits: r.tokenLimits()})
+	if err != nil {
+		return nil, r.tokenizeError(ctx, err, "messages")
 	}
 	res.hash()
 	return res, nil
@@ -175,6 +239,12 @@ func (r *Registry) Chat(body []byte) (*Result, error) {
 // Completion preprocesses a /v1/completions body. A batch of prompts is
 // routed by its first prompt: the engine serves them together.
 func (r *Registry) Completion(body []byte) (*Result, error) {
+	return r.CompletionContext(context.Background(), body)
+}
+
+// CompletionContext is Completion bounded by ctx and the registry's
+// Timeout.
+func (r *Registry) CompletionContext(ctx context.Context, body []byte) (*Result, error) {
 	req, err := openai.ParseCompletion(body, r.limits)
 	if err != nil {
 		return nil, err
@@ -187,22 +257,33 @@ func (r *Registry) Completion(body []byte) (*Result, error) {
 	if len(req.Prompts) > 0 {
 		p := req.Prompts[0]
 		if p.IsTokens {
+			// Counted against MaxPromptTokens by the parser.
 			res.Tokens = p.TokenIDs
 		} else {
 			res.Prompt = p.Text
+			ctx, cancel := r.bound(ctx)
+			defer cancel()
 			// vLLM's completions endpoint adds the tokenizer's special
 			// tokens (Llama-3: <|begin_of_text|>).
-			res.Tokens = res.Model.Tokenizer.EncodeWithSpecialTokens(make([]uint32, 0, len(p.Text)/3+8), p.Text)
+			res.Tokens, err = res.Model.Tokenizer.EncodeBounded(ctx, make([]uint32, 0, len(p.Text)/3+8), p.Text,
+				tokenizer.EncodeOptions{SpecialTokens: true, Limits: r.tokenLimits()})
+			if err != nil {
+				return nil, r.tokenizeError(ctx, err, "prompt")
+			}
 		}
-	}
-	if err := r.checkTokens(len(res.Tokens)); err != nil {
-		return nil, err
 	}
 	res.hash()
 	return res, nil
 }
 
 func (r *Registry) resolve(model string) (*Result, error) {
+	if model == "" {
+		// kvgate fronts several pools and picks one by model, so the
+		// request must name it (OpenAI requires the field too; a lone vLLM
+		// would fall back to its only model).
+		return nil, &openai.Error{Status: http.StatusBadRequest, Message: "model: required: name one of the served models",
+			Type: "invalid_request_error", Param: "model"}
+	}
 	s, ok := r.names[model]
 	if !ok {
 		return nil, &openai.Error{Status: http.StatusNotFound, Message: fmt.Sprintf("The model `%s` does not exist.", model), Type: "invalid_request_error", Param: "model", Code: "model_not_found"}
@@ -210,15 +291,58 @@ func (r *Registry) resolve(model string) (*Result, error) {
 	return &Result{Model: s.model, Served: model, LoRA: s.lora}, nil
 }
 
-func (r *Registry) checkTokens(n int) error {
-	limit := r.limits.MaxPromptTokens
-	if limit == 0 {
-		limit = openai.DefaultLimits.MaxPromptTokens
+func (r *Registry) maxPromptTokens() int {
+	if r.limits.MaxPromptTokens > 0 {
+		return r.limits.MaxPromptTokens
 	}
-	if n > limit {
-		return &openai.Error{Status: http.StatusRequestEntityTooLarge, Message: fmt.Sprintf("prompt is %d tokens, over the limit of %d", n, limit), Type: "invalid_request_error", Param: "messages", Code: "prompt_too_long"}
+	return openai.DefaultLimits.MaxPromptTokens
+}
+
+func (r *Registry) tokenLimits() tokenizer.Limits {
+	return tokenizer.Limits{MaxTokens: r.maxPromptTokens(), MaxWordBytes: r.maxWordBytes}
+}
+
+// bound adds the registry's timeout to ctx.
+func (r *Registry) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if r.timeout <= 0 {
+		return context.WithCancel(ctx)
 	}
-	return nil
+	return context.WithTimeout(ctx, r.timeout)
+}
+
+// tokenizeError turns a stopped encode into the client's answer; param
+// names the request field the prompt came from.
+func (r *Registry) tokenizeError(ctx context.Context, err error, param string) error {
+	var tm *tokenizer.TooManyTokensError
+	var wl *tokenizer.WordTooLongError
+	switch {
+	case errors.As(err, &tm):
+		return &openai.Error{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Param: param, Code: "prompt_too_long",
+			Message: fmt.Sprintf("prompt is more than %d tokens", tm.Limit)}
+	case errors.As(err, &wl):
+		return &openai.Error{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Param: param, Code: "prompt_too_long",
+			Message: fmt.Sprintf("prompt holds a run of %d bytes with no word break, over the %d-byte limit (extproc.preprocess.max_word_bytes): "+
+				"tokenizing such a run costs seconds of CPU", wl.Bytes, wl.Limit)}
+	case ctx.Err() != nil:
+		return r.stopped(ctx)
+	}
+	return fmt.Errorf("tokenize: %w", err)
+}
+
+// ErrCancelled is returned when the caller's context ended (the client went
+// away): nobody is left to answer.
+var ErrCancelled = errors.New("preprocessing abandoned: the request was cancelled")
+
+// stopped is the error for a render or encode that ctx ended: the
+// registry's own deadline (503: kvgate could not afford the prompt in
+// time, whether it is pathological or kvgate is overloaded) or the
+// caller's cancellation.
+func (r *Registry) stopped(ctx context.Context) error {
+	if errors.Is(context.Cause(ctx), context.DeadlineExceeded) && r.timeout > 0 {
+		return &openai.Error{Status: http.StatusServiceUnavailable, Type: "service_unavailable", Code: "preprocess_timeout",
+			Message: fmt.Sprintf("rendering and tokenizing the prompt took longer than %s (extproc.preprocess.timeout)", r.timeout)}
+	}
+	return fmt.Errorf("%w: %w", ErrCancelled, ctx.Err())
 }
 
 func (res *Result) hash() {

@@ -12,9 +12,18 @@ import (
 // (gateway-api-inference-extension pkg/lwepp/metadata/consts.go) and the
 // llm-d P/D sidecar.
 const (
-	HeaderDestination   = "x-gateway-destination-endpoint"
-	HeaderPrefiller     = "x-prefiller-host-port"
-	HeaderDebug         = "x-kvgate-debug"
+	HeaderDestination = "x-gateway-destination-endpoint"
+	HeaderPrefiller   = "x-prefiller-host-port"
+	HeaderDebug       = "x-kvgate-debug"
+	// DebugNamespace / DebugKey: the dynamic metadata Envoy's configuration
+	// sets where debug output is allowed (extproc.debug_header.from_envoy_metadata).
+	DebugNamespace = "kvgate"
+	DebugKey       = "debug_header"
+	// attributeSource is the request attribute holding the downstream peer
+	// (Envoy's CEL attribute source.address, sent in
+	// ProcessingRequest.attributes when listed in request_attributes).
+	attributeSource     = "source.address"
+	maxSourceBytes      = 256
 	MetadataNamespace   = "envoy.lb"
 	MetadataDestination = "x-gateway-destination-endpoint"
 	MetadataServed      = "x-gateway-destination-endpoint-served"
@@ -136,6 +145,29 @@ func subsetHint(md *corev3.Metadata) ([]string, error) {
 		return nil, fmt.Errorf("metadata %s/%s is neither a string nor a list of strings", SubsetHintNamespace, SubsetHintKey)
 	}
 	return hint, nil
+}
+
+// sourceAddress reads source.address from the request attributes. Envoy
+// evaluates each listed attribute and sends it, printed as a string, in a
+// Struct keyed by the attribute's name under the filter's name
+// (source/extensions/filters/http/ext_proc/matching_utils.cc,
+// ExpressionManager::evaluateAttributes); the outer key is read from any
+// entry, as it names the filter instance.
+func sourceAddress(attrs map[string]*structpb.Struct) string {
+	for _, st := range attrs {
+		if v := st.GetFields()[attributeSource].GetStringValue(); v != "" && len(v) <= maxSourceBytes {
+			return v
+		}
+	}
+	return ""
+}
+
+// envoyDebug reports whether Envoy's metadata_context carries
+// kvgate/debug_header: true (dynamic metadata the ext_proc filter forwards
+// when metadata_options.forwarding_namespaces.untyped lists "kvgate":
+// source/extensions/filters/http/ext_proc/ext_proc.cc, Filter::addDynamicMetadata).
+func envoyDebug(md *corev3.Metadata) bool {
+	return md.GetFilterMetadata()[DebugNamespace].GetFields()[DebugKey].GetBoolValue()
 }
 
 // servedEndpoint reads the endpoint the proxy actually used, if it reported

@@ -35,7 +35,17 @@ type Request struct {
 	// means the proxy sent a hint naming no endpoint (answer 503).
 	SubsetHint []string
 	RequestID  string // x-request-id
-	Debug      bool   // x-kvgate-debug: 1
+	// Debug: the client asked for the x-kvgate-debug response header
+	// (x-kvgate-debug: 1). Whether it gets it is the router's decision.
+	Debug bool
+	// Source is the client's address as Envoy saw it (the request
+	// attribute source.address, "ip:port"), "" when Envoy sends none (its
+	// ext_proc filter lists source.address in request_attributes).
+	Source string
+	// EnvoyDebug: Envoy's metadata_context carries kvgate/debug_header:
+	// true, which only Envoy's own configuration can write (a set_metadata
+	// filter on an operators' listener); a client cannot.
+	EnvoyDebug bool
 }
 
 // Decision is the router's answer for a routed request.

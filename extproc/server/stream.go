@@ -206,6 +206,7 @@ func (st *streamState) onRequestHeaders(msg *extprocv3.ProcessingRequest, h *ext
 		return protoErr("%v", err)
 	}
 	req.SubsetHint = hint
+	req.Source, req.EnvoyDebug = sourceAddress(msg.GetAttributes()), envoyDebug(msg.GetMetadataContext())
 	st.req, st.spoofed = req, spoofed
 
 	if h.GetEndOfStream() || st.reqMode == filterv3.ProcessingMode_NONE {

@@ -101,8 +101,8 @@ type addedSplit struct {
 // added_vocabulary.rs: single_word tokens next to a word character are
 // dropped (and scanning resumes after them), lstrip/rstrip widen the token's
 // span over neighbouring whitespace, and a widened span may overlap the
-// previous one exactly as it does there.
-func (m *addedMatcher) split(s string, tokens []AddedToken, yield func(addedSplit)) {
+// previous one exactly as it does there. It stops when yield returns false.
+func (m *addedMatcher) split(s string, tokens []AddedToken, yield func(addedSplit) bool) {
 	startOffset, from := 0, 0
 	for {
 		start, stop, tok, ok := m.find(s, from)
@@ -124,10 +124,12 @@ func (m *addedMatcher) split(s string, tokens []AddedToken, yield func(addedSpli
 		if t.RStrip {
 			stop = len(s) - len(strings.TrimLeftFunc(s[stop:], isWhiteSpace))
 		}
-		if startOffset < start {
-			yield(addedSplit{startOffset, start, -1})
+		if startOffset < start && !yield(addedSplit{startOffset, start, -1}) {
+			return
 		}
-		yield(addedSplit{start, stop, tok})
+		if !yield(addedSplit{start, stop, tok}) {
+			return
+		}
 		startOffset = stop
 	}
 	if startOffset < len(s) {

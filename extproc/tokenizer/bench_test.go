@@ -1,6 +1,9 @@
 package tokenizer
 
-import "testing"
+import (
+	"context"
+	"testing"
+)
 
 // BenchmarkEncode encodes the golden corpus per iteration and reports
 // tokens/s: warm (word cache filled by earlier iterations) and cold (cache
@@ -36,5 +39,39 @@ func BenchmarkEncode(b *testing.B) {
 				b.ReportMetric(float64(tokens)*float64(b.N)/b.Elapsed().Seconds(), "tokens/s")
 			})
 		}
+	}
+}
+
+// BenchmarkEncodeBounded is BenchmarkEncode's warm pass through
+// EncodeBounded with the shipped request-path limits, against EncodeAppend
+// in the same run: the cost of the limit and context checks.
+func BenchmarkEncodeBounded(b *testing.B) {
+	tok := loadModel(b, "qwen3")
+	cases := readCases(b, "golden_qwen3.jsonl")
+	bytes := 0
+	for _, c := range cases {
+		bytes += len(c.Text)
+	}
+	lim := Limits{MaxTokens: 1 << 20, MaxWordBytes: 256 << 10}
+	ctx, cancel := context.WithCancel(context.Background()) // a cancellable context, as a request's
+	defer cancel()
+	dst := make([]uint32, 0, 1<<16)
+	for _, bounded := range []bool{false, true} {
+		name := "unbounded"
+		if bounded {
+			name = "bounded"
+		}
+		b.Run(name, func(b *testing.B) {
+			b.SetBytes(int64(bytes))
+			for b.Loop() {
+				for _, c := range cases {
+					if bounded {
+						dst, _ = tok.EncodeBounded(ctx, dst[:0], c.Text, EncodeOptions{Limits: lim})
+					} else {
+						dst = tok.EncodeAppend(dst[:0], c.Text)
+					}
+				}
+			}
+		})
 	}
 }

@@ -26,8 +26,8 @@ func TestLongWordPathMatchesShortPath(t *testing.T) {
 					}
 					model := tok.model
 					model.ignoreMerges = false
-					short := model.encodeWord(nil, w)
-					long := model.encodeLongWord(nil, w)
+					short := model.encodeWord(nil, w, nil)
+					long := model.encodeLongWord(nil, w, nil)
 					if !slices.Equal(short, long) {
 						t.Fatalf("%q: short path %v, heap path %v", w, short, long)
 					}

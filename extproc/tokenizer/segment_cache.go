@@ -103,34 +103,46 @@ func (c *SegmentCache) Stats() SegmentCacheStats {
 // does, reusing the ids of segments (text between added tokens) that c has
 // seen before. c may be nil.
 func (t *Tokenizer) EncodeCached(dst []uint32, text string, c *SegmentCache) []uint32 {
+	dst, _ = t.encodeCached(dst, text, c, nil)
+	return dst
+}
+
+func (t *Tokenizer) encodeCached(dst []uint32, text string, c *SegmentCache, b *budget) ([]uint32, error) {
 	if c == nil || t.rawAdded == nil {
-		return t.EncodeAppend(dst, text)
+		return t.encodeAppend(dst, text, b)
 	}
 	if !utf8.ValidString(text) {
 		text = toValidUTF8(text)
 	}
-	t.rawAdded.split(text, t.added, func(s addedSplit) {
+	t.rawAdded.split(text, t.added, func(s addedSplit) bool {
 		if s.token >= 0 {
 			dst = append(dst, t.added[s.token].ID)
-			return
+			return b == nil || b.ids(len(dst))
 		}
 		piece := text[s.start:s.end]
 		if len(piece) < c.minSegment {
-			dst = t.encodeNormalizing(dst, piece)
-			return
+			dst = t.encodeNormalizing(dst, piece, b)
+			return !b.stopped()
 		}
 		key := xxh3.HashString(piece)
 		if ids, ok := c.get(key, piece); ok {
 			c.hits.Add(1)
 			dst = append(dst, ids...)
-			return
+			return b == nil || b.ids(len(dst))
 		}
 		c.misses.Add(1)
 		n := len(dst)
-		dst = t.encodeNormalizing(dst, piece)
+		dst = t.encodeNormalizing(dst, piece, b)
+		if b.stopped() {
+			return false // a cut-short segment must not be cached
+		}
 		// The cache keeps its own copies: dst belongs to the caller, and
 		// piece may point into a request body that is reused.
 		c.put(key, string([]byte(piece)), append([]uint32(nil), dst[n:]...))
+		return true
 	})
-	return dst
+	if b != nil {
+		return dst, b.result(len(dst))
+	}
+	return dst, nil
 }

@@ -8,6 +8,7 @@
 package tokenizer
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -295,27 +296,79 @@ func (t *Tokenizer) Encode(text string) []uint32 {
 // add_special_tokens=True (Llama-3: a leading <|begin_of_text|>), as vLLM's
 // completions endpoint tokenizes prompts.
 func (t *Tokenizer) EncodeWithSpecialTokens(dst []uint32, text string) []uint32 {
-	dst = append(dst, t.template.prefix...)
-	dst = t.EncodeAppend(dst, text)
-	return append(dst, t.template.suffix...)
+	dst, _ = t.encodeSpecial(dst, text, nil)
+	return dst
 }
 
 // EncodeAppend appends the ids of text (as Encode) to dst.
 func (t *Tokenizer) EncodeAppend(dst []uint32, text string) []uint32 {
+	dst, _ = t.encodeAppend(dst, text, nil)
+	return dst
+}
+
+// EncodeOptions select what EncodeBounded does besides Encode's work.
+type EncodeOptions struct {
+	// SpecialTokens adds the post-processor's tokens, as
+	// EncodeWithSpecialTokens.
+	SpecialTokens bool
+	// Cache, when set, reuses the ids of segments seen before, as
+	// EncodeCached (ignored with SpecialTokens).
+	Cache  *SegmentCache
+	Limits Limits
+}
+
+// EncodeBounded appends the ids of text to dst like EncodeAppend (or
+// EncodeWithSpecialTokens, EncodeCached per o), stopping as soon as a limit
+// is passed or ctx ends: the error is then a *TooManyTokensError, a
+// *WordTooLongError or ctx's error, and the ids are incomplete. The ids of a
+// completed encode are exactly those of the unbounded entry points.
+func (t *Tokenizer) EncodeBounded(ctx context.Context, dst []uint32, text string, o EncodeOptions) ([]uint32, error) {
+	b := newBudget(ctx, len(dst), o.Limits)
+	if !b.alive() {
+		return dst, b.err
+	}
+	switch {
+	case o.SpecialTokens:
+		return t.encodeSpecial(dst, text, b)
+	case o.Cache != nil:
+		return t.encodeCached(dst, text, o.Cache, b)
+	}
+	return t.encodeAppend(dst, text, b)
+}
+
+func (t *Tokenizer) encodeSpecial(dst []uint32, text string, b *budget) ([]uint32, error) {
+	dst = append(dst, t.template.prefix...)
+	dst, err := t.encodeAppend(dst, text, b)
+	if err != nil {
+		return dst, err
+	}
+	dst = append(dst, t.template.suffix...)
+	if b != nil {
+		return dst, b.result(len(dst))
+	}
+	return dst, nil
+}
+
+func (t *Tokenizer) encodeAppend(dst []uint32, text string, b *budget) ([]uint32, error) {
 	if !utf8.ValidString(text) {
 		text = toValidUTF8(text)
 	}
 	if t.rawAdded == nil {
-		return t.encodeNormalizing(dst, text)
+		dst = t.encodeNormalizing(dst, text, b)
+	} else {
+		t.rawAdded.split(text, t.added, func(s addedSplit) bool {
+			if s.token >= 0 {
+				dst = append(dst, t.added[s.token].ID)
+			} else {
+				dst = t.encodeNormalizing(dst, text[s.start:s.end], b)
+			}
+			return !b.stopped()
+		})
 	}
-	t.rawAdded.split(text, t.added, func(s addedSplit) {
-		if s.token >= 0 {
-			dst = append(dst, t.added[s.token].ID)
-		} else {
-			dst = t.encodeNormalizing(dst, text[s.start:s.end])
-		}
-	})
-	return dst
+	if b != nil {
+		return dst, b.result(len(dst))
+	}
+	return dst, nil
 }
 
 // toValidUTF8 replaces each invalid byte with U+FFFD, so that encoding never
@@ -336,36 +389,42 @@ func toValidUTF8(s string) string {
 	return b.String()
 }
 
-func (t *Tokenizer) encodeNormalizing(dst []uint32, piece string) []uint32 {
+func (t *Tokenizer) encodeNormalizing(dst []uint32, piece string, b *budget) []uint32 {
 	if t.useNFC {
 		piece = nfc(piece)
 	}
 	if t.normAdded == nil {
-		return t.encodePlain(dst, piece)
+		return t.encodePlain(dst, piece, b)
 	}
-	t.normAdded.split(piece, t.added, func(s addedSplit) {
+	t.normAdded.split(piece, t.added, func(s addedSplit) bool {
 		if s.token >= 0 {
 			dst = append(dst, t.added[s.token].ID)
 		} else {
-			dst = t.encodePlain(dst, piece[s.start:s.end])
+			dst = t.encodePlain(dst, piece[s.start:s.end], b)
 		}
+		return !b.stopped()
 	})
 	return dst
 }
 
 // encodePlain pre-tokenizes normalized text without added tokens and runs
-// BPE on each pre-token, through the word cache.
-func (t *Tokenizer) encodePlain(dst []uint32, s string) []uint32 {
+// BPE on each pre-token, through the word cache. With a budget, each
+// pre-token is accounted before its BPE runs: the token limit is checked on
+// the ids so far, so encoding stops within one pre-token of it.
+func (t *Tokenizer) encodePlain(dst []uint32, s string, b *budget) []uint32 {
 	for i := 0; i < len(s); {
 		end := t.pattern.next(s, i)
 		word := s[i:end]
 		i = end
+		if b != nil && !b.word(len(dst), len(word)) {
+			return dst
+		}
 		if len(word) == 1 {
 			dst = append(dst, t.model.byteID[word[0]])
 			continue
 		}
 		if len(word) > maxCachedWord {
-			dst = t.model.encodeWord(dst, word)
+			dst = t.model.encodeWord(dst, word, b)
 			continue
 		}
 		if ids, ok := t.cache.get(word); ok {
@@ -373,7 +432,10 @@ func (t *Tokenizer) encodePlain(dst []uint32, s string) []uint32 {
 			continue
 		}
 		n := len(dst)
-		dst = t.model.encodeWord(dst, word)
+		dst = t.model.encodeWord(dst, word, b)
+		if b.stopped() {
+			return dst // abandoned mid-merge: its ids are incomplete
+		}
 		t.cache.put(word, dst[n:])
 	}
 	return dst

@@ -47,10 +47,26 @@ type evaluator struct {
 	scope    *scope
 	builtins *scope
 	output   strings.Builder
+	// guard bounds the render (kvgate fork); nil for RenderValues. Nested
+	// evaluators (macros, call blocks, set and filter blocks) share it.
+	guard *guard
+}
+
+// emit writes rendered text, counting it against the guard's output bound.
+func (e *evaluator) emit(s string) {
+	e.output.WriteString(s)
+	if e.guard != nil {
+		e.guard.written += len(s)
+	}
 }
 
 func (e *evaluator) execNodes(nodes []node) error {
 	for _, n := range nodes {
+		if e.guard != nil {
+			if err := e.guard.step(); err != nil {
+				return err
+			}
+		}
 		if err := e.execNode(n); err != nil {
 			return err
 		}
@@ -61,7 +77,7 @@ func (e *evaluator) execNodes(nodes []node) error {
 func (e *evaluator) execNode(n node) error {
 	switch nd := n.(type) {
 	case *textNode:
-		e.output.WriteString(nd.text)
+		e.emit(nd.text)
 		return nil
 
 	case *outputNode:
@@ -69,7 +85,7 @@ func (e *evaluator) execNode(n node) error {
 		if err != nil {
 			return err
 		}
-		e.output.WriteString(printValue(val))
+		e.emit(printValue(val))
 		return nil
 
 	case *ifNode:
@@ -148,6 +164,11 @@ func (e *evaluator) execFor(n *forNode) error {
 	if n.filterExpr != nil {
 		var filtered []Value
 		for _, item := range items {
+			if e.guard != nil {
+				if err := e.guard.step(); err != nil {
+					return err
+				}
+			}
 			child := newScope(e.scope)
 			child.set(n.valVar, item)
 			old := e.scope
@@ -183,6 +204,11 @@ func (e *evaluator) execFor(n *forNode) error {
 	child.set("loop", loop)
 
 	for i, item := range items {
+		if e.guard != nil {
+			if err := e.guard.step(); err != nil {
+				return err
+			}
+		}
 		// Set loop variable(s).
 		if n.keyVar != "" {
 			// Destructuring: for key, val in items
@@ -269,6 +295,7 @@ func (e *evaluator) execSetBlock(n *setBlockNode) error {
 	bodyEval := evaluator{
 		scope:    e.scope,
 		builtins: e.builtins,
+		guard:    e.guard,
 	}
 	if err := bodyEval.execNodes(n.body); err != nil {
 		return err
@@ -293,7 +320,7 @@ func (e *evaluator) execMacro(n *macroNode) error {
 			} else if v, ok := kwargs[param.name]; ok {
 				child.set(param.name, v)
 			} else if param.defaultVal != nil {
-				defEval := evaluator{scope: child, builtins: e.builtins}
+				defEval := evaluator{scope: child, builtins: e.builtins, guard: e.guard}
 				defVal, err := defEval.evalExpr(param.defaultVal)
 				if err != nil {
 					return Undefined(), err
@@ -312,6 +339,7 @@ func (e *evaluator) execMacro(n *macroNode) error {
 		macroEval := evaluator{
 			scope:    child,
 			builtins: e.builtins,
+			guard:    e.guard,
 		}
 
 		if err := macroEval.execNodes(body); err != nil {
@@ -342,6 +370,7 @@ func (e *evaluator) execCall(n *callNode) error {
 		callerEval := evaluator{
 			scope:    child,
 			builtins: e.builtins,
+			guard:    e.guard,
 		}
 		if err := callerEval.execNodes(body); err != nil {
 			return Undefined(), err
@@ -382,7 +411,7 @@ func (e *evaluator) execCall(n *callNode) error {
 		if err != nil {
 			return err
 		}
-		e.output.WriteString(printValue(result))
+		e.emit(printValue(result))
 		return nil
 	}
 
@@ -399,7 +428,7 @@ func (e *evaluator) execCall(n *callNode) error {
 	if err != nil {
 		return err
 	}
-	e.output.WriteString(printValue(result))
+	e.emit(printValue(result))
 	return nil
 }
 
@@ -408,6 +437,7 @@ func (e *evaluator) execFilterBlock(n *filterBlockNode) error {
 	bodyEval := evaluator{
 		scope:    e.scope,
 		builtins: e.builtins,
+		guard:    e.guard,
 	}
 	if err := bodyEval.execNodes(n.body); err != nil {
 		return err
@@ -424,12 +454,12 @@ func (e *evaluator) execFilterBlock(n *filterBlockNode) error {
 		if err != nil {
 			return err
 		}
-		e.output.WriteString(printValue(result))
+		e.emit(printValue(result))
 		return nil
 	}
 
 	// For more complex filter expressions, just output the body.
-	e.output.WriteString(bodyStr)
+	e.emit(bodyStr)
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package jinja
 
 import (
+	"context"
 	"fmt"
 	"strings"
 )
@@ -37,20 +38,39 @@ func (t *Template) Render(data map[string]any) (string, error) {
 		vals[k] = FromGoValue(v)
 	}
 
-	return render(t.nodes, vals)
+	return render(t.nodes, vals, nil)
 }
 
 // RenderValues is like Render but accepts pre-converted Value data.
 func (t *Template) RenderValues(data map[string]Value) (string, error) {
-	return render(t.nodes, data)
+	return render(t.nodes, data, nil)
+}
+
+// RenderValuesContext is RenderValues bounded by ctx and opts (kvgate
+// fork): the render stops, returning ctx's error or an *OutputLimitError,
+// within about a thousand steps of either.
+func (t *Template) RenderValuesContext(ctx context.Context, data map[string]Value, opts RenderOptions) (string, error) {
+	if err := ctx.Err(); err != nil {
+		return "", err
+	}
+	g := &guard{ctx: ctx, maxOutput: opts.MaxOutputBytes}
+	out, err := render(t.nodes, data, g)
+	if err == nil {
+		err = g.finalCheck()
+	}
+	if err != nil {
+		return "", err
+	}
+	return out, nil
 }
 
 // =============================================================================
 
 // render executes the AST with the given data and returns the result.
-func render(nodes []node, data map[string]Value) (string, error) {
+func render(nodes []node, data map[string]Value, g *guard) (string, error) {
 	e := evaluator{
 		output: strings.Builder{},
+		guard:  g,
 	}
 
 	// Use the cached builtins scope directly. The scope is initialized

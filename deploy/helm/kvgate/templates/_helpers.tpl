@@ -169,6 +169,11 @@ authorization:
 {{- $_ := set $tls "require_client_cert" true -}}
 {{- end -}}
 {{- $_ := set $extproc "tls" $tls -}}
+{{- else -}}
+{{- /* Plaintext on the pod IP is refused by kvgate unless said so: without
+extproc.tls the chart relies on the mesh (ISTIO_MUTUAL) and the
+NetworkPolicy (networkPolicy.extprocClients) to protect the port. */ -}}
+{{- $_ := set $extproc "allow_plaintext" true -}}
 {{- end -}}
 {{- $_ := set $c "extproc" (mustMergeOverwrite (deepCopy (default dict .Values.config.extproc)) $extproc) -}}
 {{- /* Without the indexer Deployment no process opens indexer.listen: it
