@@ -130,7 +130,7 @@ func waitBatches(t *testing.T, svc *Service, engines []*testEngine) Status {
 
 func chain(tokens []uint32) []uint64 {
 	seed := blockhash.Seed("", "tenant")
-	return blockhash.SequenceHashes(blockhash.LocalHashes(tokens, testBlockSize, seed), seed)
+	return blockhash.SequenceHashes(blockhash.LocalHashes(tokens, testBlockSize, seed))
 }
 
 func seqTokens(from, n int) []uint32 {

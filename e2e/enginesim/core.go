@@ -291,7 +291,7 @@ func (e *Engine) Submit(r Request) error {
 	s := &seq{
 		req:          r,
 		seed:         seed,
-		hashes:       blockhash.SequenceHashes(local, seed),
+		hashes:       blockhash.SequenceHashes(local),
 		numTokens:    len(r.Tokens),
 		cachedTokens: -1,
 		outSalt:      xxh3.HashString(r.ID) ^ mix64(e.salt),

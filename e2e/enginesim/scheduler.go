@@ -359,7 +359,7 @@ func (e *Engine) hashBlock(s *seq, b int) uint64 {
 	if b == 0 {
 		return local
 	}
-	return blockhash.Chain(s.hashes[b-1], local, s.seed)
+	return blockhash.Chain(s.hashes[b-1], local)
 }
 
 // emitStored publishes blocks [from, to) of s as one BlockStored, with the

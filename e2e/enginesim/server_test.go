@@ -500,7 +500,7 @@ func TestKVEventsRebuildTheEnginesCache(t *testing.T) {
 				var diffs []string
 				held := 0
 				for i, r := range all {
-					chain := blockhash.SequenceHashes(blockhash.LocalHashes(r.tokens, 16, r.seed), r.seed)
+					chain := blockhash.SequenceHashes(blockhash.LocalHashes(r.tokens, 16, r.seed))
 					holds := engineHolds(s.Server, chain)
 					want := 0
 					for want < len(holds) && holds[want] {

@@ -224,5 +224,5 @@ func (r *Registry) checkTokens(n int) error {
 func (res *Result) hash() {
 	seed := blockhash.Seed(res.LoRA, res.Model.Namespace)
 	res.Local = blockhash.LocalHashes(res.Tokens, res.Model.BlockSize, seed)
-	res.Sequence = blockhash.SequenceHashes(res.Local, seed)
+	res.Sequence = blockhash.SequenceHashes(res.Local)
 }

@@ -55,7 +55,7 @@ func TestChatMatchesOracles(t *testing.T) {
 			continue
 		}
 		seed := blockhash.Seed("", res.Model.Namespace)
-		if want := blockhash.SequenceHashes(blockhash.LocalHashes(c.IDs, 16, seed), seed); !slices.Equal(res.Sequence, want) {
+		if want := blockhash.SequenceHashes(blockhash.LocalHashes(c.IDs, 16, seed)); !slices.Equal(res.Sequence, want) {
 			t.Errorf("%s: sequence hashes differ", c.Name)
 		}
 	}
@@ -96,7 +96,7 @@ func TestLoRASaltsHashes(t *testing.T) {
 		t.Fatal("LoRA hashes equal the base model's")
 	}
 	seed := blockhash.Seed("qwen3-sql", "ns-qwen3")
-	if want := blockhash.SequenceHashes(blockhash.LocalHashes(base.Tokens, 16, seed), seed); !slices.Equal(lora.Sequence, want) {
+	if want := blockhash.SequenceHashes(blockhash.LocalHashes(base.Tokens, 16, seed)); !slices.Equal(lora.Sequence, want) {
 		t.Fatal("LoRA hashes not salted with the adapter name and namespace")
 	}
 }

@@ -2,8 +2,18 @@
 // KV router does, so that kvgate's index and Dynamo-compatible engines agree
 // on which prefix a block stands for.
 //
-// Source: ai-dynamo/dynamo lib/kv-router/src/protocols.rs and
-// lib/kv-hashing/src/salt.rs (see ../shared/notes/wire-formats.md §1).
+// Source: ai-dynamo/dynamo at commit 038eab23a6b6e9b6391de6640f4f69d4c2726681:
+// lib/kv-router/src/protocols.rs (compute_block_hash_for_seq hashes each
+// block under block_hash_seed = dynamo_kv_hashing::compute_salt_hash(
+// cache_namespace, lora_name); compute_seq_hash_for_block chains with
+// compute_next_seq_hash, which delegates to
+// dynamo_tokens::compute_next_sequence_hash and takes no seed), and
+// lib/kv-hashing/src/salt.rs (compute_salt_hash: CHAIN_XXH3_SEED 1337,
+// wrapping_add XXH3(lora, 0), then XXH3(salt, 1)). The chain step hashes
+// le64(parent) ‖ le64(block) at the fixed CHAIN_XXH3_SEED (1337,
+// lib/tokens/src/lib.rs): a salt changes the first block's hash and so,
+// through the parent, every sequence hash after it, but never the chain
+// seed.
 package blockhash
 
 import (
@@ -51,31 +61,34 @@ func LocalHashes(tokens []uint32, blockSize int, seed uint64) []uint64 {
 }
 
 // Chain returns the hash of the sequence ending in a block whose local hash
-// is local, given the sequence hash of its parent.
-func Chain(parent, local uint64, seed uint64) uint64 {
+// is local, given the sequence hash of its parent. The seed is always
+// BaseSeed, whatever salted the local hashes: Dynamo's
+// compute_next_seq_hash(parent, block) has no seed parameter. (Earlier kvgate
+// releases chained under the salted seed; see README "Upgrading".)
+func Chain(parent, local uint64) uint64 {
 	var buf [16]byte
 	binary.LittleEndian.PutUint64(buf[0:8], parent)
 	binary.LittleEndian.PutUint64(buf[8:16], local)
-	return xxh3.HashSeed(buf[:], seed)
+	return xxh3.HashSeed(buf[:], BaseSeed)
 }
 
 // SequenceHashes chains local hashes into prefix identities: seq[0] =
-// local[0] and seq[i] = XXH3(le64(seq[i-1]) ‖ le64(local[i])).
-func SequenceHashes(local []uint64, seed uint64) []uint64 {
-	return ContinueSequence(nil, local, seed)
+// local[0] and seq[i] = XXH3(le64(seq[i-1]) ‖ le64(local[i]), BaseSeed).
+func SequenceHashes(local []uint64) []uint64 {
+	return ContinueSequence(nil, local)
 }
 
 // ContinueSequence chains local hashes onto an existing parent sequence
 // hash (nil = the chain starts here). It is how an engine event that names
 // a parent block extends a known prefix.
-func ContinueSequence(parent *uint64, local []uint64, seed uint64) []uint64 {
+func ContinueSequence(parent *uint64, local []uint64) []uint64 {
 	out := make([]uint64, len(local))
 	for i, l := range local {
 		switch {
 		case i > 0:
-			out[i] = Chain(out[i-1], l, seed)
+			out[i] = Chain(out[i-1], l)
 		case parent != nil:
-			out[i] = Chain(*parent, l, seed)
+			out[i] = Chain(*parent, l)
 		default:
 			out[i] = l
 		}
@@ -106,7 +119,6 @@ func Compute(r Request) (Result, error) {
 	if r.BlockSize <= 0 || r.BlockSize > MaxBlockSize {
 		return Result{}, fmt.Errorf("block_size must be in 1..%d, got %d", MaxBlockSize, r.BlockSize)
 	}
-	seed := Seed(r.LoRA, r.Namespace)
-	local := LocalHashes(r.Tokens, r.BlockSize, seed)
-	return Result{Local: local, Sequence: SequenceHashes(local, seed)}, nil
+	local := LocalHashes(r.Tokens, r.BlockSize, Seed(r.LoRA, r.Namespace))
+	return Result{Local: local, Sequence: SequenceHashes(local)}, nil
 }

@@ -302,7 +302,7 @@ func (w *Worker) stored(ctx context.Context, ev *kvevents.Event) error {
 	}
 
 	seed := blockhash.Seed(ev.LoRAName, w.cfg.Namespace)
-	seqs := blockhash.ContinueSequence(parent, blockhash.LocalHashes(ev.TokenIDs, ev.BlockSize, seed), seed)
+	seqs := blockhash.ContinueSequence(parent, blockhash.LocalHashes(ev.TokenIDs, ev.BlockSize, seed))
 	bit := uint8(1) << tier
 	add := w.scratch[:0]
 	for i, h := range ev.BlockHashes {
