@@ -30,14 +30,35 @@ const BaseSeed uint64 = 1337
 // Empty strings leave the seed unchanged; additions wrap as in Rust's
 // wrapping_add.
 func Seed(lora, namespace string) uint64 {
-	seed := BaseSeed
-	if lora != "" {
-		seed += xxh3.HashStringSeed(lora, 0)
+	return BaseSeed + LoRASalt(lora) + NamespaceSalt(namespace)
+}
+
+// LoRASalt is the LoRA adapter's share of the seed (0 for none).
+func LoRASalt(lora string) uint64 {
+	if lora == "" {
+		return 0
 	}
-	if namespace != "" {
-		seed += xxh3.HashStringSeed(namespace, 1)
+	return xxh3.HashStringSeed(lora, 0)
+}
+
+// NamespaceSalt is the cache namespace's share of the seed (0 for none):
+// Seed(lora, ns) == BaseSeed + LoRASalt(lora) + NamespaceSalt(ns).
+func NamespaceSalt(namespace string) uint64 {
+	if namespace == "" {
+		return 0
 	}
-	return seed
+	return xxh3.HashStringSeed(namespace, 1)
+}
+
+// RequestNamespace is the namespace a request's blocks are hashed under:
+// its cache_salt when it sends one, as Dynamo maps a request's cache_salt to
+// cache_namespace (the engine salts those blocks with it and announces it
+// in its events), else the model's configured namespace.
+func RequestNamespace(cacheSalt, configured string) string {
+	if cacheSalt != "" {
+		return cacheSalt
+	}
+	return configured
 }
 
 // LocalHashes hashes each complete block of tokens (u32 little-endian,

@@ -431,7 +431,7 @@ def fixtures():
                          "token_ids": tokens(41, 1), "block_size": 1, "lora_id": None,
                          "cache_salt": "tenant-s"}),
         ("BlockRemoved", {"block_hashes": [84]}),
-    ], dp_rank=1)
+    ], dp_rank=0)
     out.append(("map_sglang_cache_salt", wire, exp, None))
 
     # vLLM locality (REMOTE blocks belong to no local worker: Dynamo's
