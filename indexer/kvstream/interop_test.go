@@ -106,12 +106,16 @@ func (p *pyPublisher) publish(t *testing.T, live bool, payload string) uint64 {
 }
 
 // TestInteropWithPyzmqPublisher checks the Subscriber against libzmq
-// through pyzmq, framed as vLLM frames it: a late-join catch-up and a
-// mid-stream gap are both repaired through the pyzmq ROUTER.
+// through pyzmq, framed as vLLM frames it, in both replay layouts (v0.26
+// with the topic frame, and the older one SGLang still uses): a late-join
+// catch-up and a mid-stream gap are both repaired through the pyzmq ROUTER.
 func TestInteropWithPyzmqPublisher(t *testing.T) {
-	for _, topic := range []string{"", "kv-events"} {
-		t.Run(fmt.Sprintf("topic %q", topic), func(t *testing.T) {
-			py := startPyPublisher(t, "--topic", topic)
+	for _, c := range []struct{ topic, layout string }{
+		{"", "v0.26"}, {"kv@10.0.0.1@qwen3", "v0.26"}, {"", "legacy"}, {"kv-events", "legacy"},
+	} {
+		topic := c.topic
+		t.Run(fmt.Sprintf("topic %q layout %s", topic, c.layout), func(t *testing.T) {
+			py := startPyPublisher(t, "--topic", topic, "--replay-layout", c.layout)
 			// Missed before we joined: the catch-up must fetch them.
 			for i := range 3 {
 				py.publish(t, false, fmt.Sprintf("before-%d", i))

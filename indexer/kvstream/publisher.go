@@ -23,6 +23,9 @@ type PublisherConfig struct {
 	// BufferSteps is how many recent batches replay can return
 	// (vLLM buffer_steps). Default 10,000.
 	BufferSteps int
+	// ReplayLayout selects the replay reply framing: ReplayWithTopic
+	// (default, vLLM ≥ v0.26) or ReplayLegacy (older vLLM, SGLang).
+	ReplayLayout ReplayLayout
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -31,7 +34,8 @@ const defaultBufferSteps = 10_000
 
 // Publisher speaks vLLM's ZmqEventPublisher protocol: a PUB socket sending
 // [topic, seq, payload] with seq counting from 0, and an optional ROUTER
-// answering replay requests from a ring of the last BufferSteps batches.
+// answering replay requests from a ring of the last BufferSteps batches,
+// in vLLM v0.26's reply layout unless told otherwise.
 // It is meant for tests and the engine simulator.
 type Publisher struct {
 	cfg    PublisherConfig
@@ -181,12 +185,12 @@ func (p *Publisher) serveReplay(ctx context.Context) {
 			continue
 		}
 		for _, b := range p.buffered(start) {
-			if err := p.router.Send(zmq4.NewMsgFrom(id, []byte{}, encodeSeq(b.seq), b.payload)); err != nil {
+			if err := p.router.Send(p.replyMsg(id, []byte(p.cfg.Topic), encodeSeq(b.seq), b.payload)); err != nil {
 				p.log.Warn("replay send failed", "seq", b.seq, "err", err)
 				break
 			}
 		}
-		if err := p.router.Send(zmq4.NewMsgFrom(id, []byte{}, encodeSeq(endOfReplaySeq), []byte{})); err != nil {
+		if err := p.router.Send(p.replyMsg(id, []byte{}, encodeSeq(endOfReplaySeq), []byte{})); err != nil {
 			// Seen here with go-zeromq subscribers: the requester has
 			// already closed when the marker's last frame is written
 			// ("use of closed network connection"). The requester
@@ -194,6 +198,15 @@ func (p *Publisher) serveReplay(ctx context.Context) {
 			p.log.Debug("replay end marker send failed", "err", err)
 		}
 	}
+}
+
+// replyMsg frames one replay reply for the ROUTER: the identity, the empty
+// delimiter, then [topic,] seq, payload (see ReplayLayout).
+func (p *Publisher) replyMsg(id, topic, seq, payload []byte) zmq4.Msg {
+	if p.cfg.ReplayLayout == ReplayLegacy {
+		return zmq4.NewMsgFrom(id, []byte{}, seq, payload)
+	}
+	return zmq4.NewMsgFrom(id, []byte{}, topic, seq, payload)
 }
 
 // Close stops the replay server and closes both sockets. Safe to call

@@ -607,8 +607,11 @@ func (s *Subscriber) pollTail(ctx context.Context) {
 	}
 	switch {
 	case err != nil:
-		s.c.replayFailures.Add(1)
-		s.log.Debug("kv event tail poll failed", "from", from, "err", err)
+		// Warn, rate-limited: a tail poll that keeps failing means late
+		// joins, lost final removals and restarts go unnoticed.
+		if n := s.c.replayFailures.Add(1); n&(n-1) == 0 {
+			s.log.Warn("kv event tail poll failed", "from", from, "err", err, "replay_failures_total", n)
+		}
 	case restarted:
 		// A new publisher is behind the endpoint: forget the old stream;
 		// the next poll or live message catches up from its start.
