@@ -37,7 +37,16 @@ type Service struct {
 	streams []*stream // in the order they were added
 	runCtx  context.Context
 	wg      sync.WaitGroup
+
+	// wipes counts the times the index was found to have lost its data
+	// (index.Generationer) and every worker was resynced.
+	wipes atomic.Uint64
 }
+
+// generationCheck is how often a Generationer index (Redis) is asked
+// whether it lost its data: the bound on how long an idle engine's blocks
+// stay missing after a FLUSHALL, plus one tail poll for the replay.
+const generationCheck = time.Second
 
 // stream is one worker's event path: subscriber → decoder → ingest.
 type stream struct {
@@ -56,6 +65,9 @@ type stream struct {
 	// the subscriber's goroutine, like dec.
 	resyncPending bool
 	lastResyncTry time.Time
+	// indexWiped is set by the generation watcher (another goroutine):
+	// the index lost everything, this worker's entries included.
+	indexWiped atomic.Bool
 	lastBatchTS   atomic.Uint64 // float64 bits: the engine's timestamp of the last applied batch
 	// key identifies the subscription's configuration: a worker whose
 	// endpoints change is a new stream.
@@ -295,6 +307,11 @@ const resyncRetry = 500 * time.Millisecond
 // the worker (which succeeds only once the index answers again) and then
 // asks the subscriber to replay the engine's buffer from its start.
 func (st *stream) NeedsResync(ctx context.Context) bool {
+	if st.indexWiped.Swap(false) {
+		// Nothing this worker stored is left: rebuild it from the engine's
+		// replay buffer now, even if the engine is idle.
+		st.resyncPending, st.lastResyncTry = true, time.Time{}
+	}
 	if !st.resyncPending || time.Since(st.lastResyncTry) < resyncRetry {
 		return false
 	}
@@ -323,9 +340,49 @@ func (s *Service) Run(ctx context.Context) error {
 	s.mu.Unlock()
 	s.started.Store(true)
 	s.log.Info("indexer running", "streams", n, "backend", s.cfg.Index.Backend)
+	if g, ok := s.idx.(index.Generationer); ok {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.watchGeneration(ctx, g)
+		}()
+	}
 	<-ctx.Done()
 	s.wg.Wait()
 	return nil
+}
+
+// watchGeneration notices an index that lost its data outside kvgate (Redis
+// FLUSHALL, a restart without persistence) and has every worker rebuilt
+// from its engine's replay buffer. Without it, an idle engine's blocks
+// would stay missing (its stream sends nothing that could notice) while
+// the worker's gauges still counted them.
+func (s *Service) watchGeneration(ctx context.Context, g index.Generationer) {
+	t := time.NewTicker(generationCheck)
+	defer t.Stop()
+	last := ""
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		cctx, cancel := context.WithTimeout(ctx, generationCheck)
+		tok, err := g.Generation(cctx)
+		cancel()
+		if err != nil {
+			continue // the index is down; the next answer tells
+		}
+		if last != "" && tok != last {
+			s.wipes.Add(1)
+			streams := s.snapshot()
+			s.log.Warn("the index lost its data; resyncing every worker from its engine's replay buffer", "workers", len(streams))
+			for _, st := range streams {
+				st.indexWiped.Store(true)
+			}
+		}
+		last = tok
+	}
 }
 
 // Ready reports whether the service has started its subscriptions and the

@@ -319,3 +319,76 @@ func TestServiceSetEngines(t *testing.T) {
 		t.Fatalf("status after removal: %+v", st.Workers)
 	}
 }
+
+// Redis loses its data (FLUSHALL) while the engines are idle: nothing on
+// their streams would notice, so the generation watcher must, and every
+// worker is rebuilt from its engine's replay buffer within 10 s, with the
+// per-worker gauges equal to what the index holds again.
+func TestServiceResyncsIdleWorkersAfterRedisFlushAll(t *testing.T) {
+	srv := redistest.Standalone(t)
+	engines, cfg := startEngines(t, 2)
+	cfg.Index.Backend = "redis"
+	cfg.Index.Redis.Addrs = []string{srv.Addr()}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	idx, err := OpenIndex(context.Background(), cfg.Index)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idx.Close()
+	svc := runService(t, cfg, idx)
+	engines[0].storeChain(t, seqTokens(1, 12), true)
+	engines[1].storeChain(t, seqTokens(1, 4), true)
+	waitBatches(t, svc, engines)
+	// Let the watcher record the generation before the wipe.
+	time.Sleep(2 * generationCheck)
+	want := map[index.WorkerID]int{engines[0].id: 3, engines[1].id: 1}
+	depthsNow := func() index.Match {
+		m, err := idx.Match(context.Background(), chain(seqTokens(1, 12)))
+		if err != nil {
+			return nil
+		}
+		return m
+	}
+	for w, d := range want {
+		if got := depthsNow()[w][index.TierDevice]; got != d {
+			t.Fatalf("before the wipe: %v depth %d, want %d", w, got, d)
+		}
+	}
+	if err := srv.Client().FlushAll(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	wiped := time.Now()
+	if m := depthsNow(); len(m) != 0 {
+		t.Fatalf("FLUSHALL left %v", m)
+	}
+	for {
+		m := depthsNow()
+		ok := true
+		for w, d := range want {
+			ok = ok && m[w][index.TierDevice] == d
+		}
+		if ok {
+			break
+		}
+		if time.Since(wiped) > 10*time.Second {
+			st, _ := svc.Status(context.Background())
+			t.Fatalf("10 s after FLUSHALL the index holds %v, want %v; status %+v", m, want, st.Workers)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("every worker back %v after FLUSHALL", time.Since(wiped).Round(time.Millisecond))
+	st, err := svc.Status(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, w := range st.Workers {
+		if got := w.Ingest.SequenceEntries; got != int64(want[engines[i].id]) {
+			t.Errorf("worker %s reports %d entries, the index holds %d", engines[i].id, got, want[engines[i].id])
+		}
+	}
+	if svc.wipes.Load() != 1 {
+		t.Errorf("wipes %d, want 1", svc.wipes.Load())
+	}
+}
