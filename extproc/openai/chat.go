@@ -28,6 +28,8 @@ type ChatRequest struct {
 	// ChatTemplate is a per-request template override (vLLM honours it only
 	// with --trust-request-chat-template); empty when absent.
 	ChatTemplate string
+	// CacheSalt is the request's cache_salt; "" when absent.
+	CacheSalt string
 }
 
 // Message is one chat message.
@@ -153,6 +155,8 @@ func parseChat(body []byte, lim Limits) (*ChatRequest, *Error) {
 			r.Documents, err = objectList(s)
 		case "chat_template":
 			r.ChatTemplate, err = optionalString(s)
+		case "cache_salt":
+			r.CacheSalt, err = cacheSalt(s)
 		default:
 			err = s.skip()
 		}

@@ -126,8 +126,11 @@ type Result struct {
 	MaxTokens    int64 // 0 when the request gave none
 	Prompt       string
 	Tokens       []uint32
+	// CacheSalt is the request's cache_salt ("" when absent); it replaces
+	// the model's namespace in the hash seed (blockhash.RequestNamespace).
+	CacheSalt string
 	// Local and Sequence are the Dynamo block hashes of Tokens' full blocks,
-	// salted with the LoRA name and the model's namespace.
+	// salted with the LoRA name and the namespace.
 	Local, Sequence []uint64
 	// Approximate, when set, says why the request could not be tokenized
 	// exactly; Tokens and the hashes are then empty and the router routes
@@ -145,7 +148,7 @@ func (r *Registry) Chat(body []byte) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	res.Stream, res.MaxTokens = req.Stream, req.MaxTokens
+	res.Stream, res.MaxTokens, res.CacheSalt = req.Stream, req.MaxTokens, req.CacheSalt
 	prompt, err := res.Model.Chat.Render(req)
 	if err != nil {
 		var te *chattemplate.TemplateError
@@ -183,7 +186,7 @@ func (r *Registry) Completion(body []byte) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	res.Stream, res.MaxTokens = req.Stream, req.MaxTokens
+	res.Stream, res.MaxTokens, res.CacheSalt = req.Stream, req.MaxTokens, req.CacheSalt
 	if len(req.Prompts) > 0 {
 		p := req.Prompts[0]
 		if p.IsTokens {
@@ -222,7 +225,7 @@ func (r *Registry) checkTokens(n int) error {
 }
 
 func (res *Result) hash() {
-	seed := blockhash.Seed(res.LoRA, res.Model.Namespace)
+	seed := blockhash.Seed(res.LoRA, blockhash.RequestNamespace(res.CacheSalt, res.Model.Namespace))
 	res.Local = blockhash.LocalHashes(res.Tokens, res.Model.BlockSize, seed)
 	res.Sequence = blockhash.SequenceHashes(res.Local)
 }

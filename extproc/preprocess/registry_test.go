@@ -144,3 +144,37 @@ func TestModelWithoutTokenizerRefused(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 }
+
+// A request's cache_salt takes the model namespace's place in the seed, as
+// the engine (vLLM: extra_keys of the first block) and Dynamo
+// (cache_namespace) salt it: salted and unsalted requests never share
+// blocks, and a salted request matches the blocks its engine announced.
+func TestCacheSaltSaltsHashes(t *testing.T) {
+	r := newRegistry(t)
+	content := strings.Repeat("tell me more ", 20)
+	plain, err := r.Chat([]byte(`{"model":"qwen3","messages":[{"role":"user","content":"` + content + `"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	salted, err := r.Chat([]byte(`{"model":"qwen3","cache_salt":"tenant-a","messages":[{"role":"user","content":"` + content + `"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if salted.CacheSalt != "tenant-a" || !slices.Equal(salted.Tokens, plain.Tokens) || len(plain.Sequence) == 0 {
+		t.Fatalf("salted request %+v", salted)
+	}
+	seed := blockhash.Seed("", "tenant-a")
+	if want := blockhash.SequenceHashes(blockhash.LocalHashes(plain.Tokens, 16, seed)); !slices.Equal(salted.Sequence, want) {
+		t.Fatal("cache_salt not used as the namespace")
+	}
+	if salted.Sequence[0] == plain.Sequence[0] {
+		t.Fatal("salted and unsalted requests hash alike")
+	}
+	comp, err := r.Completion([]byte(`{"model":"qwen3","cache_salt":"tenant-a","prompt":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := blockhash.SequenceHashes(blockhash.LocalHashes(comp.Tokens, 16, seed)); !slices.Equal(comp.Sequence, want) {
+		t.Fatal("completion cache_salt not used as the namespace")
+	}
+}
