@@ -155,3 +155,43 @@ func TestInteropWithPyzmqPublisher(t *testing.T) {
 		})
 	}
 }
+
+// Bind mode against libzmq: the pyzmq publisher connects its PUB to
+// kvgate's bound socket (as vLLM does with a non-wildcard endpoint) and
+// serves replay in either layout; catch-up and a gap are repaired.
+func TestInteropBindModeWithPyzmqPublisher(t *testing.T) {
+	for _, layout := range []string{"v0.26", "legacy"} {
+		t.Run(layout, func(t *testing.T) {
+			l := startListener(t)
+			topic := "kv@10.0.0.1@qwen3"
+			py := startPyPublisher(t, "--topic", topic, "--replay-layout", layout, "--connect", "tcp://"+l.Addr().String())
+			py.publish(t, false, "before-0")
+			r := newRecorder()
+			s := runSubscriber(t, Config{Listener: l, Topic: topic, ReplayEndpoint: py.info.Replay}, r)
+			deadline := time.After(hangGuard)
+			for i := 0; len(r.snapshot()) == 0; i++ {
+				py.publish(t, true, fmt.Sprintf("probe-%d", i))
+				select {
+				case <-r.changed:
+				case <-time.After(50 * time.Millisecond):
+				case <-deadline:
+					t.Fatalf("no batch through the bound socket; stats %+v, listener %+v; stderr:\n%s", s.Stats(), l.Stats(), py.stderr)
+				}
+			}
+			py.publish(t, false, "gap")
+			last := py.publish(t, true, "after-gap")
+			ev := r.waitForSeq(t, last)
+			if len(ev) != int(last)+1 {
+				t.Fatalf("want seqs 0..%d exactly once in order, got %v", last, ev)
+			}
+			for i, e := range ev {
+				if e.reset || e.seq != uint64(i) || e.payload != py.sent[uint64(i)] {
+					t.Fatalf("event %d is %v, want seq %d payload %q", i, e, i, py.sent[uint64(i)])
+				}
+			}
+			if st := s.Stats(); st.Resets != 0 || st.MalformedDropped != 0 || st.GapsUnrepaired != 0 {
+				t.Errorf("stats %+v", st)
+			}
+		})
+	}
+}

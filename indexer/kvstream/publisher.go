@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"time"
 
 	"github.com/go-zeromq/zmq4"
 )
@@ -14,8 +15,14 @@ import (
 // PublisherConfig configures a Publisher.
 type PublisherConfig struct {
 	// Endpoint is bound for the PUB socket, e.g. tcp://127.0.0.1:5557
-	// (port 0 picks a free port; read it back with Addr).
+	// (port 0 picks a free port; read it back with Addr), or dialed when
+	// Connect is set.
 	Endpoint string
+	// Connect dials Endpoint instead of binding it: what vLLM does with an
+	// endpoint without a wildcard ("bind stable, connect volatile",
+	// ZmqEventPublisher._socket_setup), to reach a central subscriber
+	// (kvgate's bind mode, llm-d's indexer).
+	Connect bool
 	// ReplayEndpoint, if set, is bound for the ROUTER replay socket.
 	ReplayEndpoint string
 	// Topic is sent as the first frame of every message (vLLM default "").
@@ -69,8 +76,18 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Publisher{cfg: cfg, log: cfg.Logger.With("endpoint", cfg.Endpoint), cancel: cancel}
 	logOpt := zmq4.WithLogger(slog.NewLogLogger(p.log.Handler(), slog.LevelDebug))
-	p.pub = zmq4.NewPub(ctx, logOpt)
-	if err := p.pub.Listen(cfg.Endpoint); err != nil {
+	opts := []zmq4.Option{logOpt}
+	if cfg.Connect {
+		// libzmq keeps reconnecting a connecting PUB; zmq4 needs telling.
+		opts = append(opts, zmq4.WithDialerRetry(100*time.Millisecond), zmq4.WithDialerMaxRetries(100), zmq4.WithAutomaticReconnect(true))
+	}
+	p.pub = zmq4.NewPub(ctx, opts...)
+	if cfg.Connect {
+		if err := p.pub.Dial(cfg.Endpoint); err != nil {
+			p.Close()
+			return nil, fmt.Errorf("kvstream publisher: connect PUB %s: %w", cfg.Endpoint, err)
+		}
+	} else if err := p.pub.Listen(cfg.Endpoint); err != nil {
 		p.Close()
 		return nil, fmt.Errorf("kvstream publisher: bind PUB %s: %w", cfg.Endpoint, err)
 	}

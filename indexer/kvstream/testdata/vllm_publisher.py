@@ -37,12 +37,19 @@ def main():
     ap.add_argument("--buffer-steps", type=int, default=10_000)
     ap.add_argument("--hwm", type=int, default=100_000)
     ap.add_argument("--replay-layout", choices=("v0.26", "legacy"), default="v0.26")
+    # vLLM connects its PUB instead of binding when the endpoint has no
+    # wildcard (ZmqEventPublisher._socket_setup): a central subscriber.
+    ap.add_argument("--connect", default="")
     args = ap.parse_args()
 
     ctx = zmq.Context.instance()
     pub = ctx.socket(zmq.PUB)
     pub.set_hwm(args.hwm)
-    pub_port = pub.bind_to_random_port("tcp://127.0.0.1")
+    if args.connect:
+        pub.connect(args.connect)
+        pub_port = 0
+    else:
+        pub_port = pub.bind_to_random_port("tcp://127.0.0.1")
     replay = ctx.socket(zmq.ROUTER)
     replay_port = replay.bind_to_random_port("tcp://127.0.0.1")
 
