@@ -3,6 +3,8 @@ package indexer
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"net"
 	"io"
 	"log/slog"
 	"net/http"
@@ -390,5 +392,56 @@ func TestServiceResyncsIdleWorkersAfterRedisFlushAll(t *testing.T) {
 	}
 	if svc.wipes.Load() != 1 {
 		t.Errorf("wipes %d, want 1", svc.wipes.Load())
+	}
+}
+
+func freeTCPPort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// Bind mode end to end in one process: engines' publishers connect to the
+// indexer's bound socket, each is told apart by its topic, and its gaps
+// are repaired through its own replay endpoint.
+func TestServiceBindMode(t *testing.T) {
+	port := freeTCPPort(t)
+	cfg := config.Default()
+	cfg.Indexer.Listen = "127.0.0.1:0"
+	cfg.Indexer.EventsBind = fmt.Sprintf("tcp://127.0.0.1:%d", port)
+	cfg.Models = []config.Model{{Name: "m", BlockSize: testBlockSize, Namespace: "tenant"}}
+	var engines []*testEngine
+	for i := 0; i < 2; i++ {
+		topic := fmt.Sprintf("kv@10.0.0.%d@m", i+1)
+		pub, err := kvstream.NewPublisher(kvstream.PublisherConfig{Endpoint: cfg.Indexer.EventsBind, Connect: true, Topic: topic, ReplayEndpoint: "tcp://127.0.0.1:0"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { pub.Close() })
+		e := &testEngine{pub: pub, id: index.WorkerID{Endpoint: fmt.Sprintf("10.0.0.%d:8000", i+1)}, enc: kvevents.EncodingMap}
+		engines = append(engines, e)
+		cfg.Engines = append(cfg.Engines, config.Engine{Endpoint: e.id.Endpoint, Model: "m", DPRanks: 1, Topic: topic,
+			Events: config.EventsBindMode, Replay: "tcp://" + pub.ReplayAddr().String()})
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	idx := index.NewMemory(index.MemoryConfig{})
+	svc := runService(t, cfg, idx)
+	engines[0].storeChain(t, seqTokens(1, 8), true)
+	engines[0].storeChain(t, seqTokens(9, 4), false) // missed live: a gap
+	engines[0].storeChain(t, seqTokens(13, 4), true)
+	engines[1].storeChain(t, seqTokens(1, 4), true)
+	waitBatches(t, svc, engines)
+	m, err := idx.Match(context.Background(), chain(seqTokens(1, 16)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m[engines[0].id][index.TierDevice] != 4 || m[engines[1].id][index.TierDevice] != 1 {
+		t.Fatalf("bind mode index %v, want depths 4 and 1", m)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -78,15 +79,21 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	logOpt := zmq4.WithLogger(slog.NewLogLogger(p.log.Handler(), slog.LevelDebug))
 	opts := []zmq4.Option{logOpt}
 	if cfg.Connect {
-		// libzmq keeps reconnecting a connecting PUB; zmq4 needs telling.
-		opts = append(opts, zmq4.WithDialerRetry(100*time.Millisecond), zmq4.WithDialerMaxRetries(100), zmq4.WithAutomaticReconnect(true))
+		// libzmq connects in the background and reconnects a connecting
+		// PUB; zmq4 dials synchronously, so dialLoop does that here.
+		opts = append(opts, zmq4.WithDialerMaxRetries(0), zmq4.WithAutomaticReconnect(true))
 	}
 	p.pub = zmq4.NewPub(ctx, opts...)
 	if cfg.Connect {
-		if err := p.pub.Dial(cfg.Endpoint); err != nil {
+		if !strings.HasPrefix(cfg.Endpoint, "tcp://") && !strings.HasPrefix(cfg.Endpoint, "ipc://") {
 			p.Close()
-			return nil, fmt.Errorf("kvstream publisher: connect PUB %s: %w", cfg.Endpoint, err)
+			return nil, fmt.Errorf("kvstream publisher: connect PUB %q: want tcp://host:port or ipc://path", cfg.Endpoint)
 		}
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			p.dialLoop(ctx)
+		}()
 	} else if err := p.pub.Listen(cfg.Endpoint); err != nil {
 		p.Close()
 		return nil, fmt.Errorf("kvstream publisher: bind PUB %s: %w", cfg.Endpoint, err)
@@ -104,6 +111,24 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 		}()
 	}
 	return p, nil
+}
+
+// dialLoop connects the PUB socket, retrying until it succeeds or the
+// Publisher closes. Batches published before then are dropped, as a
+// libzmq PUB without peers drops them; replay recovers them.
+func (p *Publisher) dialLoop(ctx context.Context) {
+	for {
+		err := p.pub.Dial(p.cfg.Endpoint)
+		if err == nil || ctx.Err() != nil {
+			return
+		}
+		p.log.Debug("kv event publisher: connect failed; retrying", "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // Addr is the bound PUB address (useful with port 0).
