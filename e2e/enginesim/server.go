@@ -42,7 +42,11 @@ type ServerConfig struct {
 	Transfer         TransferModel
 	// Events configures KV-event publishing; an empty Endpoint disables it.
 	Events EventsConfig
-	DPRank int
+	// LegacyMetricNames also exports the names current vLLM no longer has
+	// (vllm:gpu_cache_usage_perc, removed in v0.12; the deprecated
+	// vllm:time_per_output_token_seconds), as an older release does.
+	LegacyMetricNames bool
+	DPRank            int
 	// Seed makes request ids and the engine id reproducible.
 	Seed uint64
 	// SideChannelHost is the host a prefill worker advertises as
@@ -188,7 +192,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	s.metrics = newMetrics(metricsConfig{
 		Model: cfg.Model, Engine: "0", BlockSize: engCfg.BlockSize, NumGPUBlocks: engCfg.NumGPUBlocks,
-		MaxLoRAs: len(cfg.LoRAs),
+		MaxLoRAs: len(cfg.LoRAs), LegacyNames: cfg.LegacyMetricNames,
 	}, s.gauges)
 	s.clock = newClockedEngine(eng, s.metrics.observeITL)
 	s.runCtx, s.stopRun = context.WithCancel(context.Background())
