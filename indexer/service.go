@@ -389,6 +389,15 @@ func (st *stream) Reset(ctx context.Context, reason string) error {
 
 // Run starts every subscription and blocks until ctx is cancelled.
 func (s *Service) Run(ctx context.Context) error {
+	// The index's generation is read before any stream writes, so a wipe
+	// at any time after (even within the first watch interval) is seen.
+	gen, hasGen := s.idx.(index.Generationer)
+	first := ""
+	if hasGen {
+		cctx, cancel := context.WithTimeout(ctx, generationCheck)
+		first, _ = gen.Generation(cctx)
+		cancel()
+	}
 	s.mu.Lock()
 	s.runCtx = ctx
 	for _, st := range s.streams {
@@ -398,11 +407,11 @@ func (s *Service) Run(ctx context.Context) error {
 	s.mu.Unlock()
 	s.started.Store(true)
 	s.log.Info("indexer running", "streams", n, "backend", s.cfg.Index.Backend)
-	if g, ok := s.idx.(index.Generationer); ok {
+	if hasGen {
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			s.watchGeneration(ctx, g)
+			s.watchGeneration(ctx, gen, first)
 		}()
 	}
 	<-ctx.Done()
@@ -416,10 +425,9 @@ func (s *Service) Run(ctx context.Context) error {
 // from its engine's replay buffer. Without it, an idle engine's blocks
 // would stay missing (its stream sends nothing that could notice) while
 // the worker's gauges still counted them.
-func (s *Service) watchGeneration(ctx context.Context, g index.Generationer) {
+func (s *Service) watchGeneration(ctx context.Context, g index.Generationer, last string) {
 	t := time.NewTicker(generationCheck)
 	defer t.Stop()
-	last := ""
 	for {
 		select {
 		case <-ctx.Done():

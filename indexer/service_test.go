@@ -343,8 +343,6 @@ func TestServiceResyncsIdleWorkersAfterRedisFlushAll(t *testing.T) {
 	engines[0].storeChain(t, seqTokens(1, 12), true)
 	engines[1].storeChain(t, seqTokens(1, 4), true)
 	waitBatches(t, svc, engines)
-	// Let the watcher record the generation before the wipe.
-	time.Sleep(2 * generationCheck)
 	want := map[index.WorkerID]int{engines[0].id: 3, engines[1].id: 1}
 	depthsNow := func() index.Match {
 		m, err := idx.Match(context.Background(), chain(seqTokens(1, 12)))

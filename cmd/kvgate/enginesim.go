@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -59,6 +60,7 @@ func runEnginesim(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	evHybrid := fs.Bool("kv-events-hybrid-groups", false, "publish a second, sliding-window KV-cache group with the same hashes (a hybrid model)")
 	evPlaceholders := fs.Bool("kv-events-offload-placeholders", false, "follow every GPU store with an OffloadingConnector CPU placeholder (token_ids [], block_size 0)")
 	evConnect := fs.Bool("kv-events-connect", false, "connect the PUB socket to --kv-events-endpoint instead of binding it (an indexer in bind mode)")
+	evSkipLive := fs.String("kv-events-skip-live", "", "comma-separated batch sequence numbers to keep for replay without sending them live (a forced gap; testing)")
 	legacyMetrics := fs.Bool("legacy-metric-names", false, "also export vllm:gpu_cache_usage_perc and vllm:time_per_output_token_seconds (vLLM before v0.12)")
 	dpRank := fs.Int("dp-rank", 0, "data-parallel rank (in event batches and the event ports)")
 	seed := fs.Uint64("seed", 0, "seed for request and engine ids")
@@ -78,7 +80,7 @@ func runEnginesim(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		namespace: *namespace, role: *role, kvBytes: *kvBytes, gbps: *gbps, sideHost: *sideHost,
 		evEndpoint: *evEndpoint, evReplay: *evReplay, evTopic: *evTopic, evEncoding: *evEncoding,
 		evReplayLayout: *evReplayLayout, evLegacyFields: *evLegacyFields, evHybrid: *evHybrid,
-		evPlaceholders: *evPlaceholders, evConnect: *evConnect, legacyMetrics: *legacyMetrics,
+		evPlaceholders: *evPlaceholders, evConnect: *evConnect, legacyMetrics: *legacyMetrics, evSkipLive: *evSkipLive,
 		dpRank: *dpRank, seed: *seed,
 	})
 	if err != nil {
@@ -132,7 +134,7 @@ type enginesimFlags struct {
 	kvBytes                                   int64
 	gbps                                      float64
 	sideHost, evEndpoint, evReplay, evTopic   string
-	evEncoding, evReplayLayout                string
+	evEncoding, evReplayLayout, evSkipLive    string
 	evLegacyFields, evHybrid, evPlaceholders  bool
 	evConnect, legacyMetrics                  bool
 	dpRank                                    int
@@ -153,6 +155,17 @@ func enginesimConfig(f enginesimFlags) (enginesim.ServerConfig, error) {
 	replayLayout, err := kvstream.ParseReplayLayout(f.evReplayLayout)
 	if err != nil {
 		return cfg, fmt.Errorf("--kv-events-replay-layout: %w", err)
+	}
+	var skipLive []uint64
+	for _, v := range strings.Split(f.evSkipLive, ",") {
+		if v = strings.TrimSpace(v); v == "" {
+			continue
+		}
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return cfg, fmt.Errorf("--kv-events-skip-live: %q is not a sequence number", v)
+		}
+		skipLive = append(skipLive, n)
 	}
 	switch {
 	case f.model == "":
@@ -195,7 +208,7 @@ func enginesimConfig(f enginesimFlags) (enginesim.ServerConfig, error) {
 		Role: role, Transfer: enginesim.TransferModel{BytesPerToken: f.kvBytes, Gbps: f.gbps},
 		Events: enginesim.EventsConfig{Endpoint: f.evEndpoint, ReplayEndpoint: f.evReplay, Topic: f.evTopic, Encoding: enc,
 			ReplayLayout: replayLayout, LegacyFields: f.evLegacyFields, HybridGroups: f.evHybrid,
-			OffloadPlaceholders: f.evPlaceholders, Connect: f.evConnect},
+			OffloadPlaceholders: f.evPlaceholders, Connect: f.evConnect, SkipLive: skipLive},
 		LegacyMetricNames: f.legacyMetrics,
 		DPRank:            f.dpRank,
 		Seed:              f.seed,

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -43,6 +44,9 @@ type EventsConfig struct {
 	// self_describing_kv_events (vllm#43468): same hashes, token_ids [],
 	// block_size 0, medium CPU.
 	OffloadPlaceholders bool
+	// SkipLive lists batch sequence numbers kept for replay but not sent
+	// live: a forced gap the subscriber must repair (test hook).
+	SkipLive []uint64
 }
 
 // EventEncoding is the msgpack layout of the published batches; the zero
@@ -93,6 +97,7 @@ type eventPublisher struct {
 	dpRank   int
 	log      *slog.Logger
 
+	seq      uint64 // next batch's sequence number (publish is called from one goroutine)
 	batches  atomic.Int64
 	events   atomic.Int64
 	failures atomic.Int64
@@ -172,7 +177,13 @@ func (p *eventPublisher) publish(b kvevents.Batch) {
 	b.Events = p.shape(b.Events)
 	payload, err := kvevents.Encode(b, p.encoding)
 	if err == nil {
-		_, err = p.pub.Publish(payload)
+		seq := p.seq
+		p.seq++
+		if slices.Contains(p.cfg.SkipLive, seq) {
+			_, err = p.pub.PublishSkippingLive(payload)
+		} else {
+			_, err = p.pub.Publish(payload)
+		}
 	}
 	if err != nil {
 		p.failures.Add(1)

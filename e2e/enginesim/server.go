@@ -234,6 +234,7 @@ func (s *Server) routes() {
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
 	mux.Handle("GET /metrics", s.metrics.handler())
 	mux.HandleFunc("POST "+releasePath, s.handleRelease)
+	mux.HandleFunc("GET "+debugCachePath, s.handleDebugCache)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &openai.Error{Status: http.StatusNotFound, Message: "no route " + r.Method + " " + r.URL.Path, Type: "NotFoundError"})
 	})
