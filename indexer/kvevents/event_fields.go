@@ -436,8 +436,10 @@ func (dec *Decoder) positionSeven(ev *Event) error {
 
 // extraKeys reads vLLM's extra_keys: nil, or one entry per block, each nil
 // or a tuple (array) of keys. The first block's bare strings are kept for
-// saltFromExtraKeys; a typed key {"type": "cache_salt", "salt": S} (vLLM's
-// typed ExtraKey schema, event_version 1) names the salt outright.
+// saltFromExtraKeys; a typed key {"type": "cache_salt", "salt": S} (the
+// typed ExtraKey schema with event_version 1 proposed in vLLM PR #55488,
+// closed unmerged; accepted in case a fork ships it) names the salt
+// outright.
 // Everything else (multimodal (identifier, offset) pairs, prompt-embedding
 // bytes, later blocks) is only checked for well-formedness.
 func (dec *Decoder) extraKeys() error {

@@ -457,6 +457,21 @@ def fixtures():
     ])
     out.append(("array_parent_zero", wire, exp, "array"))
 
+    # Published from a real engine: the batch a vLLM v0.26.0 server
+    # (Qwen3-8B, --kv-events-config topic "kv-events") sent, as printed in
+    # volcano-sh/kthena#1535 (comment of 2026-09-11): every value below is
+    # copied from that dump, re-encoded the way v0.26's msgspec encoder
+    # writes it (the batch an array, the event a map, omit_defaults).
+    wire, exp = build("current", "map", 1789095808.8378847, [
+        ("BlockStored", {"block_hashes": [15760518052499183552], "parent_block_hash": None,
+                         "token_ids": [151644, 872, 198, 9064, 374, 279, 6722, 315, 5616, 30,
+                                       151645, 198, 151644, 77091, 198, 151667],
+                         "block_size": 16, "lora_id": None, "medium": "GPU", "lora_name": None,
+                         "extra_keys": [None], "group_idx": 0,
+                         "kv_cache_spec_kind": "full_attention"}),
+    ], dp_rank=0)
+    out.append(("upstream_vllm_v0260_kthena1535", wire, exp, None))
+
     # vLLM ~v0.9: array batch without dp rank, BlockStored ending at medium.
     wire, exp = build("v09", "array", 42.125, [
         ("BlockStored", {"block_hashes": [31, 32], "parent_block_hash": None,

@@ -14,6 +14,7 @@ with END_SEQ = (-1).to_bytes(8, "big", signed=True).
 Driven by the Go interop test over stdin, one command per line:
   live <payload>   publish, sending live and buffering for replay
   skip <payload>   buffer for replay only (a batch the subscriber misses)
+  hex <hex>        publish live the bytes <hex> encodes (a msgpack batch)
   quit
 It prints the bound endpoints as one JSON line, then "seq <n>" per publish.
 """
@@ -101,8 +102,8 @@ def main():
             break
         kind, _, payload = cmd.partition(" ")
         seq = next(seq_gen)
-        payload = payload.encode("utf-8")
-        if kind == "live":
+        payload = bytes.fromhex(payload) if kind == "hex" else payload.encode("utf-8")
+        if kind in ("live", "hex"):
             pub.send_multipart((topic, seq.to_bytes(8, "big"), payload))
         elif kind != "skip":
             print(f"unknown command {cmd!r}", file=sys.stderr, flush=True)
