@@ -588,9 +588,9 @@ func TestMetricsExposeVLLMNames(t *testing.T) {
 	model := `model_name="` + testModel + `"`
 	for _, series := range []string{
 		"vllm:num_requests_running{", "vllm:num_requests_waiting{", "vllm:kv_cache_usage_perc{",
-		"vllm:gpu_cache_usage_perc{", "vllm:prefix_cache_queries_total{", "vllm:prefix_cache_hits_total{",
+		"vllm:prefix_cache_queries_total{", "vllm:prefix_cache_hits_total{",
 		"vllm:time_to_first_token_seconds_bucket{", "vllm:inter_token_latency_seconds_bucket{",
-		"vllm:time_per_output_token_seconds_bucket{", "vllm:e2e_request_latency_seconds_bucket{",
+		"vllm:e2e_request_latency_seconds_bucket{",
 	} {
 		found := false
 		for _, line := range strings.Split(string(text), "\n") {
