@@ -3,14 +3,12 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -146,24 +144,13 @@ func blockDiff(index, engine []uint64) (stale, missing int) {
 	return stale, missing
 }
 
-var workerBlocksLine = regexp.MustCompile(`^kvgate_indexer_worker_blocks\{[^}]*worker="([^"#]+)#0"[^}]*\} (\S+)$`)
-
-// workerGauges reads kvgate_indexer_worker_blocks per worker endpoint.
+// workerGauges reads kvgate_indexer_worker_blocks per worker endpoint
+// (rank 0).
 func workerGauges(t *testing.T, url string) map[string]int {
 	t.Helper()
-	resp, err := httpClient.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
 	out := map[string]int{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		if m := workerBlocksLine.FindStringSubmatch(sc.Text()); m != nil {
-			v, _ := strconv.ParseFloat(m[2], 64)
-			out[m[1]] = int(v)
-		}
+	for w, v := range labelledMetric(t, url, "kvgate_indexer_worker_blocks", "worker") {
+		out[strings.TrimSuffix(w, "#0")] = int(v)
 	}
 	return out
 }

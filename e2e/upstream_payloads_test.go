@@ -105,7 +105,7 @@ func TestIndexerBinaryTakesUpstreamShapedPayloads(t *testing.T) {
 		t.Fatalf("decode errors %v, apply errors %v, resets %v: want none", m["kvgate_indexer_decode_errors_total"],
 			m["kvgate_indexer_apply_errors_total"], m["kvgate_indexer_worker_resets_total"])
 	}
-	rejected := rejectedByReason(t, "http://"+idxAt+"/metrics")
+	rejected := labelledMetric(t, "http://"+idxAt+"/metrics", "kvgate_indexer_events_rejected_total", "reason")
 	for _, r := range []string{"offload_placeholder", "non_main_group", "non_local"} {
 		if rejected[r] == 0 {
 			t.Errorf("no event rejected as %s: %v", r, rejected)
@@ -118,7 +118,9 @@ func TestIndexerBinaryTakesUpstreamShapedPayloads(t *testing.T) {
 	}
 }
 
-func rejectedByReason(t *testing.T, url string) map[string]float64 {
+// labelledMetric sums, per value of label, the samples of metric name on
+// the Prometheus page at url.
+func labelledMetric(t *testing.T, url, name, label string) map[string]float64 {
 	t.Helper()
 	resp, err := httpClient.Get(url)
 	if err != nil {
@@ -130,14 +132,17 @@ func rejectedByReason(t *testing.T, url string) map[string]float64 {
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		if !strings.HasPrefix(line, "kvgate_indexer_events_rejected_total{") {
+		if !strings.HasPrefix(line, name+"{") {
 			continue
 		}
-		_, rest, _ := strings.Cut(line, `reason="`)
-		reason, rest, _ := strings.Cut(rest, `"`)
+		_, rest, ok := strings.Cut(line, label+`="`)
+		if !ok {
+			continue
+		}
+		value, rest, _ := strings.Cut(rest, `"`)
 		var v float64
 		fmt.Sscanf(strings.TrimSpace(rest[strings.IndexByte(rest, '}')+1:]), "%g", &v)
-		out[reason] += v
+		out[value] += v
 	}
 	return out
 }

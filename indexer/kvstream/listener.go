@@ -203,9 +203,8 @@ func (l *Listener) read() {
 			l.malformed.Add(1)
 			continue
 		}
-		topic := string(msg.Frames[0])
 		l.mu.Lock()
-		q := l.routes[topic]
+		q := l.routes[string(msg.Frames[0])] // no allocation for the lookup
 		l.mu.Unlock()
 		if q == nil {
 			if n := l.unknownTopic.Add(1); bits.OnesCount64(n) == 1 {
