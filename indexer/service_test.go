@@ -229,9 +229,11 @@ func TestServiceResetsWorkerOnUndecodableBatch(t *testing.T) {
 
 // Several extproc replicas share the Redis index: what one indexer applies,
 // another process's index client sees.
-func TestServiceOnRedisSharedIndex(t *testing.T) {
+// runOnRedis runs the service for n engines on a Redis index of its own.
+func runOnRedis(t *testing.T, n int) (*redistest.Server, []*testEngine, *Service, index.Index) {
+	t.Helper()
 	srv := redistest.Standalone(t)
-	engines, cfg := startEngines(t, 2)
+	engines, cfg := startEngines(t, n)
 	cfg.Index.Backend = "redis"
 	cfg.Index.Redis.Addrs = []string{srv.Addr()}
 	if err := cfg.Validate(); err != nil {
@@ -241,8 +243,12 @@ func TestServiceOnRedisSharedIndex(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer idx.Close()
-	svc := runService(t, cfg, idx)
+	t.Cleanup(func() { idx.Close() })
+	return srv, engines, runService(t, cfg, idx), idx
+}
+
+func TestServiceOnRedisSharedIndex(t *testing.T) {
+	srv, engines, svc, _ := runOnRedis(t, 2)
 	engines[0].storeChain(t, seqTokens(1, 12), true)
 	engines[1].storeChain(t, seqTokens(1, 4), true)
 	waitBatches(t, svc, engines)
@@ -327,19 +333,7 @@ func TestServiceSetEngines(t *testing.T) {
 // worker is rebuilt from its engine's replay buffer within 10 s, with the
 // per-worker gauges equal to what the index holds again.
 func TestServiceResyncsIdleWorkersAfterRedisFlushAll(t *testing.T) {
-	srv := redistest.Standalone(t)
-	engines, cfg := startEngines(t, 2)
-	cfg.Index.Backend = "redis"
-	cfg.Index.Redis.Addrs = []string{srv.Addr()}
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	idx, err := OpenIndex(context.Background(), cfg.Index)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer idx.Close()
-	svc := runService(t, cfg, idx)
+	srv, engines, svc, idx := runOnRedis(t, 2)
 	engines[0].storeChain(t, seqTokens(1, 12), true)
 	engines[1].storeChain(t, seqTokens(1, 4), true)
 	waitBatches(t, svc, engines)

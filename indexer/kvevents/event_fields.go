@@ -443,18 +443,8 @@ func (dec *Decoder) positionSeven(ev *Event) error {
 // Everything else (multimodal (identifier, offset) pairs, prompt-embedding
 // bytes, later blocks) is only checked for well-formedness.
 func (dec *Decoder) extraKeys() error {
-	if null, err := dec.isNil(); err != nil || null {
-		return err
-	}
-	c, err := dec.peek()
-	if err != nil {
-		return err
-	}
-	if !isArray(c) {
-		return fmt.Errorf("want an array, got %s", typeName(c))
-	}
-	n, err := dec.containerLen(c, 1)
-	if err != nil {
+	n, err := dec.optArrayLen("an array")
+	if err != nil || n < 0 {
 		return err
 	}
 	for b := 0; b < n; b++ {
@@ -474,18 +464,24 @@ func (dec *Decoder) extraKeys() error {
 // maxExtraStrings bounds the bare strings kept from one block's keys.
 const maxExtraStrings = 16
 
-func (dec *Decoder) firstBlockKeys() error {
+// optArrayLen reads nil (n = -1) or an array header; what names the array
+// in the error.
+func (dec *Decoder) optArrayLen(what string) (int, error) {
 	if null, err := dec.isNil(); err != nil || null {
-		return err
+		return -1, err
 	}
 	c, err := dec.peek()
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if !isArray(c) {
-		return fmt.Errorf("want an array of keys, got %s", typeName(c))
+		return 0, fmt.Errorf("want %s, got %s", what, typeName(c))
 	}
-	n, err := dec.containerLen(c, 1)
+	return dec.containerLen(c, 1)
+}
+
+func (dec *Decoder) firstBlockKeys() error {
+	n, err := dec.optArrayLen("an array of keys")
 	if err != nil {
 		return err
 	}

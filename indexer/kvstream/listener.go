@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -123,30 +122,12 @@ func NewListener(cfg ListenerConfig) (*Listener, error) {
 // listenEndpoint validates a bind endpoint and rewrites it to the guarded
 // transport. "*" (vLLM's wildcard spelling) becomes every interface.
 func listenEndpoint(ep string) (string, error) {
-	scheme, addr, ok := strings.Cut(ep, "://")
-	if !ok {
-		return "", fmt.Errorf("endpoint %q: want tcp://host:port or ipc://path", ep)
-	}
-	switch scheme {
-	case "tcp":
-		host, port, err := net.SplitHostPort(addr)
-		if err != nil {
-			return "", fmt.Errorf("endpoint %q: %w", ep, err)
-		}
+	return rewriteEndpoint(ep, func(host string, port int) (string, error) {
 		if host == "*" {
 			host = ""
 		}
-		if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
-			return "", fmt.Errorf("endpoint %q: port %q is not in 0..65535", ep, port)
-		}
-		return guardedTCP + "://" + net.JoinHostPort(host, port), nil
-	case "ipc":
-		if addr == "" {
-			return "", fmt.Errorf("endpoint %q: empty ipc path", ep)
-		}
-		return guardedIPC + "://" + addr, nil
-	}
-	return "", fmt.Errorf("endpoint %q: unsupported transport %q (want tcp or ipc)", ep, scheme)
+		return net.JoinHostPort(host, strconv.Itoa(port)), nil
+	})
 }
 
 // Addr is the bound address (useful with port 0).
