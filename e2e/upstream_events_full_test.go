@@ -267,3 +267,78 @@ func TestUpstreamShapedEnginesAndRedisWipes(t *testing.T) {
 		t.Errorf("kvgate_index_wipes_total %v (%v), want 2", m["kvgate_index_wipes_total"], err)
 	}
 }
+
+// Bind mode with real processes: `kvgate indexer` binds one socket, the
+// engines' PUB sockets connect to it (--kv-events-connect, as vLLM does
+// with an endpoint without a wildcard), each is told apart by its topic
+// and repaired through its own replay endpoint: the index equals every
+// engine's cache.
+func TestBindModeIndexerWithConnectingEngines(t *testing.T) {
+	tokDir, err := modelfiles.Model(modelName)
+	if err != nil {
+		t.Fatalf("tokenizer files missing (run `make models`): %v", err)
+	}
+	rds := redistest.Standalone(t)
+	bindAt, err := procs.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bind := "tcp://" + bindAt
+	var engines []*upstreamEngine
+	var cfgEngines []map[string]any
+	for i, salt := range []string{"", "tenant-b"} {
+		topic := fmt.Sprintf("kv@engine-%d@%s", i, modelName)
+		e := startUpstreamEngine(t, fmt.Sprintf("connecting-%d", i), tokDir, salt,
+			"--kv-events-endpoint", bind, "--kv-events-connect", "--kv-events-topic", topic)
+		engines = append(engines, e)
+		cfgEngines = append(cfgEngines, map[string]any{"endpoint": e.endpoint, "model": modelName, "events": "bind", "topic": topic, "replay": e.replay})
+	}
+	const prefix = "e2e14bind:"
+	idxAt, err := procs.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfgPath := filepath.Join(t.TempDir(), "kvgate.yaml")
+	writeConfig(t, cfgPath, map[string]any{
+		"models":  []map[string]any{{"name": modelName, "block_size": blockSize, "tokenizer": tokDir}},
+		"engines": cfgEngines,
+		"indexer": map[string]any{"listen": idxAt, "events_bind": bind},
+		"index":   map[string]any{"backend": "redis", "redis": map[string]any{"addrs": []string{rds.Addr()}, "prefix": prefix}},
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
+	indexer := procs.Start(t, "indexer", kvgateBin, "indexer", "--config", cfgPath)
+	if err := indexer.WaitHTTP(ctx, "http://"+idxAt+"/readyz"); err != nil {
+		t.Fatalf("indexer: %v", err)
+	}
+	reader, err := index.NewRedis(context.Background(), index.RedisConfig{Client: rds.NewClient(), Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Close()
+	rng := rand.New(rand.NewPCG(9, 14))
+	system := randomTokens(rng, 4*blockSize)
+	for i := range 16 {
+		for _, e := range engines {
+			e.complete(t, concat(system, randomTokens(rng, (2+i%4)*blockSize+3)))
+		}
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		got := redisBlocksByWorker(t, rds.Client(), reader, prefix)
+		var bad []string
+		for _, e := range engines {
+			want := e.cache(t)
+			if stale, missing := blockDiff(got[e.endpoint], want); stale != 0 || missing != 0 || len(want) == 0 {
+				bad = append(bad, fmt.Sprintf("%s: engine %d blocks, index %d (%d stale, %d missing)", e.name, len(want), len(got[e.endpoint]), stale, missing))
+			}
+		}
+		if len(bad) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("bind mode: index and engines disagree:\n%s\nindexer log:\n%s", strings.Join(bad, "\n"), indexer.Output())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -247,9 +247,10 @@ func (s *Server) Handler() http.Handler { return s.mux }
 // EngineID is the id a prefill worker returns as remote_engine_id.
 func (s *Server) EngineID() string { return s.engineID }
 
-// EventsAddr is the bound KV-event PUB address ("" when disabled).
+// EventsAddr is the bound KV-event PUB address, or the one it connects
+// to ("" when disabled).
 func (s *Server) EventsAddr() string {
-	if s.events == nil {
+	if s.events == nil || s.events.pub.Addr() == nil {
 		return ""
 	}
 	return "tcp://" + s.events.pub.Addr().String()

@@ -131,8 +131,18 @@ func (p *Publisher) dialLoop(ctx context.Context) {
 	}
 }
 
-// Addr is the bound PUB address (useful with port 0).
-func (p *Publisher) Addr() net.Addr { return p.pub.Addr() }
+// Addr is the bound PUB address (useful with port 0); with Connect, the
+// address dialed (nil if it is not a tcp host:port).
+func (p *Publisher) Addr() net.Addr {
+	if p.cfg.Connect {
+		a, err := net.ResolveTCPAddr("tcp", strings.TrimPrefix(p.cfg.Endpoint, "tcp://"))
+		if err != nil {
+			return nil
+		}
+		return a
+	}
+	return p.pub.Addr()
+}
 
 // ReplayAddr is the bound ROUTER address, nil without a replay endpoint.
 func (p *Publisher) ReplayAddr() net.Addr {
