@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"strconv"
@@ -205,6 +206,68 @@ type Indexer struct {
 	EngineDeadAfter Duration `yaml:"engine_dead_after"`
 	// AdminAuth protects the listener when it is not on loopback.
 	AdminAuth AdminAuth `yaml:"admin_auth"`
+	// EventsBind turns on bind mode: the indexer binds this ZMQ endpoint
+	// (tcp://host:port; rank r binds port+r) and engines whose events is
+	// "bind" connect their PUB sockets to it, as vLLM does with an endpoint
+	// without a wildcard and llm-d deploys its indexer. Each such engine is
+	// told apart by its topic.
+	EventsBind string `yaml:"events_bind"`
+	// EventsBindAllow lists the networks (CIDR or single IP) whose engines
+	// may connect to EventsBind besides loopback; required when EventsBind
+	// is not a loopback address.
+	EventsBindAllow []string `yaml:"events_bind_allow"`
+}
+
+// EventsBindMode is the engines[].events value of an engine that connects
+// to indexer.events_bind instead of being dialed.
+const EventsBindMode = "bind"
+
+// EventsBindAllowPrefixes parses indexer.events_bind_allow (validated).
+func (x Indexer) EventsBindAllowPrefixes() ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for i, s := range x.EventsBindAllow {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			a, aerr := netip.ParseAddr(s)
+			if aerr != nil {
+				return nil, fmt.Errorf("indexer.events_bind_allow[%d]: %q is neither a CIDR nor an IP address", i, s)
+			}
+			p = netip.PrefixFrom(a, a.BitLen())
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
+}
+
+func (x Indexer) validateEventsBind() error {
+	if x.EventsBind == "" {
+		if len(x.EventsBindAllow) > 0 {
+			return errors.New("indexer.events_bind_allow: set without indexer.events_bind")
+		}
+		return nil
+	}
+	u, err := url.Parse(x.EventsBind)
+	if err != nil || u.Scheme != "tcp" || u.Host == "" || u.Path != "" {
+		return fmt.Errorf("indexer.events_bind: %q: want tcp://host:port", x.EventsBind)
+	}
+	host, port, err := net.SplitHostPort(u.Host)
+	if err != nil {
+		return fmt.Errorf("indexer.events_bind: %q: %v", x.EventsBind, err)
+	}
+	if p, err := strconv.Atoi(port); err != nil || p <= 0 || p > 65535 {
+		return fmt.Errorf("indexer.events_bind: %q: bad port", x.EventsBind)
+	}
+	if _, err := x.EventsBindAllowPrefixes(); err != nil {
+		return err
+	}
+	loopback := host == "localhost"
+	if a, err := netip.ParseAddr(host); err == nil {
+		loopback = a.IsLoopback()
+	}
+	if !loopback && len(x.EventsBindAllow) == 0 {
+		return fmt.Errorf("indexer.events_bind: %q listens beyond loopback; list the engines' networks in indexer.events_bind_allow (anyone reaching the port could otherwise write routing state)", x.EventsBind)
+	}
+	return nil
 }
 
 // Model is one served model as the router sees it.
@@ -455,6 +518,9 @@ func (c *Config) Validate() error {
 	if err := c.Indexer.AdminAuth.checkExposure("indexer.listen", c.Indexer.Listen, "indexer.admin_auth"); err != nil {
 		return err
 	}
+	if err := c.Indexer.validateEventsBind(); err != nil {
+		return err
+	}
 	if err := c.Extproc.validate(); err != nil {
 		return err
 	}
@@ -509,6 +575,7 @@ func (c *Config) Validate() error {
 		}
 	}
 	seen := map[string]bool{}
+	bindTopics := map[string]int{}
 	for i, e := range c.Engines {
 		p := fmt.Sprintf("engines[%d]", i)
 		if err := checkHostPort(e.Endpoint); err != nil {
@@ -524,7 +591,21 @@ func (c *Config) Validate() error {
 		if e.DPRanks < 1 || e.DPRanks > 1024 {
 			return fmt.Errorf("%s.dp_ranks: must be in 1..1024", p)
 		}
-		if e.Events != "" {
+		if e.Events == EventsBindMode {
+			if c.Indexer.EventsBind == "" {
+				return fmt.Errorf("%s.events: %q needs indexer.events_bind", p, EventsBindMode)
+			}
+			if e.Topic == "" {
+				return fmt.Errorf("%s.topic: required with events %q (it tells this engine's batches from the others' on the bound socket)", p, EventsBindMode)
+			}
+			if j, dup := bindTopics[e.Topic]; dup {
+				return fmt.Errorf("%s.topic: %q is also engines[%d]'s", p, e.Topic, j)
+			}
+			bindTopics[e.Topic] = i
+			if _, _, err := ZMQEndpoint(c.Indexer.EventsBind, e.DPRanks-1); err != nil {
+				return fmt.Errorf("%s.dp_ranks: indexer.events_bind plus rank %d: %w", p, e.DPRanks-1, err)
+			}
+		} else if e.Events != "" {
 			if _, _, err := ZMQEndpoint(e.Events, 0); err != nil {
 				return fmt.Errorf("%s.events: %w", p, err)
 			}

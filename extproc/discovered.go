@@ -39,7 +39,7 @@ func EnginesFromDiscovery(ws []discovery.Worker) []config.Engine {
 		}
 		e.DPRanks = max(e.DPRanks, w.ID.DPRank+1)
 		if w.ID.DPRank == 0 {
-			e.Events, e.Replay = w.Events, w.Replay
+			e.Events, e.Replay, e.Topic = w.Events, w.Replay, w.Topic
 		}
 	}
 	slices.Sort(order)

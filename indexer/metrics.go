@@ -47,12 +47,13 @@ var (
 	mIndexEntries = prometheus.NewDesc("kvgate_index_entries", "(block, worker, tier) entries (Redis: approximate).", nil, nil)
 	mIndexWorkers = prometheus.NewDesc("kvgate_index_workers", "Workers known to the index.", nil, nil)
 	mIndexUp      = prometheus.NewDesc("kvgate_index_up", "1 if the index answered the last stats query.", nil, nil)
+	mIndexWipes   = prometheus.NewDesc("kvgate_index_wipes_total", "Times the index was found to have lost its data (Redis FLUSHALL or restart without persistence) and every worker was resynced.", nil, nil)
 )
 
 func (collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{mBatches, mReplayed, mEvents, mRejected, mDecodeErr, mMalformed, mGaps, mGapsRepaired,
 		mReplays, mReplayFail, mResets, mDeadResets, mRestarts, mHandlerErr, mConnected, mLag, mLastSeq, mWorkerBlocks,
-		mIndexBlocks, mIndexEntries, mIndexWorkers, mIndexUp} {
+		mIndexBlocks, mIndexEntries, mIndexWorkers, mIndexUp, mIndexWipes} {
 		ch <- d
 	}
 }
@@ -90,6 +91,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(mLastSeq, float64(ss.LastSeq), w, m)
 		gauge(mWorkerBlocks, float64(is.SequenceEntries), w, m)
 	}
+	counter(mIndexWipes, c.s.wipes.Load())
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	stats, err := c.s.idx.Stats(ctx)

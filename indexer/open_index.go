@@ -71,6 +71,16 @@ type ownedClient struct {
 	client redis.UniversalClient
 }
 
+// Generation passes the Redis index's generation through (the embedded
+// interface hides it).
+func (o *ownedClient) Generation(ctx context.Context) (string, error) {
+	g, ok := o.Index.(index.Generationer)
+	if !ok {
+		return "", fmt.Errorf("index %T has no generation", o.Index)
+	}
+	return g.Generation(ctx)
+}
+
 func (o *ownedClient) Close() error {
 	err := o.Index.Close()
 	if cerr := o.client.Close(); err == nil {

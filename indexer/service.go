@@ -37,7 +37,21 @@ type Service struct {
 	streams []*stream // in the order they were added
 	runCtx  context.Context
 	wg      sync.WaitGroup
+
+	// wipes counts the times the index was found to have lost its data
+	// (index.Generationer) and every worker was resynced.
+	wipes atomic.Uint64
+
+	// listeners are bind mode's bound sockets, one per data-parallel rank
+	// (indexer.events_bind port + rank), made when a stream first needs
+	// one and closed when Run returns. Guarded by mu.
+	listeners map[int]*kvstream.Listener
 }
+
+// generationCheck is how often a Generationer index (Redis) is asked
+// whether it lost its data: the bound on how long an idle engine's blocks
+// stay missing after a FLUSHALL, plus one tail poll for the replay.
+const generationCheck = time.Second
 
 // stream is one worker's event path: subscriber → decoder → ingest.
 type stream struct {
@@ -56,7 +70,10 @@ type stream struct {
 	// the subscriber's goroutine, like dec.
 	resyncPending bool
 	lastResyncTry time.Time
-	lastBatchTS   atomic.Uint64 // float64 bits: the engine's timestamp of the last applied batch
+	// indexWiped is set by the generation watcher (another goroutine):
+	// the index lost everything, this worker's entries included.
+	indexWiped  atomic.Bool
+	lastBatchTS atomic.Uint64 // float64 bits: the engine's timestamp of the last applied batch
 	// key identifies the subscription's configuration: a worker whose
 	// endpoints change is a new stream.
 	key    string
@@ -174,8 +191,15 @@ func (s *Service) snapshot() []*stream {
 }
 
 func (s *Service) newStream(e config.Engine, m *config.Model, rank int) (*stream, error) {
-	events, _, err := config.ZMQEndpoint(e.Events, rank)
-	if err != nil {
+	var events string
+	var listener *kvstream.Listener
+	var err error
+	if e.Events == config.EventsBindMode {
+		if listener, err = s.listener(rank); err != nil {
+			return nil, err
+		}
+		events = "bind:" + listener.Addr().String() + "/" + e.Topic
+	} else if events, _, err = config.ZMQEndpoint(e.Events, rank); err != nil {
 		return nil, err
 	}
 	replay := ""
@@ -188,7 +212,46 @@ func (s *Service) newStream(e config.Engine, m *config.Model, rank int) (*stream
 	// With a kvagent stream beside it, each stream's reset must remove only
 	// its own entries (ingest.Config.ScopedClear).
 	ing := ingest.NewWorker(w, s.idx, ingest.Config{BlockSize: m.BlockSize, Namespace: m.Namespace, ScopedClear: e.TierEvents != ""})
-	return s.subscribe(w, m, ing, strings.Join([]string{w.String(), m.Name, events, replay, e.Topic, e.TierEvents}, "|"), events, replay, e.Topic, "")
+	return s.subscribe(w, m, ing, strings.Join([]string{w.String(), m.Name, events, replay, e.Topic, e.TierEvents}, "|"), events, listener, replay, e.Topic, "")
+}
+
+// listener returns the bound socket of bind mode for a data-parallel rank,
+// binding it on first use: vLLM's connecting publisher of rank r dials the
+// configured port plus r (ZmqEventPublisher.offset_endpoint_port).
+func (s *Service) listener(rank int) (*kvstream.Listener, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l := s.listeners[rank]; l != nil {
+		return l, nil
+	}
+	ep, _, err := config.ZMQEndpoint(s.cfg.Indexer.EventsBind, rank)
+	if err != nil {
+		return nil, fmt.Errorf("indexer.events_bind rank %d: %w", rank, err)
+	}
+	allow, err := s.cfg.Indexer.EventsBindAllowPrefixes()
+	if err != nil {
+		return nil, err
+	}
+	l, err := kvstream.NewListener(kvstream.ListenerConfig{Endpoint: ep, Allow: allow, Logger: s.log})
+	if err != nil {
+		return nil, err
+	}
+	if s.listeners == nil {
+		s.listeners = map[int]*kvstream.Listener{}
+	}
+	s.listeners[rank] = l
+	return l, nil
+}
+
+// closeListeners closes bind mode's sockets (Run's end).
+func (s *Service) closeListeners() {
+	s.mu.Lock()
+	ls := s.listeners
+	s.listeners = nil
+	s.mu.Unlock()
+	for _, l := range ls {
+		l.Close()
+	}
 }
 
 // tierStreamSuffix marks a kvagent stream in metrics and /status: the
@@ -222,10 +285,12 @@ func (s *Service) newTierStream(e config.Engine, m *config.Model, rank int, gpu 
 		icfg.ParentSeq = gpu.ing.SeqOf
 	}
 	key := strings.Join([]string{w.String() + tierStreamSuffix, m.Name, events, replay, e.Events}, "|")
-	return s.subscribe(w, m, ingest.NewWorker(w, s.idx, icfg), key, events, replay, "", tierStreamSuffix)
+	return s.subscribe(w, m, ingest.NewWorker(w, s.idx, icfg), key, events, nil, replay, "", tierStreamSuffix)
 }
 
-func (s *Service) subscribe(w index.WorkerID, m *config.Model, ing *ingest.Worker, key, events, replay, topic, suffix string) (*stream, error) {
+// subscribe makes the stream's subscriber: dialing events, or attached to
+// listener (bind mode, events is then only a label).
+func (s *Service) subscribe(w index.WorkerID, m *config.Model, ing *ingest.Worker, key, events string, listener *kvstream.Listener, replay, topic, suffix string) (*stream, error) {
 	st := &stream{
 		key:      key,
 		worker:   w,
@@ -236,8 +301,13 @@ func (s *Service) subscribe(w index.WorkerID, m *config.Model, ing *ingest.Worke
 		dec:      kvevents.NewDecoder(kvevents.DefaultLimits()),
 	}
 	var err error
+	dial := events
+	if listener != nil {
+		dial = ""
+	}
 	st.sub, err = kvstream.NewSubscriber(kvstream.Config{
-		Endpoint:       events,
+		Endpoint:       dial,
+		Listener:       listener,
 		ReplayEndpoint: replay,
 		Topic:          topic,
 		ReplayTimeout:  s.cfg.Indexer.ReplayTimeout.D(),
@@ -295,6 +365,11 @@ const resyncRetry = 500 * time.Millisecond
 // the worker (which succeeds only once the index answers again) and then
 // asks the subscriber to replay the engine's buffer from its start.
 func (st *stream) NeedsResync(ctx context.Context) bool {
+	if st.indexWiped.Swap(false) {
+		// Nothing this worker stored is left: rebuild it from the engine's
+		// replay buffer now, even if the engine is idle.
+		st.resyncPending, st.lastResyncTry = true, time.Time{}
+	}
 	if !st.resyncPending || time.Since(st.lastResyncTry) < resyncRetry {
 		return false
 	}
@@ -314,6 +389,15 @@ func (st *stream) Reset(ctx context.Context, reason string) error {
 
 // Run starts every subscription and blocks until ctx is cancelled.
 func (s *Service) Run(ctx context.Context) error {
+	// The index's generation is read before any stream writes, so a wipe
+	// at any time after (even within the first watch interval) is seen.
+	gen, hasGen := s.idx.(index.Generationer)
+	first := ""
+	if hasGen {
+		cctx, cancel := context.WithTimeout(ctx, generationCheck)
+		first, _ = gen.Generation(cctx)
+		cancel()
+	}
 	s.mu.Lock()
 	s.runCtx = ctx
 	for _, st := range s.streams {
@@ -323,9 +407,49 @@ func (s *Service) Run(ctx context.Context) error {
 	s.mu.Unlock()
 	s.started.Store(true)
 	s.log.Info("indexer running", "streams", n, "backend", s.cfg.Index.Backend)
+	if hasGen {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.watchGeneration(ctx, gen, first)
+		}()
+	}
 	<-ctx.Done()
 	s.wg.Wait()
+	s.closeListeners()
 	return nil
+}
+
+// watchGeneration notices an index that lost its data outside kvgate (Redis
+// FLUSHALL, a restart without persistence) and has every worker rebuilt
+// from its engine's replay buffer. Without it, an idle engine's blocks
+// would stay missing (its stream sends nothing that could notice) while
+// the worker's gauges still counted them.
+func (s *Service) watchGeneration(ctx context.Context, g index.Generationer, last string) {
+	t := time.NewTicker(generationCheck)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		cctx, cancel := context.WithTimeout(ctx, generationCheck)
+		tok, err := g.Generation(cctx)
+		cancel()
+		if err != nil {
+			continue // the index is down; the next answer tells
+		}
+		if last != "" && tok != last {
+			s.wipes.Add(1)
+			streams := s.snapshot()
+			s.log.Warn("the index lost its data; resyncing every worker from its engine's replay buffer", "workers", len(streams))
+			for _, st := range streams {
+				st.indexWiped.Store(true)
+			}
+		}
+		last = tok
+	}
 }
 
 // Ready reports whether the service has started its subscriptions and the

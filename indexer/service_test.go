@@ -3,8 +3,10 @@ package indexer
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -130,7 +132,7 @@ func waitBatches(t *testing.T, svc *Service, engines []*testEngine) Status {
 
 func chain(tokens []uint32) []uint64 {
 	seed := blockhash.Seed("", "tenant")
-	return blockhash.SequenceHashes(blockhash.LocalHashes(tokens, testBlockSize, seed), seed)
+	return blockhash.SequenceHashes(blockhash.LocalHashes(tokens, testBlockSize, seed))
 }
 
 func seqTokens(from, n int) []uint32 {
@@ -227,9 +229,11 @@ func TestServiceResetsWorkerOnUndecodableBatch(t *testing.T) {
 
 // Several extproc replicas share the Redis index: what one indexer applies,
 // another process's index client sees.
-func TestServiceOnRedisSharedIndex(t *testing.T) {
+// runOnRedis runs the service for n engines on a Redis index of its own.
+func runOnRedis(t *testing.T, n int) (*redistest.Server, []*testEngine, *Service, index.Index) {
+	t.Helper()
 	srv := redistest.Standalone(t)
-	engines, cfg := startEngines(t, 2)
+	engines, cfg := startEngines(t, n)
 	cfg.Index.Backend = "redis"
 	cfg.Index.Redis.Addrs = []string{srv.Addr()}
 	if err := cfg.Validate(); err != nil {
@@ -239,8 +243,12 @@ func TestServiceOnRedisSharedIndex(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer idx.Close()
-	svc := runService(t, cfg, idx)
+	t.Cleanup(func() { idx.Close() })
+	return srv, engines, runService(t, cfg, idx), idx
+}
+
+func TestServiceOnRedisSharedIndex(t *testing.T) {
+	srv, engines, svc, _ := runOnRedis(t, 2)
 	engines[0].storeChain(t, seqTokens(1, 12), true)
 	engines[1].storeChain(t, seqTokens(1, 4), true)
 	waitBatches(t, svc, engines)
@@ -317,5 +325,115 @@ func TestServiceSetEngines(t *testing.T) {
 	}
 	if st, _ := svc.Status(context.Background()); len(st.Workers) != 1 || st.Workers[0].Worker != engines[1].id.String() {
 		t.Fatalf("status after removal: %+v", st.Workers)
+	}
+}
+
+// Redis loses its data (FLUSHALL) while the engines are idle: nothing on
+// their streams would notice, so the generation watcher must, and every
+// worker is rebuilt from its engine's replay buffer within 10 s, with the
+// per-worker gauges equal to what the index holds again.
+func TestServiceResyncsIdleWorkersAfterRedisFlushAll(t *testing.T) {
+	srv, engines, svc, idx := runOnRedis(t, 2)
+	engines[0].storeChain(t, seqTokens(1, 12), true)
+	engines[1].storeChain(t, seqTokens(1, 4), true)
+	waitBatches(t, svc, engines)
+	want := map[index.WorkerID]int{engines[0].id: 3, engines[1].id: 1}
+	depthsNow := func() index.Match {
+		m, err := idx.Match(context.Background(), chain(seqTokens(1, 12)))
+		if err != nil {
+			return nil
+		}
+		return m
+	}
+	for w, d := range want {
+		if got := depthsNow()[w][index.TierDevice]; got != d {
+			t.Fatalf("before the wipe: %v depth %d, want %d", w, got, d)
+		}
+	}
+	if err := srv.Client().FlushAll(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	wiped := time.Now()
+	if m := depthsNow(); len(m) != 0 {
+		t.Fatalf("FLUSHALL left %v", m)
+	}
+	for {
+		m := depthsNow()
+		ok := true
+		for w, d := range want {
+			ok = ok && m[w][index.TierDevice] == d
+		}
+		if ok {
+			break
+		}
+		if time.Since(wiped) > 10*time.Second {
+			st, _ := svc.Status(context.Background())
+			t.Fatalf("10 s after FLUSHALL the index holds %v, want %v; status %+v", m, want, st.Workers)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("every worker back %v after FLUSHALL", time.Since(wiped).Round(time.Millisecond))
+	st, err := svc.Status(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, w := range st.Workers {
+		if got := w.Ingest.SequenceEntries; got != int64(want[engines[i].id]) {
+			t.Errorf("worker %s reports %d entries, the index holds %d", engines[i].id, got, want[engines[i].id])
+		}
+	}
+	if svc.wipes.Load() != 1 {
+		t.Errorf("wipes %d, want 1", svc.wipes.Load())
+	}
+}
+
+func freeTCPPort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// Bind mode end to end in one process: engines' publishers connect to the
+// indexer's bound socket, each is told apart by its topic, and its gaps
+// are repaired through its own replay endpoint.
+func TestServiceBindMode(t *testing.T) {
+	port := freeTCPPort(t)
+	cfg := config.Default()
+	cfg.Indexer.Listen = "127.0.0.1:0"
+	cfg.Indexer.EventsBind = fmt.Sprintf("tcp://127.0.0.1:%d", port)
+	cfg.Models = []config.Model{{Name: "m", BlockSize: testBlockSize, Namespace: "tenant"}}
+	var engines []*testEngine
+	for i := 0; i < 2; i++ {
+		topic := fmt.Sprintf("kv@10.0.0.%d@m", i+1)
+		pub, err := kvstream.NewPublisher(kvstream.PublisherConfig{Endpoint: cfg.Indexer.EventsBind, Connect: true, Topic: topic, ReplayEndpoint: "tcp://127.0.0.1:0"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { pub.Close() })
+		e := &testEngine{pub: pub, id: index.WorkerID{Endpoint: fmt.Sprintf("10.0.0.%d:8000", i+1)}, enc: kvevents.EncodingMap}
+		engines = append(engines, e)
+		cfg.Engines = append(cfg.Engines, config.Engine{Endpoint: e.id.Endpoint, Model: "m", DPRanks: 1, Topic: topic,
+			Events: config.EventsBindMode, Replay: "tcp://" + pub.ReplayAddr().String()})
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	idx := index.NewMemory(index.MemoryConfig{})
+	svc := runService(t, cfg, idx)
+	engines[0].storeChain(t, seqTokens(1, 8), true)
+	engines[0].storeChain(t, seqTokens(9, 4), false) // missed live: a gap
+	engines[0].storeChain(t, seqTokens(13, 4), true)
+	engines[1].storeChain(t, seqTokens(1, 4), true)
+	waitBatches(t, svc, engines)
+	m, err := idx.Match(context.Background(), chain(seqTokens(1, 16)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m[engines[0].id][index.TierDevice] != 4 || m[engines[1].id][index.TierDevice] != 1 {
+		t.Fatalf("bind mode index %v, want depths 4 and 1", m)
 	}
 }

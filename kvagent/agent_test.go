@@ -134,7 +134,7 @@ func blockData(h uint64) []byte {
 // routerChain is what the router hashes the chain's tokens to.
 func (c testChain) routerChain() []uint64 {
 	seed := blockhash.Seed("", "")
-	return blockhash.SequenceHashes(blockhash.LocalHashes(c.tokens, tokensPerBlock, seed), seed)
+	return blockhash.SequenceHashes(blockhash.LocalHashes(c.tokens, tokensPerBlock, seed))
 }
 
 // startIndexer runs `kvgate indexer`'s service on a memory index with one

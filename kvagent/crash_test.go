@@ -144,7 +144,7 @@ func crashBlock(i int) connector.Block {
 
 func crashSeq(b connector.Block) uint64 {
 	seed := blockhash.Seed("", "")
-	return blockhash.SequenceHashes(blockhash.LocalHashes(b.TokenIDs, tokensPerBlock, seed), seed)[0]
+	return blockhash.SequenceHashes(blockhash.LocalHashes(b.TokenIDs, tokensPerBlock, seed))[0]
 }
 
 // TestKill9MidWriteThenRestart: a real `kvgate kvagent` process takes

@@ -170,7 +170,7 @@ func (f *demoFleet) pick(ctx context.Context, idx index.Index, tokens []uint32) 
 		return f.rr % len(f.engines)
 	}
 	local := blockhash.LocalHashes(tokens, demoBlockSize, blockhash.BaseSeed)
-	m, err := idx.Match(ctx, blockhash.SequenceHashes(local, blockhash.BaseSeed))
+	m, err := idx.Match(ctx, blockhash.SequenceHashes(local))
 	least := 0
 	for i, e := range f.engines {
 		if e.requests < f.engines[least].requests {
@@ -254,7 +254,7 @@ func demoReport(ctx context.Context, out io.Writer, svc *indexer.Service, idx in
 	agree, total := 0, 0
 	for _, tokens := range work.finalHistories {
 		local := blockhash.LocalHashes(tokens, demoBlockSize, blockhash.BaseSeed)
-		m, err := idx.Match(ctx, blockhash.SequenceHashes(local, blockhash.BaseSeed))
+		m, err := idx.Match(ctx, blockhash.SequenceHashes(local))
 		if err != nil {
 			return err
 		}

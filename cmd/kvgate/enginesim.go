@@ -5,12 +5,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/kvgate/kvgate/indexer/kvstream"
 	"io"
 	"log/slog"
 	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -52,7 +54,14 @@ func runEnginesim(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	evEndpoint := fs.String("kv-events-endpoint", "", "ZMQ PUB endpoint for KV events, e.g. tcp://*:5557 (empty: no events); offset by --dp-rank")
 	evReplay := fs.String("kv-events-replay", "", "ZMQ ROUTER replay endpoint (empty: no replay); offset by --dp-rank")
 	evTopic := fs.String("kv-events-topic", "", "topic frame of every KV-event message")
-	evEncoding := fs.String("kv-events-encoding", "array", "KV event encoding: array (msgspec array_like) or map")
+	evEncoding := fs.String("kv-events-encoding", "map", "KV event encoding: map (vLLM v0.26: batch array, events maps), array (msgspec array_like, older vLLM and SGLang) or mapbatch")
+	evReplayLayout := fs.String("kv-events-replay-layout", "v0.26", "replay reply framing: v0.26 (topic frame, vllm#45177) or legacy (older vLLM, SGLang)")
+	evLegacyFields := fs.Bool("kv-events-legacy-fields", false, "leave out group_idx and kv_cache_spec_kind (a vLLM before PR #40984)")
+	evHybrid := fs.Bool("kv-events-hybrid-groups", false, "publish a second, sliding-window KV-cache group with the same hashes (a hybrid model)")
+	evPlaceholders := fs.Bool("kv-events-offload-placeholders", false, "follow every GPU store with an OffloadingConnector CPU placeholder (token_ids [], block_size 0)")
+	evConnect := fs.Bool("kv-events-connect", false, "connect the PUB socket to --kv-events-endpoint instead of binding it (an indexer in bind mode)")
+	evSkipLive := fs.String("kv-events-skip-live", "", "comma-separated batch sequence numbers to keep for replay without sending them live (a forced gap; testing)")
+	legacyMetrics := fs.Bool("legacy-metric-names", false, "also export vllm:gpu_cache_usage_perc and vllm:time_per_output_token_seconds (vLLM before v0.12)")
 	dpRank := fs.Int("dp-rank", 0, "data-parallel rank (in event batches and the event ports)")
 	seed := fs.Uint64("seed", 0, "seed for request and engine ids")
 	drain := fs.Duration("drain", 30*time.Second, "on SIGTERM, how long in-flight requests may take to finish")
@@ -70,6 +79,8 @@ func runEnginesim(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		maxSeqs: *maxSeqs, maxBatched: *maxBatched, maxModelLen: *maxModelLen, speedup: *speedup,
 		namespace: *namespace, role: *role, kvBytes: *kvBytes, gbps: *gbps, sideHost: *sideHost,
 		evEndpoint: *evEndpoint, evReplay: *evReplay, evTopic: *evTopic, evEncoding: *evEncoding,
+		evReplayLayout: *evReplayLayout, evLegacyFields: *evLegacyFields, evHybrid: *evHybrid,
+		evPlaceholders: *evPlaceholders, evConnect: *evConnect, legacyMetrics: *legacyMetrics, evSkipLive: *evSkipLive,
 		dpRank: *dpRank, seed: *seed,
 	})
 	if err != nil {
@@ -123,7 +134,9 @@ type enginesimFlags struct {
 	kvBytes                                   int64
 	gbps                                      float64
 	sideHost, evEndpoint, evReplay, evTopic   string
-	evEncoding                                string
+	evEncoding, evReplayLayout, evSkipLive    string
+	evLegacyFields, evHybrid, evPlaceholders  bool
+	evConnect, legacyMetrics                  bool
 	dpRank                                    int
 	seed                                      uint64
 }
@@ -138,6 +151,21 @@ func enginesimConfig(f enginesimFlags) (enginesim.ServerConfig, error) {
 	enc, err := enginesim.ParseEncoding(f.evEncoding)
 	if err != nil {
 		return cfg, fmt.Errorf("--kv-events-encoding: %w", err)
+	}
+	replayLayout, err := kvstream.ParseReplayLayout(f.evReplayLayout)
+	if err != nil {
+		return cfg, fmt.Errorf("--kv-events-replay-layout: %w", err)
+	}
+	var skipLive []uint64
+	for _, v := range strings.Split(f.evSkipLive, ",") {
+		if v = strings.TrimSpace(v); v == "" {
+			continue
+		}
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return cfg, fmt.Errorf("--kv-events-skip-live: %q is not a sequence number", v)
+		}
+		skipLive = append(skipLive, n)
 	}
 	switch {
 	case f.model == "":
@@ -178,10 +206,13 @@ func enginesimConfig(f enginesimFlags) (enginesim.ServerConfig, error) {
 	return enginesim.ServerConfig{
 		Model: f.model, LoRAs: loras, TokenizerDir: dir, Engine: engine, MaxModelLen: f.maxModelLen,
 		Role: role, Transfer: enginesim.TransferModel{BytesPerToken: f.kvBytes, Gbps: f.gbps},
-		Events:          enginesim.EventsConfig{Endpoint: f.evEndpoint, ReplayEndpoint: f.evReplay, Topic: f.evTopic, Encoding: enc},
-		DPRank:          f.dpRank,
-		Seed:            f.seed,
-		SideChannelHost: f.sideHost,
+		Events: enginesim.EventsConfig{Endpoint: f.evEndpoint, ReplayEndpoint: f.evReplay, Topic: f.evTopic, Encoding: enc,
+			ReplayLayout: replayLayout, LegacyFields: f.evLegacyFields, HybridGroups: f.evHybrid,
+			OffloadPlaceholders: f.evPlaceholders, Connect: f.evConnect, SkipLive: skipLive},
+		LegacyMetricNames: f.legacyMetrics,
+		DPRank:            f.dpRank,
+		Seed:              f.seed,
+		SideChannelHost:   f.sideHost,
 	}, nil
 }
 

@@ -138,6 +138,9 @@ type Request struct {
 	Tokens    []uint32 // the prompt; kept (not copied) until the request ends: do not modify
 	MaxTokens int      // tokens to generate, >= 1 (the simulator never stops early)
 	LoRA      string   // adapter name; "" = base model
+	// CacheSalt is the request's cache_salt: it replaces Config.Namespace
+	// in the request's block identities, as vLLM salts them.
+	CacheSalt string
 	Arrival   time.Duration
 	// KVTransferred: the prompt's KV was computed by another engine (P/D
 	// decode side). Admission allocates the prompt's blocks and computes
@@ -285,13 +288,13 @@ func (e *Engine) Submit(r Request) error {
 	if _, dup := e.held[r.ID]; dup {
 		return fmt.Errorf("enginesim: request %q still holds blocks (Release it first)", r.ID)
 	}
-	seed := blockhash.Seed(r.LoRA, e.cfg.Namespace)
+	seed := blockhash.Seed(r.LoRA, blockhash.RequestNamespace(r.CacheSalt, e.cfg.Namespace))
 	local := blockhash.LocalHashes(r.Tokens, e.cfg.BlockSize, seed)
 	e.salt++
 	s := &seq{
 		req:          r,
 		seed:         seed,
-		hashes:       blockhash.SequenceHashes(local, seed),
+		hashes:       blockhash.SequenceHashes(local),
 		numTokens:    len(r.Tokens),
 		cachedTokens: -1,
 		outSalt:      xxh3.HashString(r.ID) ^ mix64(e.salt),

@@ -203,7 +203,7 @@ func TestLRUEvictsLeastRecentlyUsedUnreferenced(t *testing.T) {
 	})
 	seqHashes := func(toks []uint32) []uint64 {
 		seed := blockhash.Seed("", "")
-		return blockhash.SequenceHashes(blockhash.LocalHashes(toks, bs, seed), seed)
+		return blockhash.SequenceHashes(blockhash.LocalHashes(toks, bs, seed))
 	}
 	a, b := tokens(100, 2*bs+1), tokens(200, 2*bs+1)
 	must(t, e.Submit(Request{ID: "a", Tokens: a, MaxTokens: 1}))

@@ -106,7 +106,7 @@ engines:
 		t.Fatalf("second request: %d cached tokens", c)
 	}
 	seed := blockhash.Seed("", "")
-	chain := blockhash.SequenceHashes(blockhash.LocalHashes(a, 16, seed), seed)
+	chain := blockhash.SequenceHashes(blockhash.LocalHashes(a, 16, seed))
 	w := index.WorkerID{Endpoint: worker}
 	want := index.Depths{5, 12, 12, 12} // GPU 0..4; host and disk 5..11
 	var got index.Depths

@@ -14,7 +14,11 @@ import (
 // vLLM's Prometheus metrics (vllm/v1/metrics/loggers.py, PrometheusStatLogger),
 // the names routers scrape (llm-d datalayer/extractor/metrics/factories.go,
 // notes §6). Every series carries model_name and engine labels as vLLM V1
-// does. Bucket bounds are vLLM's.
+// does. Bucket bounds are vLLM's. Current vLLM exports
+// vllm:kv_cache_usage_perc and vllm:inter_token_latency_seconds only;
+// vllm:gpu_cache_usage_perc was removed in v0.12 (PR #29330) and
+// vllm:time_per_output_token_seconds deprecated in v0.11: both come only
+// with metricsConfig.LegacyNames (an older release).
 var (
 	ttftBuckets = []float64{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5,
 		0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0}
@@ -44,7 +48,7 @@ type metrics struct {
 	reg  *prometheus.Registry
 	ttft prometheus.Observer
 	itl  prometheus.Observer
-	tpot prometheus.Observer // vllm:time_per_output_token_seconds, the older ITL name
+	tpot prometheus.Observer // vllm:time_per_output_token_seconds, the older ITL name; nil unless LegacyNames
 	e2e  prometheus.Observer
 }
 
@@ -55,6 +59,7 @@ type metricsConfig struct {
 	BlockSize    int
 	NumGPUBlocks int
 	MaxLoRAs     int
+	LegacyNames  bool // also export the names current vLLM dropped
 }
 
 func newMetrics(cfg metricsConfig, snapshot func() engineGauges) *metrics {
@@ -68,7 +73,9 @@ func newMetrics(cfg metricsConfig, snapshot func() engineGauges) *metrics {
 	m := &metrics{reg: reg}
 	m.ttft = hist("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", ttftBuckets)
 	m.itl = hist("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", itlBuckets)
-	m.tpot = hist("vllm:time_per_output_token_seconds", "Histogram of time per output token in seconds (deprecated name of inter_token_latency).", itlBuckets)
+	if cfg.LegacyNames {
+		m.tpot = hist("vllm:time_per_output_token_seconds", "Histogram of time per output token in seconds (deprecated name of inter_token_latency).", itlBuckets)
+	}
 	m.e2e = hist("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", e2eBuckets)
 	reg.MustRegister(&stateCollector{cfg: cfg, snapshot: snapshot, labels: labels})
 	return m
@@ -84,7 +91,9 @@ func (m *metrics) observeRequest(ttft, e2e time.Duration) {
 func (m *metrics) observeITL(d time.Duration, n int) {
 	for range n {
 		m.itl.Observe(d.Seconds())
-		m.tpot.Observe(d.Seconds())
+		if m.tpot != nil {
+			m.tpot.Observe(d.Seconds())
+		}
 	}
 }
 
@@ -134,7 +143,9 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descRunning, "Number of requests in model execution batches.", float64(s.Running))
 	gauge(descWaiting, "Number of requests waiting to be processed.", float64(s.Waiting))
 	gauge(descKVUsage, "KV-cache usage. 1 means 100 percent usage.", s.KVUsage)
-	gauge(descGPUCacheUsage, "GPU KV-cache usage. 1 means 100 percent usage (deprecated name of kv_cache_usage_perc).", s.KVUsage)
+	if c.cfg.LegacyNames {
+		gauge(descGPUCacheUsage, "GPU KV-cache usage. 1 means 100 percent usage (deprecated name of kv_cache_usage_perc).", s.KVUsage)
+	}
 	counter(descPrefixQueries, "Prefix cache queries, in terms of number of queried tokens.", s.PrefixQueries)
 	counter(descPrefixHits, "Prefix cache hits, in terms of number of cached tokens.", s.PrefixHits)
 	counter(descPreemptions, "Cumulative number of preemptions from the engine.", s.Preemptions)
@@ -158,10 +169,11 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // MetricFamilies gathers what an idle engine serving model exposes on
-// /metrics: every vLLM family the simulator emits, with its labels, so
-// that dashboards and alerts can be checked against it (deploy/inventory)
-// without starting a server.
+// /metrics: every vLLM family the simulator emits in either naming
+// (current, and LegacyMetricNames for older releases), with its labels, so
+// that dashboards, alerts and the fallbacks readers keep can be checked
+// against it (deploy/inventory) without starting a server.
 func MetricFamilies(model string) ([]*dto.MetricFamily, error) {
-	m := newMetrics(metricsConfig{Model: model, Engine: "0", BlockSize: 16, NumGPUBlocks: 1}, func() engineGauges { return engineGauges{} })
+	m := newMetrics(metricsConfig{Model: model, Engine: "0", BlockSize: 16, NumGPUBlocks: 1, LegacyNames: true}, func() engineGauges { return engineGauges{} })
 	return m.reg.Gather()
 }

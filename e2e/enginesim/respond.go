@@ -134,7 +134,7 @@ func (s *Server) prepare(body []byte, kind apiKind) (Request, *generation, kvTra
 	g := &generation{kind: kind, id: s.newRequestID(prefix), served: res.Served, created: time.Now().Unix(),
 		stream: res.Stream, prompt: len(res.Tokens)}
 	g.includeUsage = x.StreamOptions != nil && x.StreamOptions.IncludeUsage
-	req := Request{ID: g.id, Tokens: res.Tokens, MaxTokens: int(maxTokens), LoRA: res.LoRA}
+	req := Request{ID: g.id, Tokens: res.Tokens, MaxTokens: int(maxTokens), LoRA: res.LoRA, CacheSalt: res.CacheSalt}
 	switch {
 	case kvp.DoRemoteDecode && s.cfg.Role == RolePrefill:
 		req.HoldBlocks, g.holdBlocks = true, true

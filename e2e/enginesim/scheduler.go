@@ -359,7 +359,7 @@ func (e *Engine) hashBlock(s *seq, b int) uint64 {
 	if b == 0 {
 		return local
 	}
-	return blockhash.Chain(s.hashes[b-1], local, s.seed)
+	return blockhash.Chain(s.hashes[b-1], local)
 }
 
 // emitStored publishes blocks [from, to) of s as one BlockStored, with the
@@ -376,6 +376,10 @@ func (e *Engine) emitStored(s *seq, from, to int) {
 	}
 	if from > 0 {
 		ev.ParentHash, ev.HasParent = engineHash(s.hashes[from-1]), true
+	} else {
+		// vLLM announces the salt with the block that starts at token 0
+		// only (kv_cache_utils.generate_block_hash_extra_keys).
+		ev.CacheSalt = s.req.CacheSalt
 	}
 	lo, hi := from*bs, to*bs
 	if hi <= len(s.req.Tokens) {

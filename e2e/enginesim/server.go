@@ -42,7 +42,11 @@ type ServerConfig struct {
 	Transfer         TransferModel
 	// Events configures KV-event publishing; an empty Endpoint disables it.
 	Events EventsConfig
-	DPRank int
+	// LegacyMetricNames also exports the names current vLLM no longer has
+	// (vllm:gpu_cache_usage_perc, removed in v0.12; the deprecated
+	// vllm:time_per_output_token_seconds), as an older release does.
+	LegacyMetricNames bool
+	DPRank            int
 	// Seed makes request ids and the engine id reproducible.
 	Seed uint64
 	// SideChannelHost is the host a prefill worker advertises as
@@ -188,7 +192,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	s.metrics = newMetrics(metricsConfig{
 		Model: cfg.Model, Engine: "0", BlockSize: engCfg.BlockSize, NumGPUBlocks: engCfg.NumGPUBlocks,
-		MaxLoRAs: len(cfg.LoRAs),
+		MaxLoRAs: len(cfg.LoRAs), LegacyNames: cfg.LegacyMetricNames,
 	}, s.gauges)
 	s.clock = newClockedEngine(eng, s.metrics.observeITL)
 	s.runCtx, s.stopRun = context.WithCancel(context.Background())
@@ -230,6 +234,7 @@ func (s *Server) routes() {
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
 	mux.Handle("GET /metrics", s.metrics.handler())
 	mux.HandleFunc("POST "+releasePath, s.handleRelease)
+	mux.HandleFunc("GET "+debugCachePath, s.handleDebugCache)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &openai.Error{Status: http.StatusNotFound, Message: "no route " + r.Method + " " + r.URL.Path, Type: "NotFoundError"})
 	})
@@ -242,9 +247,10 @@ func (s *Server) Handler() http.Handler { return s.mux }
 // EngineID is the id a prefill worker returns as remote_engine_id.
 func (s *Server) EngineID() string { return s.engineID }
 
-// EventsAddr is the bound KV-event PUB address ("" when disabled).
+// EventsAddr is the bound KV-event PUB address, or the one it connects
+// to ("" when disabled).
 func (s *Server) EventsAddr() string {
-	if s.events == nil {
+	if s.events == nil || s.events.pub.Addr() == nil {
 		return ""
 	}
 	return "tcp://" + s.events.pub.Addr().String()

@@ -435,9 +435,23 @@ func engineHolds(s *Server, hashes []uint64) []bool {
 	return out
 }
 
+// Every wire layout the simulator speaks, and vLLM v0.26's hardest shapes
+// together (a hybrid model's second group, offload placeholders, salted
+// requests), must let a subscriber rebuild exactly the engine's cache.
 func TestKVEventsRebuildTheEnginesCache(t *testing.T) {
-	for _, enc := range []string{"array", "map"} {
-		t.Run(enc, func(t *testing.T) {
+	for _, v := range []struct {
+		enc                          string
+		legacy, hybrid, place, salty bool
+	}{
+		{enc: "array", legacy: true}, {enc: "map"}, {enc: "mapbatch"},
+		{enc: "map", hybrid: true, place: true, salty: true},
+	} {
+		enc := v.enc
+		name := enc
+		if v.hybrid {
+			name = "v0.26 hybrid, offload placeholders, cache_salt"
+		}
+		t.Run(name, func(t *testing.T) {
 			encoding, err := ParseEncoding(enc)
 			if err != nil {
 				t.Fatal(err)
@@ -447,7 +461,11 @@ func TestKVEventsRebuildTheEnginesCache(t *testing.T) {
 			s := startServer(t, func(c *ServerConfig) {
 				c.Engine.NumGPUBlocks = 24
 				c.DPRank = 2
-				c.Events = EventsConfig{Endpoint: "tcp://127.0.0.1:0", ReplayEndpoint: "tcp://127.0.0.1:0", Encoding: encoding}
+				c.Events = EventsConfig{Endpoint: "tcp://127.0.0.1:0", ReplayEndpoint: "tcp://127.0.0.1:0", Encoding: encoding,
+					LegacyFields: v.legacy, HybridGroups: v.hybrid, OffloadPlaceholders: v.place}
+				if v.legacy {
+					c.Events.ReplayLayout = kvstream.ReplayLegacy
+				}
 			})
 			worker := index.WorkerID{Endpoint: "sim:8000", DPRank: 2}
 			mem := index.NewMemory(index.MemoryConfig{})
@@ -474,6 +492,11 @@ func TestKVEventsRebuildTheEnginesCache(t *testing.T) {
 				}
 				body := map[string]any{"model": model, "max_tokens": 20,
 					"messages": []map[string]any{{"role": "user", "content": fmt.Sprintf("Request %d shares a prefix with request %d. %s", i%4, i%4, strings.Repeat("padding ", 30+i))}}}
+				salt := ""
+				if v.salty && i%2 == 1 {
+					salt = fmt.Sprintf("tenant-%d", i%4)
+					body["cache_salt"] = salt
+				}
 				status, out := post(t, s.url+"/v1/chat/completions", body)
 				if status != http.StatusOK {
 					t.Fatalf("request %d: %d %s", i, status, out)
@@ -488,7 +511,7 @@ func TestKVEventsRebuildTheEnginesCache(t *testing.T) {
 					id, _ := s.filler.token(j)
 					toks = append(toks, id)
 				}
-				all = append(all, sent{tokens: toks, seed: blockhash.Seed(lora, "")})
+				all = append(all, sent{tokens: toks, seed: blockhash.Seed(lora, salt)})
 			}
 			if s.Stats().Engine.EvictedBlocks == 0 {
 				t.Fatalf("no block was evicted; the test needs a smaller cache")
@@ -500,7 +523,7 @@ func TestKVEventsRebuildTheEnginesCache(t *testing.T) {
 				var diffs []string
 				held := 0
 				for i, r := range all {
-					chain := blockhash.SequenceHashes(blockhash.LocalHashes(r.tokens, 16, r.seed), r.seed)
+					chain := blockhash.SequenceHashes(blockhash.LocalHashes(r.tokens, 16, r.seed))
 					holds := engineHolds(s.Server, chain)
 					want := 0
 					for want < len(holds) && holds[want] {
@@ -531,8 +554,18 @@ func TestKVEventsRebuildTheEnginesCache(t *testing.T) {
 			if len(feed.errs) > 0 || feed.batches == 0 {
 				t.Errorf("%d batches applied, errors %v", feed.batches, feed.errs)
 			}
-			if st := feed.w.Stats(); st.Rejected != (ingest.Stats{}).Rejected {
-				t.Errorf("ingest rejected events: %+v", st)
+			st := feed.w.Stats()
+			expected := map[ingest.RejectReason]bool{}
+			if v.hybrid {
+				expected[ingest.RejectNonMainGroup] = true
+			}
+			if v.place {
+				expected[ingest.RejectOffloadPlaceholder] = true
+			}
+			for r, n := range st.Rejected {
+				if (n > 0) != expected[ingest.RejectReason(r)] {
+					t.Errorf("ingest rejected %d events as %s: %+v", n, ingest.RejectReason(r), st)
+				}
 			}
 			if ss := s.Stats(); ss.EventFailures != 0 || ss.EventBatches == 0 {
 				t.Errorf("publisher: %d batches, %d failures", ss.EventBatches, ss.EventFailures)
@@ -555,9 +588,9 @@ func TestMetricsExposeVLLMNames(t *testing.T) {
 	model := `model_name="` + testModel + `"`
 	for _, series := range []string{
 		"vllm:num_requests_running{", "vllm:num_requests_waiting{", "vllm:kv_cache_usage_perc{",
-		"vllm:gpu_cache_usage_perc{", "vllm:prefix_cache_queries_total{", "vllm:prefix_cache_hits_total{",
+		"vllm:prefix_cache_queries_total{", "vllm:prefix_cache_hits_total{",
 		"vllm:time_to_first_token_seconds_bucket{", "vllm:inter_token_latency_seconds_bucket{",
-		"vllm:time_per_output_token_seconds_bucket{", "vllm:e2e_request_latency_seconds_bucket{",
+		"vllm:e2e_request_latency_seconds_bucket{",
 	} {
 		found := false
 		for _, line := range strings.Split(string(text), "\n") {
@@ -894,5 +927,27 @@ func TestParseRoleAndEncoding(t *testing.T) {
 	}
 	if _, err := ParseEncoding("json"); err == nil {
 		t.Error("ParseEncoding accepted json")
+	}
+}
+
+// Current vLLM names only by default; the removed and deprecated ones
+// with LegacyMetricNames.
+func TestMetricNamesFollowTheRelease(t *testing.T) {
+	for _, legacy := range []bool{false, true} {
+		s := startServer(t, func(c *ServerConfig) { c.LegacyMetricNames = legacy })
+		resp, err := http.Get(s.url + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		page, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		for name, wantLegacy := range map[string]bool{
+			"vllm:kv_cache_usage_perc": false, "vllm:inter_token_latency_seconds": false,
+			"vllm:gpu_cache_usage_perc": true, "vllm:time_per_output_token_seconds": true,
+		} {
+			if got := strings.Contains(string(page), "# TYPE "+name+" "); got != (!wantLegacy || legacy) {
+				t.Errorf("legacy=%v: %s exported %v", legacy, name, got)
+			}
+		}
 	}
 }

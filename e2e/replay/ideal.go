@@ -18,7 +18,7 @@ func IdealHitRatio(reqs []TraceRequest, blockSize int) float64 {
 	var toks []uint32
 	for _, r := range reqs {
 		toks = Tokens(toks, r)
-		chain := blockhash.SequenceHashes(blockhash.LocalHashes(toks, blockSize, seed), seed)
+		chain := blockhash.SequenceHashes(blockhash.LocalHashes(toks, blockSize, seed))
 		limit := (len(toks) - 1) / blockSize
 		hit := 0
 		for hit < limit {

@@ -192,7 +192,7 @@ func (s *simulation) route(i int, toks []uint32, at time.Duration) error {
 	bs := s.opt.BlockSize
 	var chain []uint64
 	if s.policy == PolicyApproxPrefix || s.idx != nil {
-		chain = blockhash.SequenceHashes(blockhash.LocalHashes(toks, bs, s.seed), s.seed)
+		chain = blockhash.SequenceHashes(blockhash.LocalHashes(toks, bs, s.seed))
 	}
 	expected := min(max(1, r.OutputLength), picker.MaxOutputTokens)
 	var w int

@@ -49,7 +49,10 @@ func Static(engines []config.Engine) (*StaticSource, error) {
 				return nil, fmt.Errorf("discovery: %s: duplicate worker %s", p, w.ID)
 			}
 			seen[w.ID] = true
-			if e.Events != "" {
+			w.Topic = e.Topic
+			if e.Events == config.EventsBindMode {
+				w.Events = e.Events // the engine dials the indexer; nothing to offset
+			} else if e.Events != "" {
 				if w.Events, _, err = config.ZMQEndpoint(e.Events, r); err != nil {
 					return nil, fmt.Errorf("discovery: %s.events: %w", p, err)
 				}

@@ -23,6 +23,9 @@ type Worker struct {
 	// Events and Replay are the rank's ZMQ KV-event PUB and replay ROUTER
 	// endpoints (tcp://host:port); "" = none.
 	Events, Replay string
+	// Topic is the engine's KV-event topic; in bind mode (Events "bind")
+	// it is what tells its batches apart on the indexer's bound socket.
+	Topic string
 }
 
 // Source produces the current worker set.

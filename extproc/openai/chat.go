@@ -30,6 +30,8 @@ type ChatRequest struct {
 	// given and not null (an empty string counts, as in vLLM).
 	ChatTemplate    string
 	HasChatTemplate bool
+	// CacheSalt is the request's cache_salt; "" when absent.
+	CacheSalt string
 }
 
 // RequestTemplate names the field through which the request brings its own
@@ -180,6 +182,8 @@ func parseChat(body []byte, lim Limits) (*ChatRequest, *Error) {
 			if tmpl, err = optionalStringPtr(s); tmpl != nil {
 				r.ChatTemplate, r.HasChatTemplate = *tmpl, true
 			}
+		case "cache_salt":
+			r.CacheSalt, err = cacheSalt(s)
 		default:
 			err = s.skip()
 		}

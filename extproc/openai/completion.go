@@ -12,6 +12,8 @@ type CompletionRequest struct {
 	// Prompts holds one entry per prompt: the body's prompt may be a string,
 	// a list of strings, a list of token ids, or a list of token-id lists.
 	Prompts []Prompt
+	// CacheSalt is the request's cache_salt; "" when absent.
+	CacheSalt string
 }
 
 // Prompt is one completions prompt, text or token ids.
@@ -50,6 +52,8 @@ func parseCompletion(body []byte, lim Limits) (*CompletionRequest, *Error) {
 		switch key {
 		case "model":
 			r.Model, err = optionalString(s)
+		case "cache_salt":
+			r.CacheSalt, err = cacheSalt(s)
 		case "stream":
 			r.Stream, err = optionalBool(s, false)
 		case "max_tokens":

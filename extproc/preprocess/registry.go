@@ -162,8 +162,11 @@ type Result struct {
 	MaxTokens    int64 // 0 when the request gave none
 	Prompt       string
 	Tokens       []uint32
+	// CacheSalt is the request's cache_salt ("" when absent); it replaces
+	// the model's namespace in the hash seed (blockhash.RequestNamespace).
+	CacheSalt string
 	// Local and Sequence are the Dynamo block hashes of Tokens' full blocks,
-	// salted with the LoRA name and the model's namespace.
+	// salted with the LoRA name and the namespace.
 	Local, Sequence []uint64
 	// Approximate, when set, says why the request could not be tokenized
 	// exactly; Tokens and the hashes are then empty and the router routes
@@ -187,7 +190,7 @@ func (r *Registry) ChatContext(ctx context.Context, body []byte) (*Result, error
 	if err != nil {
 		return nil, err
 	}
-	res.Stream, res.MaxTokens = req.Stream, req.MaxTokens
+	res.Stream, res.MaxTokens, res.CacheSalt = req.Stream, req.MaxTokens, req.CacheSalt
 	if field := req.RequestTemplate(); field != "" {
 		if !r.trustTemplate {
 			// vLLM refuses it with 400 unless started with
@@ -253,7 +256,7 @@ func (r *Registry) CompletionContext(ctx context.Context, body []byte) (*Result,
 	if err != nil {
 		return nil, err
 	}
-	res.Stream, res.MaxTokens = req.Stream, req.MaxTokens
+	res.Stream, res.MaxTokens, res.CacheSalt = req.Stream, req.MaxTokens, req.CacheSalt
 	if len(req.Prompts) > 0 {
 		p := req.Prompts[0]
 		if p.IsTokens {
@@ -346,7 +349,7 @@ func (r *Registry) stopped(ctx context.Context) error {
 }
 
 func (res *Result) hash() {
-	seed := blockhash.Seed(res.LoRA, res.Model.Namespace)
+	seed := blockhash.Seed(res.LoRA, blockhash.RequestNamespace(res.CacheSalt, res.Model.Namespace))
 	res.Local = blockhash.LocalHashes(res.Tokens, res.Model.BlockSize, seed)
-	res.Sequence = blockhash.SequenceHashes(res.Local, seed)
+	res.Sequence = blockhash.SequenceHashes(res.Local)
 }

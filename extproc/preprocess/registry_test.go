@@ -55,7 +55,7 @@ func TestChatMatchesOracles(t *testing.T) {
 			continue
 		}
 		seed := blockhash.Seed("", res.Model.Namespace)
-		if want := blockhash.SequenceHashes(blockhash.LocalHashes(c.IDs, 16, seed), seed); !slices.Equal(res.Sequence, want) {
+		if want := blockhash.SequenceHashes(blockhash.LocalHashes(c.IDs, 16, seed)); !slices.Equal(res.Sequence, want) {
 			t.Errorf("%s: sequence hashes differ", c.Name)
 		}
 	}
@@ -96,7 +96,7 @@ func TestLoRASaltsHashes(t *testing.T) {
 		t.Fatal("LoRA hashes equal the base model's")
 	}
 	seed := blockhash.Seed("qwen3-sql", "ns-qwen3")
-	if want := blockhash.SequenceHashes(blockhash.LocalHashes(base.Tokens, 16, seed), seed); !slices.Equal(lora.Sequence, want) {
+	if want := blockhash.SequenceHashes(blockhash.LocalHashes(base.Tokens, 16, seed)); !slices.Equal(lora.Sequence, want) {
 		t.Fatal("LoRA hashes not salted with the adapter name and namespace")
 	}
 }
@@ -142,5 +142,39 @@ func TestOversizedPromptIs413(t *testing.T) {
 func TestModelWithoutTokenizerRefused(t *testing.T) {
 	if _, err := New([]config.Model{{Name: "m", BlockSize: 16}}, Options{}); err == nil || !strings.Contains(err.Error(), "tokenizer") {
 		t.Fatalf("got %v", err)
+	}
+}
+
+// A request's cache_salt takes the model namespace's place in the seed, as
+// the engine (vLLM: extra_keys of the first block) and Dynamo
+// (cache_namespace) salt it: salted and unsalted requests never share
+// blocks, and a salted request matches the blocks its engine announced.
+func TestCacheSaltSaltsHashes(t *testing.T) {
+	r := newRegistry(t)
+	content := strings.Repeat("tell me more ", 20)
+	plain, err := r.Chat([]byte(`{"model":"qwen3","messages":[{"role":"user","content":"` + content + `"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	salted, err := r.Chat([]byte(`{"model":"qwen3","cache_salt":"tenant-a","messages":[{"role":"user","content":"` + content + `"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if salted.CacheSalt != "tenant-a" || !slices.Equal(salted.Tokens, plain.Tokens) || len(plain.Sequence) == 0 {
+		t.Fatalf("salted request %+v", salted)
+	}
+	seed := blockhash.Seed("", "tenant-a")
+	if want := blockhash.SequenceHashes(blockhash.LocalHashes(plain.Tokens, 16, seed)); !slices.Equal(salted.Sequence, want) {
+		t.Fatal("cache_salt not used as the namespace")
+	}
+	if salted.Sequence[0] == plain.Sequence[0] {
+		t.Fatal("salted and unsalted requests hash alike")
+	}
+	comp, err := r.Completion([]byte(`{"model":"qwen3","cache_salt":"tenant-a","prompt":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := blockhash.SequenceHashes(blockhash.LocalHashes(comp.Tokens, 16, seed)); !slices.Equal(comp.Sequence, want) {
+		t.Fatal("completion cache_salt not used as the namespace")
 	}
 }

@@ -2,8 +2,18 @@
 // KV router does, so that kvgate's index and Dynamo-compatible engines agree
 // on which prefix a block stands for.
 //
-// Source: ai-dynamo/dynamo lib/kv-router/src/protocols.rs and
-// lib/kv-hashing/src/salt.rs (see ../shared/notes/wire-formats.md §1).
+// Source: ai-dynamo/dynamo at commit 038eab23a6b6e9b6391de6640f4f69d4c2726681:
+// lib/kv-router/src/protocols.rs (compute_block_hash_for_seq hashes each
+// block under block_hash_seed = dynamo_kv_hashing::compute_salt_hash(
+// cache_namespace, lora_name); compute_seq_hash_for_block chains with
+// compute_next_seq_hash, which delegates to
+// dynamo_tokens::compute_next_sequence_hash and takes no seed), and
+// lib/kv-hashing/src/salt.rs (compute_salt_hash: CHAIN_XXH3_SEED 1337,
+// wrapping_add XXH3(lora, 0), then XXH3(salt, 1)). The chain step hashes
+// le64(parent) ‖ le64(block) at the fixed CHAIN_XXH3_SEED (1337,
+// lib/tokens/src/lib.rs): a salt changes the first block's hash and so,
+// through the parent, every sequence hash after it, but never the chain
+// seed.
 package blockhash
 
 import (
@@ -20,14 +30,35 @@ const BaseSeed uint64 = 1337
 // Empty strings leave the seed unchanged; additions wrap as in Rust's
 // wrapping_add.
 func Seed(lora, namespace string) uint64 {
-	seed := BaseSeed
-	if lora != "" {
-		seed += xxh3.HashStringSeed(lora, 0)
+	return BaseSeed + LoRASalt(lora) + NamespaceSalt(namespace)
+}
+
+// LoRASalt is the LoRA adapter's share of the seed (0 for none).
+func LoRASalt(lora string) uint64 {
+	if lora == "" {
+		return 0
 	}
-	if namespace != "" {
-		seed += xxh3.HashStringSeed(namespace, 1)
+	return xxh3.HashStringSeed(lora, 0)
+}
+
+// NamespaceSalt is the cache namespace's share of the seed (0 for none):
+// Seed(lora, ns) == BaseSeed + LoRASalt(lora) + NamespaceSalt(ns).
+func NamespaceSalt(namespace string) uint64 {
+	if namespace == "" {
+		return 0
 	}
-	return seed
+	return xxh3.HashStringSeed(namespace, 1)
+}
+
+// RequestNamespace is the namespace a request's blocks are hashed under:
+// its cache_salt when it sends one, as Dynamo maps a request's cache_salt to
+// cache_namespace (the engine salts those blocks with it and announces it
+// in its events), else the model's configured namespace.
+func RequestNamespace(cacheSalt, configured string) string {
+	if cacheSalt != "" {
+		return cacheSalt
+	}
+	return configured
 }
 
 // LocalHashes hashes each complete block of tokens (u32 little-endian,
@@ -51,31 +82,34 @@ func LocalHashes(tokens []uint32, blockSize int, seed uint64) []uint64 {
 }
 
 // Chain returns the hash of the sequence ending in a block whose local hash
-// is local, given the sequence hash of its parent.
-func Chain(parent, local uint64, seed uint64) uint64 {
+// is local, given the sequence hash of its parent. The seed is always
+// BaseSeed, whatever salted the local hashes: Dynamo's
+// compute_next_seq_hash(parent, block) has no seed parameter. (Earlier kvgate
+// releases chained under the salted seed; see README "Upgrading".)
+func Chain(parent, local uint64) uint64 {
 	var buf [16]byte
 	binary.LittleEndian.PutUint64(buf[0:8], parent)
 	binary.LittleEndian.PutUint64(buf[8:16], local)
-	return xxh3.HashSeed(buf[:], seed)
+	return xxh3.HashSeed(buf[:], BaseSeed)
 }
 
 // SequenceHashes chains local hashes into prefix identities: seq[0] =
-// local[0] and seq[i] = XXH3(le64(seq[i-1]) ‖ le64(local[i])).
-func SequenceHashes(local []uint64, seed uint64) []uint64 {
-	return ContinueSequence(nil, local, seed)
+// local[0] and seq[i] = XXH3(le64(seq[i-1]) ‖ le64(local[i]), BaseSeed).
+func SequenceHashes(local []uint64) []uint64 {
+	return ContinueSequence(nil, local)
 }
 
 // ContinueSequence chains local hashes onto an existing parent sequence
 // hash (nil = the chain starts here). It is how an engine event that names
 // a parent block extends a known prefix.
-func ContinueSequence(parent *uint64, local []uint64, seed uint64) []uint64 {
+func ContinueSequence(parent *uint64, local []uint64) []uint64 {
 	out := make([]uint64, len(local))
 	for i, l := range local {
 		switch {
 		case i > 0:
-			out[i] = Chain(out[i-1], l, seed)
+			out[i] = Chain(out[i-1], l)
 		case parent != nil:
-			out[i] = Chain(*parent, l, seed)
+			out[i] = Chain(*parent, l)
 		default:
 			out[i] = l
 		}
@@ -106,7 +140,6 @@ func Compute(r Request) (Result, error) {
 	if r.BlockSize <= 0 || r.BlockSize > MaxBlockSize {
 		return Result{}, fmt.Errorf("block_size must be in 1..%d, got %d", MaxBlockSize, r.BlockSize)
 	}
-	seed := Seed(r.LoRA, r.Namespace)
-	local := LocalHashes(r.Tokens, r.BlockSize, seed)
-	return Result{Local: local, Sequence: SequenceHashes(local, seed)}, nil
+	local := LocalHashes(r.Tokens, r.BlockSize, Seed(r.LoRA, r.Namespace))
+	return Result{Local: local, Sequence: SequenceHashes(local)}, nil
 }

@@ -31,9 +31,9 @@ func TestContinueSequenceMatchesFullChain(t *testing.T) {
 	}
 	seed := Seed("adapter", "tenant-a")
 	local := LocalHashes(tokens, 8, seed)
-	full := SequenceHashes(local, seed)
-	head := SequenceHashes(local[:3], seed)
-	tail := ContinueSequence(&head[2], local[3:], seed)
+	full := SequenceHashes(local)
+	head := SequenceHashes(local[:3])
+	tail := ContinueSequence(&head[2], local[3:])
 	for i, h := range tail {
 		if full[3+i] != h {
 			t.Fatalf("block %d: continued %d != full %d", 3+i, h, full[3+i])
@@ -59,5 +59,26 @@ func TestComputeRejectsBadBlockSize(t *testing.T) {
 		if _, err := Compute(Request{Tokens: []uint32{1}, BlockSize: bs}); err == nil {
 			t.Fatalf("block_size %d accepted", bs)
 		}
+	}
+}
+
+// Dynamo chains every block at CHAIN_XXH3_SEED whatever the salt
+// (compute_next_seq_hash takes no seed): a salted chain's second hash is
+// XXH3(le64(seq0) ‖ le64(local1), 1337), not under the salted seed.
+func TestSaltedChainUsesBaseSeed(t *testing.T) {
+	seed := Seed("sql-lora", "tenant-a")
+	local := LocalHashes([]uint32{1, 2, 3, 4, 5, 6, 7, 8}, 4, seed)
+	seq := SequenceHashes(local)
+	var buf [16]byte
+	for i, v := range []uint64{local[0], local[1]} {
+		for b := 0; b < 8; b++ {
+			buf[8*i+b] = byte(v >> (8 * b))
+		}
+	}
+	if want := xxh3.HashSeed(buf[:], BaseSeed); seq[1] != want {
+		t.Fatalf("seq[1] = %d, want XXH3(parent‖local, 1337) = %d", seq[1], want)
+	}
+	if salted := xxh3.HashSeed(buf[:], seed); seq[1] == salted {
+		t.Fatal("chain step used the salted seed")
 	}
 }

@@ -139,3 +139,12 @@ func validWorker(w WorkerID) error {
 	}
 	return nil
 }
+
+// Generationer is implemented by backends whose data can vanish outside
+// kvgate's control (Redis: FLUSHALL, a restart without persistence). The
+// token changes when that happened; writers must then rebuild their
+// entries. The in-memory backend lives and dies with its process and has
+// no generation.
+type Generationer interface {
+	Generation(ctx context.Context) (string, error)
+}

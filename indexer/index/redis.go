@@ -63,6 +63,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
@@ -144,9 +145,13 @@ type Redis struct {
 	wg     sync.WaitGroup
 
 	counters redisCounters
+
+	genMu sync.Mutex
+	gen   string // last Generation seen; "" before the first call
 }
 
 var _ Index = (*Redis)(nil)
+var _ Generationer = (*Redis)(nil)
 
 // redisWriter is a worker this instance writes for: its registry number
 // and the epoch its stores carry.
@@ -172,6 +177,7 @@ type RedisCounters struct {
 	WorkersRemovedElsewhere int64 // workers removed by another instance, noticed by heartbeat
 	StoreRoundTrips         int64
 	RemoveRoundTrips        int64
+	Wipes                   int64 // generation changes seen: the index lost its data
 }
 
 type redisCounters struct {
@@ -181,6 +187,7 @@ type redisCounters struct {
 	heartbeats, heartbeatErrs                    atomic.Int64
 	workersRevived, workersRemovedElsewhere      atomic.Int64
 	storeRoundTrips, removeRoundTrips            atomic.Int64
+	wipes                                        atomic.Int64
 }
 
 // Counters returns a snapshot of the cumulative counters, for metrics.
@@ -202,6 +209,7 @@ func (r *Redis) Counters() RedisCounters {
 		WorkersRemovedElsewhere: c.workersRemovedElsewhere.Load(),
 		StoreRoundTrips:         c.storeRoundTrips.Load(),
 		RemoveRoundTrips:        c.removeRoundTrips.Load(),
+		Wipes:                   c.wipes.Load(),
 	}
 }
 
@@ -262,6 +270,51 @@ func NewRedis(ctx context.Context, cfg RedisConfig) (*Redis, error) {
 	go r.heartbeatLoop()
 	go r.pruneLoop()
 	return r, nil
+}
+
+// redisNumberBase picks where a fresh registry's worker numbers start: a
+// random multiple of 2^20 below 2^40, so two registries' ranges overlap
+// with probability about 2^-20 (numbers stay short in field names).
+func redisNumberBase() int64 {
+	return rand.Int64N(1<<20) << 20
+}
+
+// Generation identifies the current contents of the Redis index. It is a
+// random token kept at <prefix>gen; when the key is missing the data was
+// lost outside kvgate (FLUSHALL, a restart without persistence, an
+// eviction), a new token is written and returned. A caller that sees the
+// token change must rebuild what it wrote (the indexer resyncs every worker
+// from its engine's replay buffer). Any change also drops this instance's
+// cached worker numbers, which may now belong to nobody.
+func (r *Redis) Generation(ctx context.Context) (string, error) {
+	key := r.prefix + "gen"
+	tok, err := r.client.Get(ctx, key).Result()
+	if errors.Is(err, redis.Nil) {
+		// Another instance may write its token first; everyone then reads
+		// the same one.
+		if err := r.client.SetNX(ctx, key, strconv.FormatUint(rand.Uint64(), 36), 0).Err(); err != nil {
+			r.noteErr(err)
+			return "", fmt.Errorf("redis index: generation: %w", err)
+		}
+		tok, err = r.client.Get(ctx, key).Result()
+	}
+	if err != nil {
+		r.noteErr(err)
+		return "", fmt.Errorf("redis index: generation: %w", err)
+	}
+	r.genMu.Lock()
+	changed := r.gen != "" && r.gen != tok
+	r.gen = tok
+	r.genMu.Unlock()
+	if changed {
+		r.writersMu.Lock()
+		clear(r.writers)
+		r.writersMu.Unlock()
+		r.regDirty.Add(1)
+		r.counters.wipes.Add(1)
+		slog.Warn("redis index: the index's data was lost (generation key gone); writers re-register", "prefix", r.prefix)
+	}
+	return tok, nil
 }
 
 // Close stops the heartbeat and pruner. It does not close the client.
@@ -333,8 +386,15 @@ func (r *Redis) noteErr(err error) {
 // redisRegisterScript returns {num, epoch} for ARGV[1], registering it when
 // unknown. ARGV[2]=now ms, ARGV[3]=alive-until ms, ARGV[4]="1" to bump the
 // epoch (Clear). A known worker whose alive-until passed is bumped too.
+// ARGV[5] is where numbering starts in a registry that has none yet: a
+// random base, so that after the registry is lost (FLUSHALL, a restart
+// without persistence) new numbers never reuse the ones an instance may
+// still hold in its cache until it notices the wipe (Generation).
 var redisRegisterScript = redis.NewScript(`
 local reg = KEYS[1]
+if redis.call('HEXISTS', reg, 'next') == 0 then
+  redis.call('HSET', reg, 'next', ARGV[5])
+end
 local n = redis.call('HGET', reg, 'id:' .. ARGV[1])
 local bump = ARGV[4] == '1'
 if not n then
@@ -428,7 +488,7 @@ func (r *Redis) register(ctx context.Context, w WorkerID, clear bool) (num, epoc
 		bump = "1"
 	}
 	res, err := redisRegisterScript.Run(ctx, r.client, []string{r.registryKey},
-		w.String(), now.UnixMilli(), now.Add(r.workerTTL).UnixMilli(), bump).Int64Slice()
+		w.String(), now.UnixMilli(), now.Add(r.workerTTL).UnixMilli(), bump, redisNumberBase()).Int64Slice()
 	if err != nil {
 		r.noteErr(err)
 		return 0, 0, fmt.Errorf("register worker %s: %w", w, err)

@@ -353,14 +353,17 @@ func TestRedisPrunesStaleFields(t *testing.T) {
 			must(t, c.HSet(tctx, r.blockKey(41), "junk", "x", "1:9", "0", "7:0", "notanumber").Err())
 			// A worker number from the future (another replica registered it
 			// after this one's snapshot) must be left alone.
-			must(t, c.HSet(tctx, r.blockKey(41), "999999:0", "0").Err())
+			next, err := c.HGet(tctx, prefix+"workers", "next").Int64()
+			must(t, err)
+			future := strconv.FormatInt(next+1000, 10) + ":0"
+			must(t, c.HSet(tctx, r.blockKey(41), future, "0").Err())
 			expectMatch(t, r, chain, Match{})
 			waitFor(t, "stale fields pruned", func() bool {
 				n, err := c.HLen(tctx, r.blockKey(41)).Result()
 				must(t, err)
 				return n == 1
 			})
-			if !c.HExists(tctx, r.blockKey(41), "999999:0").Val() {
+			if !c.HExists(tctx, r.blockKey(41), future).Val() {
 				t.Fatal("pruned the field of a worker number newer than the snapshot")
 			}
 			// Match stopped at block 41, so 42 and 43 keep their stale fields
@@ -692,4 +695,43 @@ func TestRedisConcurrentWritersAndMatches(t *testing.T) {
 		want[worker(w)] = d
 	}
 	expectMatch(t, r, chain, want)
+}
+
+// When the index's data vanishes (FLUSHALL, a restart without
+// persistence; here: this test's keys deleted), Generation changes, and
+// the instance's cached worker numbers are dropped: a worker registered
+// after the wipe never inherits an old number.
+func TestRedisGenerationChangesWhenDataIsLost(t *testing.T) {
+	for _, tg := range redisTargets(t) {
+		t.Run(tg.name, func(t *testing.T) {
+			prefix := uniquePrefix(t)
+			r := newTestRedis(t, tg.client(), RedisConfig{Prefix: prefix})
+			c := tg.client()
+			g1, err := r.Generation(tctx)
+			must(t, err)
+			if g, err := r.Generation(tctx); err != nil || g != g1 {
+				t.Fatalf("generation moved without a wipe: %q -> %q (%v)", g1, g, err)
+			}
+			must(t, r.Store(tctx, worker(1), TierDevice, []uint64{7}))
+			oldNum := r.writers[worker(1)].num
+			for _, k := range []string{prefix + "gen", prefix + "workers", r.blockKey(7)} {
+				must(t, c.Del(tctx, k).Err())
+			}
+			g2, err := r.Generation(tctx)
+			must(t, err)
+			if g2 == g1 || r.Counters().Wipes != 1 {
+				t.Fatalf("generation %q -> %q, wipes %d: want a new token and one wipe", g1, g2, r.Counters().Wipes)
+			}
+			if len(r.writers) != 0 {
+				t.Fatalf("cached writers survived the wipe: %v", r.writers)
+			}
+			must(t, r.Store(tctx, worker(2), TierDevice, []uint64{8}))
+			must(t, r.Store(tctx, worker(1), TierDevice, []uint64{7}))
+			if n1, n2 := r.writers[worker(1)].num, r.writers[worker(2)].num; n2 == oldNum || n1 == n2 {
+				t.Fatalf("numbers after the wipe: worker1 %d, worker2 %d, worker1 before %d", n1, n2, oldNum)
+			}
+			expectMatch(t, r, []uint64{7}, Match{worker(1): {1, 1, 1, 1}})
+			expectMatch(t, r, []uint64{8}, Match{worker(2): {1, 1, 1, 1}})
+		})
+	}
 }

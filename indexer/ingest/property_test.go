@@ -11,8 +11,9 @@ import (
 // A random stream of stores (with and without known parents, repeated and
 // conflicting engine ids, several tiers), removals and clears is applied
 // to a Worker and to a plain model of "which engine id holds which prefix
-// on which tier". The index must then hold exactly the model's (sequence,
-// tier) pairs.
+// on which tier, announced how many times" (vLLM's consumers must
+// reference-count: a hash stored twice leaves with its second removal).
+// The index must then hold exactly the model's (sequence, tier) pairs.
 func TestRandomStreamMatchesModel(t *testing.T) {
 	media := []string{"GPU", "CPU", "DISK", "SHARED"}
 	var total Stats
@@ -26,7 +27,11 @@ func TestRandomStreamMatchesModel(t *testing.T) {
 			eng  uint64
 			tier index.Tier
 		}
-		held := map[key]uint64{}        // model: (engine id, tier) -> sequence hash
+		type holding struct {
+			seq uint64
+			n   int // live announcements
+		}
+		held := map[key]holding{}       // model: (engine id, tier) -> sequence hash, count
 		identity := map[uint64]uint64{} // model: engine id -> sequence hash (any tier)
 		// Prefixes are token ranges; the sequence hash of the block that
 		// ends prefix p of stream s is chainOf(...)[p-1].
@@ -38,7 +43,9 @@ func TestRandomStreamMatchesModel(t *testing.T) {
 		}
 		// Two ids per block; streams 0 and 2 share ids, so an id is sometimes
 		// re-stored for another prefix (a conflict).
-		engID := func(s, blk int) uint64 { return uint64(s%2*100 + blk + rng.IntN(2)*1000) }
+		// Ids start at 1: an unknown parent 0 means "no parent"
+		// (llm-d-inference-sim's array encoding).
+		engID := func(s, blk int) uint64 { return uint64(1 + s%2*100 + blk + rng.IntN(2)*1000) }
 
 		for step := 0; step < 300; step++ {
 			switch op := rng.IntN(10); {
@@ -82,7 +89,9 @@ func TestRandomStreamMatchesModel(t *testing.T) {
 						}
 					}
 					identity[h] = seq
-					held[key{h, tier}] = seq
+					hd := held[key{h, tier}]
+					hd.seq, hd.n = seq, hd.n+1
+					held[key{h, tier}] = hd
 				}
 			case op < 9: // remove some engine ids from a tier
 				tier := index.Tier(rng.IntN(len(media)))
@@ -92,6 +101,11 @@ func TestRandomStreamMatchesModel(t *testing.T) {
 				}
 				apply(t, wk, batch(remove(media[tier], hashes...)))
 				for _, h := range hashes {
+					if hd, ok := held[key{h, tier}]; ok && hd.n > 1 {
+						hd.n--
+						held[key{h, tier}] = hd
+						continue
+					}
 					delete(held, key{h, tier})
 					still := false
 					for k := range held {
@@ -117,8 +131,8 @@ func TestRandomStreamMatchesModel(t *testing.T) {
 		total.ClearedEvents += s.ClearedEvents
 
 		want := map[uint64]uint8{} // sequence hash -> tier mask
-		for k, seq := range held {
-			want[seq] |= 1 << k.tier
+		for k, hd := range held {
+			want[hd.seq] |= 1 << k.tier
 		}
 		entries := 0
 		for _, m := range want {

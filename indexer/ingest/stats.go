@@ -23,8 +23,35 @@ const (
 	// RejectTierNotAllowed: the event's medium maps to a tier outside
 	// Config.Tiers (a kvagent stream announcing GPU blocks).
 	RejectTierNotAllowed
+	// RejectOffloadPlaceholder: a BlockStored with hashes but no token_ids
+	// (vLLM's OffloadingConnector without self_describing_kv_events writes
+	// block_size 0, token_ids []): its blocks cannot be hashed.
+	RejectOffloadPlaceholder
+	// RejectNonMainGroup: the event belongs to a KV-cache group other than
+	// the main attention group of a hybrid model (sliding window, mamba…).
+	RejectNonMainGroup
+	// RejectNonLocal: locality is REMOTE (or unknown): the blocks are not
+	// the publishing worker's.
+	RejectNonLocal
+	// RejectMalformedEvent: the event is well-formed msgpack but a field
+	// has the wrong type or breaks a limit (kvevents Event.Err).
+	RejectMalformedEvent
+	// RejectUnknownEventType: an event type kvgate does not know.
+	RejectUnknownEventType
 	NumRejectReasons
 )
+
+// surprising reports reasons that mean kvgate and the engine disagree on
+// the protocol or the configuration (logged at Warn, rate-limited), as
+// opposed to expected ones (placeholders, other groups, remote blocks).
+func (r RejectReason) surprising() bool {
+	switch r {
+	case RejectBlockSize, RejectTokenCount, RejectUnknownMedium, RejectLoRAWithoutName,
+		RejectCapacity, RejectMalformedEvent, RejectUnknownEventType:
+		return true
+	}
+	return false
+}
 
 func (r RejectReason) String() string {
 	switch r {
@@ -42,6 +69,16 @@ func (r RejectReason) String() string {
 		return "capacity"
 	case RejectTierNotAllowed:
 		return "tier_not_allowed"
+	case RejectOffloadPlaceholder:
+		return "offload_placeholder"
+	case RejectNonMainGroup:
+		return "non_main_group"
+	case RejectNonLocal:
+		return "non_local"
+	case RejectMalformedEvent:
+		return "malformed_event"
+	case RejectUnknownEventType:
+		return "unknown_event_type"
 	}
 	return "unknown"
 }
@@ -56,6 +93,7 @@ type Stats struct {
 	BlocksRemoved    uint64 // (engine block, tier) pairs dropped by BlockRemoved
 	RemovedUnknown   uint64 // BlockRemoved hashes not known on that tier (counted, not an error)
 	HashConflicts    uint64 // engine hash re-stored with a different sequence hash
+	RefSaturated     uint64 // announcements not counted: 65,535 already live for one (hash, tier)
 	Rejected         [NumRejectReasons]uint64
 	Resets           uint64 // Reset calls that succeeded
 	EngineHashes     int64  // gauge: engine hashes currently tracked

@@ -13,6 +13,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -29,8 +31,10 @@ const DefaultMaxBlocks = 1 << 22
 type Config struct {
 	// BlockSize is the engine's KV block size in tokens (vLLM --block-size).
 	BlockSize int
-	// Namespace is the cache namespace mixed into the hash seed (Dynamo's
-	// cache_salt); "" for none. Requests must be hashed with the same one.
+	// Namespace is the cache namespace mixed into the hash seed of events
+	// that carry no salt of their own (Dynamo's cache_namespace); "" for
+	// none. Requests without a cache_salt are hashed with the same one; an
+	// event's cache_salt (and a request's) takes its place.
 	Namespace string
 	// MaxBlocks bounds the engine hashes tracked for this worker; 0 means
 	// DefaultMaxBlocks. The map mirrors the engine's cache, so size it from
@@ -48,10 +52,11 @@ type Config struct {
 	// one stream's gap must not erase what the other announced.
 	ScopedClear bool
 	// ParentSeq, if set, resolves a parent engine hash this Worker does not
-	// know (ok false: unknown). The kvagent stream offloads a block whose
+	// know (ok false: unknown) to its sequence hash and namespace salt
+	// (blockhash.NamespaceSalt). The kvagent stream offloads a block whose
 	// parent is often still on the GPU: only the engine stream knows it.
 	// It must not call back into this Worker.
-	ParentSeq func(engineHash uint64) (seq uint64, ok bool)
+	ParentSeq func(engineHash uint64) (seq, nsSalt uint64, ok bool)
 }
 
 // Validate reports a configuration that would reject every event.
@@ -72,9 +77,23 @@ var ErrNeedsReset = errors.New("ingest: worker state unknown after an index erro
 
 // engineBlock is what kvgate knows about one engine block hash.
 type engineBlock struct {
-	seq   uint64 // Dynamo sequence hash of the block's prefix
-	tiers uint8  // bit t set: held on index.Tier(t)
+	seq uint64 // Dynamo sequence hash of the block's prefix
+	// nsSalt is the namespace share of the seed the block was hashed under
+	// (blockhash.NamespaceSalt): a continuation event without a salt of its
+	// own inherits its parent's (vLLM puts cache_salt on the first block
+	// only, kv_cache_utils.generate_block_hash_extra_keys).
+	nsSalt uint64
+	// refs counts, per tier, the announcements of this engine hash not yet
+	// withdrawn. vLLM keeps several physical blocks under one hash
+	// (BlockHashToBlockMap, no dedup) and its offload connector re-announces
+	// hashes shared between chunks, each with its own removal later
+	// ("consumers must reference-count", vllm#43468; llm-d-kv-cache#680,
+	// Dynamo's EventDedupFilter): the block leaves a tier with its last
+	// announcement, not its first removal.
+	refs [index.NumTiers]uint16
 }
+
+func (b engineBlock) held() bool { return b.refs != [index.NumTiers]uint16{} }
 
 // seqRefs counts, per tier, the engine hashes standing for one sequence
 // hash. Distinct engine hashes can share a sequence hash (engine-side
@@ -101,9 +120,16 @@ type Worker struct {
 	broken  error                  // set when the index may disagree with blocks
 	scratch []uint64
 
+	// groupMain remembers, per KV-cache group seen with a
+	// kv_cache_spec_kind, whether it is a main attention group, for the
+	// removals that carry only group_idx (vLLM PR #40984). Bounded by
+	// maxGroups.
+	groupMain map[int]bool
+
 	batches, storedEv, removedEv, clearedEv atomic.Uint64
 	blocksStored, blocksRemoved             atomic.Uint64
 	removedUnknown, conflicts, resets       atomic.Uint64
+	refSaturated                            atomic.Uint64
 	rejected                                [NumRejectReasons]atomic.Uint64
 	engineHashes, seqEntries                atomic.Int64
 	brokenReason                            atomic.Pointer[string]
@@ -117,13 +143,18 @@ func NewWorker(w index.WorkerID, idx index.Index, cfg Config) *Worker {
 	}
 	cfg.MaxBlocks = min(cfg.MaxBlocks, maxMaxBlocks)
 	return &Worker{
-		id:     w,
-		idx:    idx,
-		cfg:    cfg,
-		blocks: make(map[uint64]engineBlock),
-		refs:   make(map[uint64]seqRefs),
+		id:        w,
+		idx:       idx,
+		cfg:       cfg,
+		blocks:    make(map[uint64]engineBlock),
+		refs:      make(map[uint64]seqRefs),
+		groupMain: make(map[int]bool),
 	}
 }
+
+// maxGroups bounds the KV-cache groups a Worker remembers: real hybrid
+// models have a handful.
+const maxGroups = 256
 
 // ID returns the worker this Worker writes for.
 func (w *Worker) ID() index.WorkerID { return w.id }
@@ -147,6 +178,14 @@ func (w *Worker) Apply(ctx context.Context, b kvevents.Batch) error {
 	for i := range b.Events {
 		ev := &b.Events[i]
 		var err error
+		if ev.Err != nil {
+			r := RejectMalformedEvent
+			if errors.Is(ev.Err, kvevents.ErrUnknownEventType) {
+				r = RejectUnknownEventType
+			}
+			w.reject(r, ev, ev.Err.Error())
+			continue
+		}
 		switch ev.Kind {
 		case kvevents.BlockStored:
 			err = w.stored(ctx, ev)
@@ -237,13 +276,14 @@ func (w *Worker) removeOwn(ctx context.Context) error {
 	return nil
 }
 
-// SeqOf returns the sequence hash of an engine block hash this Worker
-// holds on some tier (the other stream's Config.ParentSeq).
-func (w *Worker) SeqOf(engineHash uint64) (uint64, bool) {
+// SeqOf returns the sequence hash and namespace salt of an engine block
+// hash this Worker holds on some tier (the other stream's
+// Config.ParentSeq).
+func (w *Worker) SeqOf(engineHash uint64) (seq, nsSalt uint64, ok bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	b, ok := w.blocks[engineHash]
-	return b.seq, ok
+	return b.seq, b.nsSalt, ok
 }
 
 func (w *Worker) allowed(t index.Tier) bool {
@@ -251,11 +291,81 @@ func (w *Worker) allowed(t index.Tier) bool {
 }
 
 func (w *Worker) reject(r RejectReason, ev *kvevents.Event, detail string) {
-	w.rejected[r].Add(1)
-	slog.Debug("kv event rejected", "worker", w.id.String(), "kind", ev.Kind.String(), "reason", r.String(), "detail", detail)
+	n := w.rejected[r].Add(1)
+	// The 1st, 2nd, 4th, 8th… of each reason at Warn for the reasons that
+	// mean the fleet and kvgate disagree; the rest at Debug.
+	level := slog.LevelDebug
+	if r.surprising() && n&(n-1) == 0 {
+		level = slog.LevelWarn
+	}
+	slog.Log(context.Background(), level, "kv event rejected", "worker", w.id.String(), "kind", ev.Kind.String(), "reason", r.String(), "detail", detail, "count", n)
+}
+
+// mainGroup reports whether ev belongs to a KV-cache group kvgate indexes:
+// for hybrid models (vLLM PR #37688) every group publishes the same engine
+// hashes, and Dynamo indexes only the main attention group, identified by
+// kv_cache_spec_kind, else group 0 (ai-dynamo/dynamo PR #12189;
+// zmq_wire/filter.rs KvCacheSpecKind::is_main_attention: full_attention,
+// mla_attention, sink_full_attention; an unknown kind is non-main).
+func (w *Worker) mainGroup(ev *kvevents.Event) bool {
+	if ev.SpecKind != "" {
+		main := isMainAttention(ev.SpecKind)
+		if ev.HasGroupIdx {
+			if _, ok := w.groupMain[ev.GroupIdx]; ok || len(w.groupMain) < maxGroups {
+				w.groupMain[ev.GroupIdx] = main
+			}
+		}
+		return main
+	}
+	if !ev.HasGroupIdx {
+		return true // no hybrid metadata: a single-group engine
+	}
+	if main, ok := w.groupMain[ev.GroupIdx]; ok {
+		return main
+	}
+	return ev.GroupIdx == 0
+}
+
+func isMainAttention(kind string) bool {
+	switch kind {
+	case "full_attention", "mla_attention", "sink_full_attention":
+		return true
+	}
+	return false
+}
+
+// local reports whether ev describes blocks held by the publishing worker:
+// absent or LOCAL. REMOTE and values kvgate does not know fail closed, as
+// Dynamo's convert_event does (zmq_wire/convert.rs: no shared-index
+// consumer exists yet).
+func local(ev *kvevents.Event) bool {
+	return ev.Locality == "" || strings.EqualFold(ev.Locality, "LOCAL")
+}
+
+// screen applies the rules common to stores and removals; false: rejected.
+func (w *Worker) screen(ev *kvevents.Event) bool {
+	if !local(ev) {
+		w.reject(RejectNonLocal, ev, fmt.Sprintf("locality %q", ev.Locality))
+		return false
+	}
+	if !w.mainGroup(ev) {
+		w.reject(RejectNonMainGroup, ev, fmt.Sprintf("group_idx %d, kv_cache_spec_kind %q", ev.GroupIdx, ev.SpecKind))
+		return false
+	}
+	return true
 }
 
 func (w *Worker) stored(ctx context.Context, ev *kvevents.Event) error {
+	// vLLM's OffloadingConnector announces CPU/STORAGE copies as
+	// placeholders without tokens (block_size 0) unless
+	// self_describing_kv_events is on (vllm#43468): nothing to hash.
+	if len(ev.TokenIDs) == 0 {
+		w.reject(RejectOffloadPlaceholder, ev, fmt.Sprintf("medium %q, block_size %d, %d hashes, no token_ids", ev.Medium, ev.BlockSize, len(ev.BlockHashes)))
+		return nil
+	}
+	if !w.screen(ev) {
+		return nil
+	}
 	if ev.BlockSize != w.cfg.BlockSize {
 		w.reject(RejectBlockSize, ev, fmt.Sprintf("event block size %d, configured %d", ev.BlockSize, w.cfg.BlockSize))
 		return nil
@@ -279,16 +389,28 @@ func (w *Worker) stored(ctx context.Context, ev *kvevents.Event) error {
 		return nil
 	}
 	var parent *uint64
+	nsSalt := blockhash.NamespaceSalt(w.cfg.Namespace)
 	if ev.HasParent {
 		p, ok := w.blocks[ev.ParentHash]
 		if !ok && w.cfg.ParentSeq != nil {
-			p.seq, ok = w.cfg.ParentSeq(ev.ParentHash)
+			p.seq, p.nsSalt, ok = w.cfg.ParentSeq(ev.ParentHash)
 		}
-		if !ok {
+		switch {
+		case ok:
+			parent = &p.seq
+			nsSalt = p.nsSalt
+		case ev.ParentHash == 0:
+			// llm-d-inference-sim writes 0 for "no parent" in the array
+			// encoding (always 0 before llm-d/llm-d-inference-sim#570);
+			// vLLM writes None. A real engine hash of 0 would be found
+			// above, so only an unknown 0 starts a sequence.
+		default:
 			w.reject(RejectUnknownParent, ev, fmt.Sprintf("parent %#x", ev.ParentHash))
 			return nil
 		}
-		parent = &p.seq
+	}
+	if ev.CacheSalt != "" {
+		nsSalt = blockhash.NamespaceSalt(ev.CacheSalt)
 	}
 	newHashes := 0
 	for _, h := range ev.BlockHashes {
@@ -301,9 +423,8 @@ func (w *Worker) stored(ctx context.Context, ev *kvevents.Event) error {
 		return nil
 	}
 
-	seed := blockhash.Seed(ev.LoRAName, w.cfg.Namespace)
-	seqs := blockhash.ContinueSequence(parent, blockhash.LocalHashes(ev.TokenIDs, ev.BlockSize, seed), seed)
-	bit := uint8(1) << tier
+	seed := blockhash.BaseSeed + blockhash.LoRASalt(ev.LoRAName) + nsSalt
+	seqs := blockhash.ContinueSequence(parent, blockhash.LocalHashes(ev.TokenIDs, ev.BlockSize, seed))
 	add := w.scratch[:0]
 	for i, h := range ev.BlockHashes {
 		b, ok := w.blocks[h]
@@ -314,13 +435,20 @@ func (w *Worker) stored(ctx context.Context, ev *kvevents.Event) error {
 			if err := w.dropAll(ctx, h, b); err != nil {
 				return err
 			}
-			b, ok = engineBlock{}, false
+			b = engineBlock{}
 		}
-		if ok && b.tiers&bit != 0 {
-			continue // re-announcement of a block already held there
+		b.seq, b.nsSalt = seqs[i], nsSalt
+		if b.refs[tier] == math.MaxUint16 {
+			// 65,535 live announcements of one hash: count no further (a
+			// removal then leaves the block held, never drops it early).
+			w.refSaturated.Add(1)
+			continue
 		}
-		b.seq, b.tiers = seqs[i], b.tiers|bit
+		b.refs[tier]++
 		w.blocks[h] = b
+		if b.refs[tier] > 1 {
+			continue // another announcement of a block already held there
+		}
 		r := w.refs[b.seq]
 		r[tier]++
 		w.refs[b.seq] = r
@@ -351,16 +479,24 @@ func (w *Worker) removed(ctx context.Context, ev *kvevents.Event) error {
 		w.reject(RejectTierNotAllowed, ev, fmt.Sprintf("medium %q (tier %v)", ev.Medium, tier))
 		return nil
 	}
-	bit := uint8(1) << tier
+	if !w.screen(ev) {
+		return nil
+	}
 	drop := w.scratch[:0]
 	for _, h := range ev.BlockHashes {
 		b, ok := w.blocks[h]
-		if !ok || b.tiers&bit == 0 {
+		if !ok || b.refs[tier] == 0 {
 			w.removedUnknown.Add(1)
 			continue
 		}
-		b.tiers &^= bit
+		if b.refs[tier] == math.MaxUint16 {
+			continue // saturated: held for good (see stored)
+		}
+		b.refs[tier]--
 		w.setOrDelete(h, b)
+		if b.refs[tier] > 0 {
+			continue // still announced by another copy
+		}
 		if w.unref(b.seq, tier) {
 			drop = append(drop, b.seq)
 		}
@@ -381,7 +517,7 @@ func (w *Worker) removed(ctx context.Context, ev *kvevents.Event) error {
 func (w *Worker) dropAll(ctx context.Context, h uint64, b engineBlock) error {
 	delete(w.blocks, h)
 	for t := index.Tier(0); t < index.NumTiers; t++ {
-		if b.tiers&(1<<t) == 0 {
+		if b.refs[t] == 0 {
 			continue
 		}
 		if w.unref(b.seq, t) {
@@ -410,7 +546,7 @@ func (w *Worker) unref(seq uint64, t index.Tier) bool {
 }
 
 func (w *Worker) setOrDelete(h uint64, b engineBlock) {
-	if b.tiers == 0 {
+	if !b.held() {
 		delete(w.blocks, h)
 	} else {
 		w.blocks[h] = b
@@ -433,6 +569,7 @@ func (w *Worker) Stats() Stats {
 		BlocksRemoved:   w.blocksRemoved.Load(),
 		RemovedUnknown:  w.removedUnknown.Load(),
 		HashConflicts:   w.conflicts.Load(),
+		RefSaturated:    w.refSaturated.Load(),
 		Resets:          w.resets.Load(),
 		EngineHashes:    w.engineHashes.Load(),
 		SequenceEntries: w.seqEntries.Load(),

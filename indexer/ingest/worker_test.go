@@ -32,7 +32,7 @@ func tokenRange(start, n int) []uint32 {
 // blockhash, independent of how the events were split.
 func chainOf(tokens []uint32, lora, ns string) []uint64 {
 	seed := blockhash.Seed(lora, ns)
-	return blockhash.SequenceHashes(blockhash.LocalHashes(tokens, bs, seed), seed)
+	return blockhash.SequenceHashes(blockhash.LocalHashes(tokens, bs, seed))
 }
 
 func store(hashes []uint64, parent *uint64, tokens []uint32, medium, lora string) kvevents.Event {

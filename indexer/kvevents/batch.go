@@ -22,7 +22,10 @@
 // block hash maps to a stable uint64.
 package kvevents
 
-import "strconv"
+import (
+	"errors"
+	"strconv"
+)
 
 // Kind is the type of a KV-cache event.
 type Kind uint8
@@ -56,6 +59,12 @@ type Batch struct {
 
 // Event is one KV-cache event. Fields that do not belong to Kind are zero.
 // Empty lists decode to nil slices.
+//
+// An event that is well-formed msgpack but not one kvgate can use (an
+// unknown type, a field of the wrong type, a list over the limits) decodes
+// with Err set and the rest of its batch intact: the engines' own consumers
+// (Dynamo's zmq_wire RawKvEvent::Ignored, llm-d's adapters) drop such
+// events one at a time, and so does ingest.
 type Event struct {
 	Kind        Kind
 	BlockHashes []uint64 // engine block ids (BlockStored, BlockRemoved)
@@ -68,4 +77,22 @@ type Event struct {
 	LoRAName    string // "" = base model
 	Medium      string // "" = absent/nil (the engine's default, GPU)
 	GroupIdx    int    // KV-cache group (hybrid models); nil decodes to 0
+	HasGroupIdx bool   // group_idx was present and not nil
+	// SpecKind is kv_cache_spec_kind ("full_attention", "sliding_window",
+	// "mamba", …; vLLM PR #40984); "" when absent.
+	SpecKind string
+	// CacheSalt is the cache namespace the engine hashed the blocks under:
+	// SGLang's cache_salt (a map key, or the metadata map at position 7 of
+	// a positional event, sglang#30827), or vLLM's cache_salt found in
+	// extra_keys of the first block. "" = unsalted.
+	CacheSalt string
+	// Locality is "LOCAL", "REMOTE" or another value a newer engine sends;
+	// "" when absent (vLLM: "None means unspecified").
+	Locality string
+	// Err is set when the event could not be used (see above); the other
+	// fields are then partial and must be ignored.
+	Err error
 }
+
+// ErrUnknownEventType marks an event whose type tag kvgate does not know.
+var ErrUnknownEventType = errors.New("unknown event type")

@@ -22,6 +22,7 @@ type Decoder struct {
 	// payload is the input behind r, read directly by the token fast path.
 	payload []byte
 	str     []byte // scratch for tags, keys, mediums and byte hashes
+	es      eventScratch
 }
 
 // NewDecoder returns a Decoder enforcing lim (zero fields take defaults).
@@ -589,14 +590,38 @@ func (dec *Decoder) events() ([]Event, error) {
 	out := make([]Event, 0, min(n, dec.r.Len()/13+1))
 	for i := 0; i < n; i++ {
 		out = append(out, Event{})
-		if err := dec.event(&out[i]); err != nil {
-			if out[i].Kind != 0 {
-				return nil, fmt.Errorf("event %d (%s): %w", i, out[i].Kind, err)
-			}
-			return nil, fmt.Errorf("event %d: %w", i, err)
+		start := dec.offset()
+		err := dec.event(&out[i])
+		if err == nil {
+			continue
 		}
+		if out[i].Kind != 0 {
+			err = fmt.Errorf("event %d (%s): %w", i, out[i].Kind, err)
+		} else {
+			err = fmt.Errorf("event %d: %w", i, err)
+		}
+		// A well-formed event kvgate cannot use costs only itself: rewind
+		// and step over it whole. Input that is not msgpack at all (or
+		// truncated) leaves no way to find the next event: the batch fails.
+		if _, serr := dec.r.Seek(int64(start), io.SeekStart); serr != nil {
+			return nil, err
+		}
+		if serr := dec.skipEvent(); serr != nil {
+			return nil, err
+		}
+		out[i] = Event{Kind: out[i].Kind, Err: fmt.Errorf("byte %d: %w", start, err)}
 	}
 	return out, nil
+}
+
+// skipEvent steps over one whole event after checking it is well-formed
+// msgpack. Its size is bounded by the payload (MaxPayloadBytes), not by
+// MaxSkipBytes: an event over the token limit is still skipped whole.
+func (dec *Decoder) skipEvent() error {
+	saved := dec.lim.MaxSkipBytes
+	dec.lim.MaxSkipBytes = dec.lim.MaxPayloadBytes
+	defer func() { dec.lim.MaxSkipBytes = saved }()
+	return dec.skip()
 }
 
 // fastTokens decodes the leading token ids that use the unsigned formats

@@ -31,6 +31,10 @@ type expectedFile struct {
 				LoRAName    string   `json:"lora_name"`
 				Medium      string   `json:"medium"`
 				GroupIdx    int      `json:"group_idx"`
+				HasGroupIdx bool     `json:"has_group_idx"`
+				SpecKind    string   `json:"spec_kind"`
+				CacheSalt   string   `json:"cache_salt"`
+				Locality    string   `json:"locality"`
 			} `json:"events"`
 		} `json:"batch"`
 	} `json:"fixtures"`
@@ -76,7 +80,8 @@ func loadFixtures(t testing.TB) []fixture {
 			if !ok {
 				t.Fatalf("%s: unknown kind %q in expected.json", f.Name, e.Kind)
 			}
-			ev := Event{Kind: k, BlockSize: e.BlockSize, LoRAName: e.LoRAName, Medium: e.Medium, GroupIdx: e.GroupIdx}
+			ev := Event{Kind: k, BlockSize: e.BlockSize, LoRAName: e.LoRAName, Medium: e.Medium, GroupIdx: e.GroupIdx,
+				HasGroupIdx: e.HasGroupIdx, SpecKind: e.SpecKind, CacheSalt: e.CacheSalt, Locality: e.Locality}
 			if len(e.BlockHashes) > 0 {
 				ev.BlockHashes = e.BlockHashes
 			}
@@ -120,8 +125,11 @@ func TestEncodeMatchesFixtures(t *testing.T) {
 		}
 		n++
 		enc := EncodingArray
-		if fx.canonical == "map" {
+		switch fx.canonical {
+		case "map":
 			enc = EncodingMap
+		case "mapbatch":
+			enc = EncodingMapBatch
 		}
 		got, err := Encode(fx.want, enc)
 		if err != nil {

@@ -18,13 +18,43 @@ import (
 
 // Frame counts and sizes fixed by vLLM's ZmqEventPublisher:
 // live messages are [topic, seq(8B BE), payload]; replay requests reach the
-// ROUTER as [identity, "", start(8B BE)], so a DEALER sends ["", start];
-// replay replies reach the DEALER as ["", seq(8B BE), payload].
+// ROUTER as [identity, "", start(8B BE)], so a DEALER sends ["", start].
+// Replay replies reach the DEALER in one of two layouts:
+//   - since vLLM v0.26 (vllm-project/vllm#45177, _service_replay):
+//     ["", topic, seq, payload], end marker ["", "", END_SEQ, ""];
+//   - before it, and SGLang still (python/sglang/srt/disaggregation/
+//     kv_events.py; RFC sgl-project/sglang#39991 proposes the change):
+//     ["", seq, payload], end marker ["", END_SEQ, ""].
+//
+// Both are accepted on every reply, so one subscriber works with old and
+// new engines; the topic, when present, is checked like a live one.
 const (
-	liveFrames   = 3
-	replyFrames  = 3
-	seqFrameSize = 8
+	liveFrames        = 3
+	replyFramesLegacy = 3
+	replyFramesTopic  = 4
+	seqFrameSize      = 8
 )
+
+// ReplayLayout is the replay reply layout a Publisher writes.
+type ReplayLayout uint8
+
+const (
+	// ReplayWithTopic is vLLM ≥ v0.26: ["", topic, seq, payload].
+	ReplayWithTopic ReplayLayout = iota
+	// ReplayLegacy is vLLM < v0.26 and SGLang: ["", seq, payload].
+	ReplayLegacy
+)
+
+// ParseReplayLayout reads "v0.26" / "topic" or "legacy" / "v0.25".
+func ParseReplayLayout(s string) (ReplayLayout, error) {
+	switch s {
+	case "", "v0.26", "topic":
+		return ReplayWithTopic, nil
+	case "legacy", "v0.25", "sglang":
+		return ReplayLegacy, nil
+	}
+	return 0, fmt.Errorf("replay layout %q: want v0.26 (topic frame) or legacy", s)
+}
 
 // endOfReplaySeq is vLLM's END_SEQ, (-1).to_bytes(8, "big", signed=True):
 // as an unsigned counter it would need 2^64-1 batches, so it cannot clash
@@ -71,26 +101,44 @@ type replayReply struct {
 	end     bool
 }
 
-// parseReplayReply validates a replay reply as the DEALER sees it:
-// ["", seq, payload], or the end marker ["", END_SEQ, ""].
-func parseReplayReply(frames [][]byte, maxPayload int) (replayReply, error) {
-	if len(frames) != replyFrames {
-		return replayReply{}, fmt.Errorf("%w: replay reply has %d frames, want %d [\"\", seq, payload]", errMalformed, len(frames), replyFrames)
+// parseReplayReply validates a replay reply as the DEALER sees it, in
+// either layout (see replyFramesTopic): ["", topic, seq, payload] or
+// ["", seq, payload], and the end markers ["", "", END_SEQ, ""] and
+// ["", END_SEQ, ""]. A topic frame must start with the subscribed topic,
+// as a live message's must.
+func parseReplayReply(frames [][]byte, topic string, maxPayload int) (replayReply, error) {
+	if len(frames) != replyFramesLegacy && len(frames) != replyFramesTopic {
+		return replayReply{}, fmt.Errorf("%w: replay reply has %d frames, want 4 [\"\", topic, seq, payload] (vLLM >= v0.26) or 3 [\"\", seq, payload]", errMalformed, len(frames))
 	}
 	if len(frames[0]) != 0 {
 		return replayReply{}, fmt.Errorf("%w: replay reply delimiter frame is %d bytes, want empty", errMalformed, len(frames[0]))
 	}
-	seq, err := parseSeq(frames[1])
+	rest := frames[1:]
+	var gotTopic []byte
+	if len(frames) == replyFramesTopic {
+		gotTopic, rest = frames[1], frames[2:]
+	}
+	seq, err := parseSeq(rest[0])
 	if err != nil {
 		return replayReply{}, err
 	}
 	if seq == endOfReplaySeq {
+		// vLLM writes an empty topic before END_SEQ.
+		if len(gotTopic) != 0 {
+			return replayReply{}, fmt.Errorf("%w: replay end marker carries topic %q, want empty", errMalformed, truncateForLog(gotTopic))
+		}
+		if len(rest[1]) != 0 {
+			return replayReply{}, fmt.Errorf("%w: replay end marker payload is %d bytes, want empty", errMalformed, len(rest[1]))
+		}
 		return replayReply{end: true}, nil
 	}
-	if len(frames[2]) > maxPayload {
-		return replayReply{}, fmt.Errorf("%w: replayed seq %d payload is %d bytes, limit %d", errMalformed, seq, len(frames[2]), maxPayload)
+	if gotTopic != nil && !strings.HasPrefix(string(gotTopic), topic) {
+		return replayReply{}, fmt.Errorf("%w: replayed seq %d has topic %q, not the subscribed %q", errMalformed, seq, truncateForLog(gotTopic), topic)
 	}
-	return replayReply{seq: seq, payload: frames[2]}, nil
+	if len(rest[1]) > maxPayload {
+		return replayReply{}, fmt.Errorf("%w: replayed seq %d payload is %d bytes, limit %d", errMalformed, seq, len(rest[1]), maxPayload)
+	}
+	return replayReply{seq: seq, payload: rest[1]}, nil
 }
 
 // parseReplayRequest validates a replay request as the ROUTER sees it:

@@ -50,12 +50,19 @@ func FuzzParseFrames(f *testing.F) {
 		} else if !errors.Is(err, errMalformed) {
 			t.Fatalf("parseLive error %v is not errMalformed", err)
 		}
-		if r, err := parseReplayReply(frames, maxPayload); err == nil {
-			if len(frames) != 3 || len(frames[0]) != 0 || len(frames[1]) != 8 {
+		if r, err := parseReplayReply(frames, topic, maxPayload); err == nil {
+			rest := frames[1:]
+			if len(frames) == 4 {
+				if !bytes.HasPrefix(frames[1], []byte(topic)) && !r.end {
+					t.Fatalf("parseReplayReply accepted foreign topic %q", frames)
+				}
+				rest = frames[2:]
+			}
+			if (len(frames) != 3 && len(frames) != 4) || len(frames[0]) != 0 || len(rest[0]) != 8 {
 				t.Fatalf("parseReplayReply accepted %q", frames)
 			}
-			s := binary.BigEndian.Uint64(frames[1])
-			if r.end != (s == endOfReplaySeq) || (!r.end && (r.seq != s || !bytes.Equal(r.payload, frames[2]) || len(r.payload) > maxPayload)) {
+			s := binary.BigEndian.Uint64(rest[0])
+			if r.end != (s == endOfReplaySeq) || (!r.end && (r.seq != s || !bytes.Equal(r.payload, rest[1]) || len(r.payload) > maxPayload)) {
 				t.Fatalf("parseReplayReply read %q as %+v", frames, r)
 			}
 		} else if !errors.Is(err, errMalformed) {

@@ -69,23 +69,44 @@ func TestParseLive(t *testing.T) {
 	}
 }
 
+// Both reply layouts: vLLM >= v0.26 (vllm#45177) puts the topic before the
+// seq and an empty topic before END_SEQ; older vLLM and SGLang do not.
 func TestParseReplayReply(t *testing.T) {
-	r, err := parseReplayReply([][]byte{{}, be8(42), []byte("payload")}, 16)
-	if err != nil || r.end || r.seq != 42 || string(r.payload) != "payload" {
-		t.Fatalf("reply: %+v, %v", r, err)
+	end := bytes.Repeat([]byte{0xff}, 8)
+	for _, c := range []struct {
+		name   string
+		frames [][]byte
+		topic  string
+	}{
+		{"legacy", [][]byte{{}, be8(42), []byte("payload")}, ""},
+		{"v0.26 empty topic", [][]byte{{}, {}, be8(42), []byte("payload")}, ""},
+		{"v0.26 topic", [][]byte{{}, []byte("kv@10.0.0.1@qwen3"), be8(42), []byte("payload")}, "kv@"},
+	} {
+		r, err := parseReplayReply(c.frames, c.topic, 16)
+		if err != nil || r.end || r.seq != 42 || string(r.payload) != "payload" {
+			t.Fatalf("%s reply: %+v, %v", c.name, r, err)
+		}
 	}
-	r, err = parseReplayReply([][]byte{{}, bytes.Repeat([]byte{0xff}, 8), {}}, 16)
-	if err != nil || !r.end {
-		t.Fatalf("end marker: %+v, %v", r, err)
+	for _, frames := range [][][]byte{{{}, end, {}}, {{}, {}, end, {}}} {
+		r, err := parseReplayReply(frames, "kv@", 16)
+		if err != nil || !r.end {
+			t.Fatalf("end marker %q: %+v, %v", frames, r, err)
+		}
 	}
 	for _, frames := range [][][]byte{
-		{be8(1), []byte("p")},                  // REQ-style reply without delimiter
-		{[]byte("x"), be8(1), []byte("p")},     // non-empty delimiter
-		{{}, be8(1)[:4], []byte("p")},          // short seq
-		{{}, be8(1), make([]byte, 17)},         // over limit
-		{{}, be8(1), []byte("p"), []byte("q")}, // extra frame
+		{be8(1), []byte("p")},                          // REQ-style reply without delimiter
+		{[]byte("x"), be8(1), []byte("p")},             // non-empty delimiter
+		{{}, be8(1)[:4], []byte("p")},                  // short seq
+		{{}, be8(1), make([]byte, 17)},                 // over limit
+		{{}, []byte("kv@a"), be8(1), make([]byte, 17)}, // over limit, v0.26
+		{{}, []byte("other"), be8(1), []byte("p")},     // another publisher's topic
+		{{}, []byte("kv@a"), end, {}},                  // end marker with a topic
+		{{}, end, []byte("x")},                         // end marker with a payload
+		{{}, []byte("kv@a"), be8(1), []byte("p"), {}},  // extra frame
+		{{}, []byte("kv@a"), be8(1)[:7], []byte("p")},  // short seq, v0.26
+		{{}, be8(1), []byte("p"), []byte("q")},         // seq where the topic goes
 	} {
-		if _, err := parseReplayReply(frames, 16); !errors.Is(err, errMalformed) {
+		if _, err := parseReplayReply(frames, "kv@", 16); !errors.Is(err, errMalformed) {
 			t.Errorf("parseReplayReply(%q) error %v, want errMalformed", frames, err)
 		}
 	}

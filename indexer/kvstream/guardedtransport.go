@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -58,6 +59,10 @@ type guardLimits struct {
 	handshakeTimeout time.Duration
 	onViolation      func(error)
 	maxFramesPerMsg  int
+	// allow lists the peers a listening socket accepts besides loopback
+	// (bind mode); onReject is told of every other one, which is closed.
+	allow    []netip.Prefix
+	onReject func(peer net.Addr)
 }
 
 type guardLimitsKey struct{}
@@ -90,8 +95,71 @@ func (t guardedTransport) Dial(ctx context.Context, dialer transport.Dialer, add
 	return newFrameLimitConn(conn, limits), nil
 }
 
+// Listen serves bind mode (Listener): every accepted connection gets the
+// same frame guard and handshake deadline as a dialed one, and a TCP peer
+// that is neither loopback nor in the allow list is closed before zmq4
+// reads a byte from it — the socket feeds routing state, so it must not
+// take events from anyone who can reach the port.
 func (t guardedTransport) Listen(ctx context.Context, addr string) (net.Listener, error) {
-	return nil, fmt.Errorf("kvstream: the guarded transport only dials (listen on %q refused)", addr)
+	limits, ok := ctx.Value(guardLimitsKey{}).(guardLimits)
+	if !ok {
+		return nil, errors.New("kvstream: guarded transport listening without limits in the socket context")
+	}
+	ln, err := net.Listen(t.network, addr)
+	if err != nil {
+		return nil, err
+	}
+	context.AfterFunc(ctx, func() { ln.Close() })
+	return &guardedListener{Listener: ln, limits: limits, tcp: t.network == "tcp"}, nil
+}
+
+type guardedListener struct {
+	net.Listener
+	limits guardLimits
+	tcp    bool
+}
+
+func (l *guardedListener) Accept() (net.Conn, error) {
+	for {
+		conn, err := l.Listener.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				// zmq4's accept loop retries on errors until its context
+				// ends; a pause keeps a closed listener from spinning it.
+				time.Sleep(10 * time.Millisecond)
+			}
+			return nil, err
+		}
+		if l.tcp && !peerAllowed(conn.RemoteAddr(), l.limits.allow) {
+			if l.limits.onReject != nil {
+				l.limits.onReject(conn.RemoteAddr())
+			}
+			conn.Close()
+			continue
+		}
+		if err := conn.SetDeadline(time.Now().Add(l.limits.handshakeTimeout)); err != nil {
+			conn.Close()
+			continue
+		}
+		return newFrameLimitConn(conn, l.limits), nil
+	}
+}
+
+func peerAllowed(a net.Addr, allow []netip.Prefix) bool {
+	ap, err := netip.ParseAddrPort(a.String())
+	if err != nil {
+		return false
+	}
+	ip := ap.Addr().Unmap()
+	if ip.IsLoopback() {
+		return true
+	}
+	for _, p := range allow {
+		if p.Contains(ip) {
+			return true
+		}
+	}
+	return false
 }
 
 func (t guardedTransport) Addr(ep string) (string, error) { return t.inner.Addr(ep) }

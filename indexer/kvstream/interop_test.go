@@ -105,13 +105,49 @@ func (p *pyPublisher) publish(t *testing.T, live bool, payload string) uint64 {
 	}
 }
 
+// probeUntilDelivered publishes live probes until the subscriber has
+// received something (ZMQ's slow joiner drops what goes out before the
+// subscription reaches the publisher).
+func (p *pyPublisher) probeUntilDelivered(t *testing.T, r *recorder, s *Subscriber) {
+	t.Helper()
+	deadline := time.After(hangGuard)
+	for i := 0; len(r.snapshot()) == 0; i++ {
+		p.publish(t, true, fmt.Sprintf("probe-%d", i))
+		select {
+		case <-r.changed:
+		case <-time.After(50 * time.Millisecond):
+		case <-deadline:
+			t.Fatalf("no batch from the pyzmq publisher; stats %+v; stderr:\n%s", s.Stats(), p.stderr)
+		}
+	}
+}
+
+// checkDeliveredInOrder waits for seq last and requires seqs 0..last
+// exactly once, in order, with the payloads sent.
+func (p *pyPublisher) checkDeliveredInOrder(t *testing.T, r *recorder, last uint64) {
+	t.Helper()
+	ev := r.waitForSeq(t, last)
+	if len(ev) != int(last)+1 {
+		t.Fatalf("want seqs 0..%d exactly once in order, got %v", last, ev)
+	}
+	for i, e := range ev {
+		if e.reset || e.seq != uint64(i) || e.payload != p.sent[uint64(i)] {
+			t.Fatalf("event %d is %v (payload %q), want seq %d payload %q; all: %v", i, e, e.payload, i, p.sent[uint64(i)], ev)
+		}
+	}
+}
+
 // TestInteropWithPyzmqPublisher checks the Subscriber against libzmq
-// through pyzmq, framed as vLLM frames it: a late-join catch-up and a
-// mid-stream gap are both repaired through the pyzmq ROUTER.
+// through pyzmq, framed as vLLM frames it, in both replay layouts (v0.26
+// with the topic frame, and the older one SGLang still uses): a late-join
+// catch-up and a mid-stream gap are both repaired through the pyzmq ROUTER.
 func TestInteropWithPyzmqPublisher(t *testing.T) {
-	for _, topic := range []string{"", "kv-events"} {
-		t.Run(fmt.Sprintf("topic %q", topic), func(t *testing.T) {
-			py := startPyPublisher(t, "--topic", topic)
+	for _, c := range []struct{ topic, layout string }{
+		{"", "v0.26"}, {"kv@10.0.0.1@qwen3", "v0.26"}, {"", "legacy"}, {"kv-events", "legacy"},
+	} {
+		topic := c.topic
+		t.Run(fmt.Sprintf("topic %q layout %s", topic, c.layout), func(t *testing.T) {
+			py := startPyPublisher(t, "--topic", topic, "--replay-layout", c.layout)
 			// Missed before we joined: the catch-up must fetch them.
 			for i := range 3 {
 				py.publish(t, false, fmt.Sprintf("before-%d", i))
@@ -119,34 +155,40 @@ func TestInteropWithPyzmqPublisher(t *testing.T) {
 			r := newRecorder()
 			s := runSubscriber(t, Config{Endpoint: py.info.Pub, ReplayEndpoint: py.info.Replay, Topic: topic}, r)
 
-			deadline := time.After(hangGuard)
-			for i := 0; len(r.snapshot()) == 0; i++ {
-				py.publish(t, true, fmt.Sprintf("probe-%d", i))
-				select {
-				case <-r.changed:
-				case <-time.After(50 * time.Millisecond):
-				case <-deadline:
-					t.Fatalf("no batch from the pyzmq publisher; stats %+v; stderr:\n%s", s.Stats(), py.stderr)
-				}
-			}
+			py.probeUntilDelivered(t, r, s)
 			anchor := py.publish(t, true, "anchor")
 			r.waitForSeq(t, anchor)
 			py.publish(t, false, "gap-1")
 			py.publish(t, false, "gap-2")
 			last := py.publish(t, true, "after-gap")
 
-			ev := r.waitForSeq(t, last)
-			if len(ev) != int(last)+1 {
-				t.Fatalf("want seqs 0..%d exactly once in order, got %v", last, ev)
-			}
-			for i, e := range ev {
-				if e.reset || e.seq != uint64(i) || e.payload != py.sent[uint64(i)] {
-					t.Fatalf("event %d is %v (payload %q), want seq %d payload %q; all: %v", i, e, e.payload, i, py.sent[uint64(i)], ev)
-				}
-			}
+			py.checkDeliveredInOrder(t, r, last)
 			st := s.Stats()
 			if st.GapsDetected != 2 || st.GapsRepaired != 2 || st.Resets != 0 || st.ReplayFailures != 0 || st.MalformedDropped != 0 {
 				t.Errorf("want the late join and the gap both repaired, nothing else; got %+v", st)
+			}
+		})
+	}
+}
+
+// Bind mode against libzmq: the pyzmq publisher connects its PUB to
+// kvgate's bound socket (as vLLM does with a non-wildcard endpoint) and
+// serves replay in either layout; catch-up and a gap are repaired.
+func TestInteropBindModeWithPyzmqPublisher(t *testing.T) {
+	for _, layout := range []string{"v0.26", "legacy"} {
+		t.Run(layout, func(t *testing.T) {
+			l := startListener(t)
+			topic := "kv@10.0.0.1@qwen3"
+			py := startPyPublisher(t, "--topic", topic, "--replay-layout", layout, "--connect", "tcp://"+l.Addr().String())
+			py.publish(t, false, "before-0")
+			r := newRecorder()
+			s := runSubscriber(t, Config{Listener: l, Topic: topic, ReplayEndpoint: py.info.Replay}, r)
+			py.probeUntilDelivered(t, r, s)
+			py.publish(t, false, "gap")
+			last := py.publish(t, true, "after-gap")
+			py.checkDeliveredInOrder(t, r, last)
+			if st := s.Stats(); st.Resets != 0 || st.MalformedDropped != 0 || st.GapsUnrepaired != 0 {
+				t.Errorf("stats %+v", st)
 			}
 		})
 	}

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/go-zeromq/zmq4"
 )
@@ -14,8 +16,14 @@ import (
 // PublisherConfig configures a Publisher.
 type PublisherConfig struct {
 	// Endpoint is bound for the PUB socket, e.g. tcp://127.0.0.1:5557
-	// (port 0 picks a free port; read it back with Addr).
+	// (port 0 picks a free port; read it back with Addr), or dialed when
+	// Connect is set.
 	Endpoint string
+	// Connect dials Endpoint instead of binding it: what vLLM does with an
+	// endpoint without a wildcard ("bind stable, connect volatile",
+	// ZmqEventPublisher._socket_setup), to reach a central subscriber
+	// (kvgate's bind mode, llm-d's indexer).
+	Connect bool
 	// ReplayEndpoint, if set, is bound for the ROUTER replay socket.
 	ReplayEndpoint string
 	// Topic is sent as the first frame of every message (vLLM default "").
@@ -23,6 +31,9 @@ type PublisherConfig struct {
 	// BufferSteps is how many recent batches replay can return
 	// (vLLM buffer_steps). Default 10,000.
 	BufferSteps int
+	// ReplayLayout selects the replay reply framing: ReplayWithTopic
+	// (default, vLLM ≥ v0.26) or ReplayLegacy (older vLLM, SGLang).
+	ReplayLayout ReplayLayout
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -31,7 +42,8 @@ const defaultBufferSteps = 10_000
 
 // Publisher speaks vLLM's ZmqEventPublisher protocol: a PUB socket sending
 // [topic, seq, payload] with seq counting from 0, and an optional ROUTER
-// answering replay requests from a ring of the last BufferSteps batches.
+// answering replay requests from a ring of the last BufferSteps batches,
+// in vLLM v0.26's reply layout unless told otherwise.
 // It is meant for tests and the engine simulator.
 type Publisher struct {
 	cfg    PublisherConfig
@@ -65,8 +77,24 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Publisher{cfg: cfg, log: cfg.Logger.With("endpoint", cfg.Endpoint), cancel: cancel}
 	logOpt := zmq4.WithLogger(slog.NewLogLogger(p.log.Handler(), slog.LevelDebug))
-	p.pub = zmq4.NewPub(ctx, logOpt)
-	if err := p.pub.Listen(cfg.Endpoint); err != nil {
+	opts := []zmq4.Option{logOpt}
+	if cfg.Connect {
+		// libzmq connects in the background and reconnects a connecting
+		// PUB; zmq4 dials synchronously, so dialLoop does that here.
+		opts = append(opts, zmq4.WithDialerMaxRetries(0), zmq4.WithAutomaticReconnect(true))
+	}
+	p.pub = zmq4.NewPub(ctx, opts...)
+	if cfg.Connect {
+		if !strings.HasPrefix(cfg.Endpoint, "tcp://") && !strings.HasPrefix(cfg.Endpoint, "ipc://") {
+			p.Close()
+			return nil, fmt.Errorf("kvstream publisher: connect PUB %q: want tcp://host:port or ipc://path", cfg.Endpoint)
+		}
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			p.dialLoop(ctx)
+		}()
+	} else if err := p.pub.Listen(cfg.Endpoint); err != nil {
 		p.Close()
 		return nil, fmt.Errorf("kvstream publisher: bind PUB %s: %w", cfg.Endpoint, err)
 	}
@@ -85,8 +113,36 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	return p, nil
 }
 
-// Addr is the bound PUB address (useful with port 0).
-func (p *Publisher) Addr() net.Addr { return p.pub.Addr() }
+// dialLoop connects the PUB socket, retrying until it succeeds or the
+// Publisher closes. Batches published before then are dropped, as a
+// libzmq PUB without peers drops them; replay recovers them.
+func (p *Publisher) dialLoop(ctx context.Context) {
+	for {
+		err := p.pub.Dial(p.cfg.Endpoint)
+		if err == nil || ctx.Err() != nil {
+			return
+		}
+		p.log.Debug("kv event publisher: connect failed; retrying", "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// Addr is the bound PUB address (useful with port 0); with Connect, the
+// address dialed (nil if it is not a tcp host:port).
+func (p *Publisher) Addr() net.Addr {
+	if p.cfg.Connect {
+		a, err := net.ResolveTCPAddr("tcp", strings.TrimPrefix(p.cfg.Endpoint, "tcp://"))
+		if err != nil {
+			return nil
+		}
+		return a
+	}
+	return p.pub.Addr()
+}
 
 // ReplayAddr is the bound ROUTER address, nil without a replay endpoint.
 func (p *Publisher) ReplayAddr() net.Addr {
@@ -181,12 +237,12 @@ func (p *Publisher) serveReplay(ctx context.Context) {
 			continue
 		}
 		for _, b := range p.buffered(start) {
-			if err := p.router.Send(zmq4.NewMsgFrom(id, []byte{}, encodeSeq(b.seq), b.payload)); err != nil {
+			if err := p.router.Send(p.replyMsg(id, []byte(p.cfg.Topic), encodeSeq(b.seq), b.payload)); err != nil {
 				p.log.Warn("replay send failed", "seq", b.seq, "err", err)
 				break
 			}
 		}
-		if err := p.router.Send(zmq4.NewMsgFrom(id, []byte{}, encodeSeq(endOfReplaySeq), []byte{})); err != nil {
+		if err := p.router.Send(p.replyMsg(id, []byte{}, encodeSeq(endOfReplaySeq), []byte{})); err != nil {
 			// Seen here with go-zeromq subscribers: the requester has
 			// already closed when the marker's last frame is written
 			// ("use of closed network connection"). The requester
@@ -194,6 +250,15 @@ func (p *Publisher) serveReplay(ctx context.Context) {
 			p.log.Debug("replay end marker send failed", "err", err)
 		}
 	}
+}
+
+// replyMsg frames one replay reply for the ROUTER: the identity, the empty
+// delimiter, then [topic,] seq, payload (see ReplayLayout).
+func (p *Publisher) replyMsg(id, topic, seq, payload []byte) zmq4.Msg {
+	if p.cfg.ReplayLayout == ReplayLegacy {
+		return zmq4.NewMsgFrom(id, []byte{}, seq, payload)
+	}
+	return zmq4.NewMsgFrom(id, []byte{}, topic, seq, payload)
 }
 
 // Close stops the replay server and closes both sockets. Safe to call

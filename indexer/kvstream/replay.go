@@ -64,7 +64,7 @@ func (s *Subscriber) replay(ctx context.Context, from uint64, each func(seq uint
 		if msg.Type == zmq4.CmdMsg {
 			continue
 		}
-		r, err := parseReplayReply(msg.Frames, s.cfg.MaxPayloadBytes)
+		r, err := parseReplayReply(msg.Frames, s.cfg.Topic, s.cfg.MaxPayloadBytes)
 		if err != nil {
 			s.malformed(err)
 			return wrap(err)

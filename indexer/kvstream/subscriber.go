@@ -43,8 +43,13 @@ type Resyncer interface {
 type Config struct {
 	// Endpoint is the engine's PUB socket, tcp://host:port or ipc://path
 	// (vLLM --kv-events-config endpoint, default port 5557, offset by the
-	// data-parallel rank).
+	// data-parallel rank). Empty with Listener set.
 	Endpoint string
+	// Listener, instead of Endpoint: bind mode, the engine's PUB connects
+	// to this bound socket and its messages are the ones whose topic frame
+	// equals Topic exactly (which must then be non-empty and unique on the
+	// Listener). DeadAfter does not apply: nothing is dialed.
+	Listener *Listener
 	// ReplayEndpoint is the engine's ROUTER replay socket; empty = none,
 	// and every gap then costs a Reset.
 	ReplayEndpoint string
@@ -231,15 +236,29 @@ func NewSubscriber(cfg Config, h Handler) (*Subscriber, error) {
 		return nil, fmt.Errorf("kvstream: %w", err)
 	}
 	s := &Subscriber{cfg: cfg, handler: h, delivered: make([]deliveredBatch, deliveredWindow(cfg))}
-	if s.dialEP, err = guardedEndpoint(cfg.Endpoint); err != nil {
-		return nil, fmt.Errorf("kvstream config Endpoint: %w", err)
+	switch {
+	case cfg.Listener != nil:
+		if cfg.Endpoint != "" {
+			return nil, errors.New("kvstream config: Endpoint and Listener are exclusive")
+		}
+		if cfg.Topic == "" {
+			return nil, errors.New("kvstream config: bind mode (Listener) needs the engine's Topic")
+		}
+	default:
+		if s.dialEP, err = guardedEndpoint(cfg.Endpoint); err != nil {
+			return nil, fmt.Errorf("kvstream config Endpoint: %w", err)
+		}
 	}
 	if cfg.ReplayEndpoint != "" {
 		if s.dialReplay, err = guardedEndpoint(cfg.ReplayEndpoint); err != nil {
 			return nil, fmt.Errorf("kvstream config ReplayEndpoint: %w", err)
 		}
 	}
-	s.log = cfg.Logger.With("endpoint", cfg.Endpoint)
+	if cfg.Listener != nil {
+		s.log = cfg.Logger.With("topic", cfg.Topic)
+	} else {
+		s.log = cfg.Logger.With("endpoint", cfg.Endpoint)
+	}
 	s.limits = guardLimits{
 		maxFrameBytes:    uint64(max(cfg.MaxPayloadBytes, minGuardFrameBytes)),
 		handshakeTimeout: cfg.DialTimeout,
@@ -266,6 +285,9 @@ func (s *Subscriber) Run(ctx context.Context) error {
 		return errors.New("kvstream: Subscriber.Run is already running")
 	}
 	defer s.running.Store(false)
+	if s.cfg.Listener != nil {
+		return s.runAttached(ctx)
+	}
 
 	backoff := s.cfg.ReconnectMin
 	downSince := time.Now()
@@ -331,11 +353,7 @@ func (s *Subscriber) runConnection(ctx context.Context) (gotMessage bool, err er
 	s.c.connectedOnce.Store(true)
 	s.log.Info("kv event stream connected")
 
-	q := &liveQueue{
-		ch:      make(chan received, s.cfg.LiveBufferBatches),
-		drained: make(chan struct{}, 1),
-		limit:   int64(s.cfg.LiveBufferBytes),
-	}
+	q := s.newLiveQueue()
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -350,7 +368,21 @@ func (s *Subscriber) runConnection(ctx context.Context) (gotMessage bool, err er
 		sock.Close()
 		wg.Wait()
 	}()
+	return s.serve(ctx, q)
+}
 
+func (s *Subscriber) newLiveQueue() *liveQueue {
+	return &liveQueue{
+		ch:      make(chan received, s.cfg.LiveBufferBatches),
+		drained: make(chan struct{}, 1),
+		limit:   int64(s.cfg.LiveBufferBytes),
+	}
+}
+
+// serve runs the stream's state machine on the messages q delivers (from
+// this subscriber's own SUB connection, or from a Listener in bind mode)
+// until ctx ends or the source fails.
+func (s *Subscriber) serve(ctx context.Context, q *liveQueue) (gotMessage bool, err error) {
 	var tail <-chan time.Time
 	var tailTimer *time.Timer
 	if s.dialReplay != "" && s.cfg.TailPoll > 0 {
@@ -607,8 +639,11 @@ func (s *Subscriber) pollTail(ctx context.Context) {
 	}
 	switch {
 	case err != nil:
-		s.c.replayFailures.Add(1)
-		s.log.Debug("kv event tail poll failed", "from", from, "err", err)
+		// Warn, rate-limited: a tail poll that keeps failing means late
+		// joins, lost final removals and restarts go unnoticed.
+		if n := s.c.replayFailures.Add(1); n&(n-1) == 0 {
+			s.log.Warn("kv event tail poll failed", "from", from, "err", err, "replay_failures_total", n)
+		}
 	case restarted:
 		// A new publisher is behind the endpoint: forget the old stream;
 		// the next poll or live message catches up from its start.

@@ -189,3 +189,23 @@ func TestClusterFailsOverWhenMasterKilled(t *testing.T) {
 		t.Fatal("KillNode(99) on a 6-node cluster: no error")
 	}
 }
+
+// Restart brings the server back on the same address, empty.
+func TestStandaloneRestartComesBackEmpty(t *testing.T) {
+	s := Standalone(t)
+	ctx := context.Background()
+	if err := s.Client().Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	addr := s.Addr()
+	if err := s.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s.Addr() != addr {
+		t.Fatalf("restarted on %s, was %s", s.Addr(), addr)
+	}
+	n, err := s.Client().Exists(ctx, "k").Result()
+	if err != nil || n != 0 {
+		t.Fatalf("after restart: exists %d, err %v; want an empty server", n, err)
+	}
+}

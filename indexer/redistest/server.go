@@ -39,6 +39,7 @@ type Server struct {
 	proc   *process
 	client *redis.Client
 	closed sync.Once
+	opts   Options
 }
 
 // StartStandalone starts a standalone redis-server on a free loopback port.
@@ -54,7 +55,32 @@ func StartStandalone(ctx context.Context, opts Options) (*Server, error) {
 		return nil, err
 	}
 	p.ownsRoot = true
-	return &Server{proc: p, client: redis.NewClient(clientOptions(p.addr))}, nil
+	return &Server{proc: p, client: redis.NewClient(clientOptions(p.addr)), opts: opts}, nil
+}
+
+// Restart kills the server and starts a new one on the same port and
+// directory. Persistence is off (--save "", --appendonly no), so it comes
+// back empty: what a Redis restarted without persistence looks like to
+// its clients, which reconnect to the same address.
+func (s *Server) Restart(ctx context.Context) error {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return fmt.Errorf("redistest: restart: %w", err)
+	}
+	old := s.proc
+	old.kill()
+	<-old.exited
+	timeout := s.opts.StartTimeout
+	if timeout <= 0 {
+		timeout = 10 * time.Second
+	}
+	p, err := launch(ctx, bin, old.root, old.port, s.opts.ExtraArgs, timeout)
+	if err != nil {
+		return fmt.Errorf("redistest: restart on port %d: %w", old.port, err)
+	}
+	p.ownsRoot = old.ownsRoot
+	s.proc = p
+	return nil
 }
 
 // Addr is the server's host:port.

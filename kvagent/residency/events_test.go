@@ -95,7 +95,7 @@ func TestPublishedEventsReachAnIngestWorker(t *testing.T) {
 	p.OnChange(store.Change{Kind: kvevents.BlockStored, Tier: store.TierDisk, Hashes: []uint64{10}, Metas: []store.Meta{meta(0, false, 10)}})
 
 	seed := blockhash.Seed("", "")
-	seqs := blockhash.SequenceHashes(blockhash.LocalHashes([]uint32{10, 11, 20, 21}, 2, seed), seed)
+	seqs := blockhash.SequenceHashes(blockhash.LocalHashes([]uint32{10, 11, 20, 21}, 2, seed))
 	want := index.Depths{0, 2, 2, 2}
 	for {
 		m, err := idx.Match(ctx, seqs)

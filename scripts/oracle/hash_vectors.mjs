@@ -1,6 +1,23 @@
 // Independent implementation of Dynamo's block hashing (hash-wasm's XXH3,
 // a WebAssembly build of the reference C code) used to generate golden
 // vectors for indexer/blockhash. Run by scripts/golden-hash.sh.
+//
+// Written from ai-dynamo/dynamo at commit
+// 038eab23a6b6e9b6391de6640f4f69d4c2726681, not from kvgate:
+//   lib/kv-router/src/protocols.rs
+//     compute_block_hash_for_seq: each complete block of tokens, u32
+//       little-endian, XXH3-64 under block_hash_seed(options);
+//     block_hash_seed -> dynamo_kv_hashing::compute_salt_hash(
+//       cache_namespace, lora_name);
+//     compute_seq_hash_for_block: seq[0] = block[0], then
+//       compute_next_seq_hash(parent, block), which delegates to
+//       dynamo_tokens::compute_next_sequence_hash(parent, block): XXH3-64 of
+//       le64(parent) ++ le64(block) under the fixed CHAIN_XXH3_SEED; the salt
+//       is NOT the chain seed.
+//   lib/kv-hashing/src/salt.rs compute_salt_hash(salt, lora_name):
+//     empty strings count as absent; seed = CHAIN_XXH3_SEED (1337),
+//     wrapping_add compute_hash_v2(lora_name, 0), then wrapping_add
+//     compute_hash_v2(salt, 1); compute_hash_v2 = xxh3_64_with_seed.
 import { createXXHash3 } from 'hash-wasm';
 import { writeFileSync } from 'node:fs';
 
@@ -29,8 +46,10 @@ function le64pair(a, b) {
   return out;
 }
 
+const CHAIN_XXH3_SEED = 1337n;
+
 async function hashRequest({ tokens, block_size, lora, namespace }) {
-  let seed = 1337n;
+  let seed = CHAIN_XXH3_SEED;
   const enc = new TextEncoder();
   if (lora) seed = (seed + (await xxh3(enc.encode(lora), 0n))) & MASK;
   if (namespace) seed = (seed + (await xxh3(enc.encode(namespace), 1n))) & MASK;
@@ -40,7 +59,8 @@ async function hashRequest({ tokens, block_size, lora, namespace }) {
   }
   const sequence = [];
   for (let i = 0; i < local.length; i++) {
-    sequence.push(i === 0 ? local[0] : await xxh3(le64pair(sequence[i - 1], local[i]), seed));
+    // compute_next_sequence_hash: always CHAIN_XXH3_SEED, never the salted seed.
+    sequence.push(i === 0 ? local[0] : await xxh3(le64pair(sequence[i - 1], local[i]), CHAIN_XXH3_SEED));
   }
   return { local, sequence };
 }

@@ -53,6 +53,22 @@ BLOCK_STORED = [
 BLOCK_REMOVED = [("block_hashes", REQUIRED), ("medium", REQUIRED), ("group_idx", None)]
 ALL_BLOCKS_CLEARED = []
 
+# vLLM main after the offload/locality work (vllm/distributed/kv_events.py:
+# locality and ownership appended to both structs, "LOCAL or REMOTE relative
+# to the publisher; None means unspecified"); events are maps only there.
+BLOCK_STORED_LOCALITY = BLOCK_STORED + [("locality", None), ("ownership", None)]
+BLOCK_REMOVED_LOCALITY = BLOCK_REMOVED + [("locality", None), ("ownership", None)]
+
+# SGLang >= 0.5.18 (sgl-project/sglang#30827): the vLLM-compatible
+# positional prefix, then a BlockStoredMetadata map in position 7 when the
+# stored node carries a cache_salt (read by Dynamo's
+# BlockStoredPositionSeven, lib/kv-router/src/zmq_wire/filter.rs).
+BLOCK_STORED_SGLANG_META = BLOCK_STORED[:6] + [("metadata", REQUIRED)]
+# SGLang after #37482: tagged maps, medium and cache_salt/session_id
+# optional (default None), no lora_name.
+BLOCK_STORED_SGLANG_MAP = BLOCK_STORED[:5] + [("medium", None), ("cache_salt", None), ("session_id", None)]
+BLOCK_REMOVED_SGLANG_MAP = [("block_hashes", REQUIRED), ("medium", None)]
+
 # Older vLLM (e.g. examples/online_serving/kv_events_subscriber.py of v0.9):
 # no data_parallel_rank, BlockStored ends at medium.
 EVENT_BATCH_V09 = [("ts", REQUIRED), ("events", REQUIRED)]
@@ -70,6 +86,12 @@ SCHEMAS = {
             "AllBlocksCleared": ALL_BLOCKS_CLEARED, "batch": EVENT_BATCH_V09},
     "sglang": {"BlockStored": BLOCK_STORED_SGLANG, "BlockRemoved": BLOCK_REMOVED_SGLANG,
                "AllBlocksCleared": ALL_BLOCKS_CLEARED, "batch": EVENT_BATCH},
+    "locality": {"BlockStored": BLOCK_STORED_LOCALITY, "BlockRemoved": BLOCK_REMOVED_LOCALITY,
+                 "AllBlocksCleared": ALL_BLOCKS_CLEARED, "batch": EVENT_BATCH},
+    "sglang_meta": {"BlockStored": BLOCK_STORED_SGLANG_META, "BlockRemoved": BLOCK_REMOVED_SGLANG,
+                    "AllBlocksCleared": ALL_BLOCKS_CLEARED, "batch": EVENT_BATCH},
+    "sglang_map": {"BlockStored": BLOCK_STORED_SGLANG_MAP, "BlockRemoved": BLOCK_REMOVED_SGLANG_MAP,
+                   "AllBlocksCleared": ALL_BLOCKS_CLEARED, "batch": EVENT_BATCH},
 }
 
 
@@ -116,27 +138,66 @@ def hash_value(h):
     return h & 0xFFFFFFFFFFFFFFFF
 
 
+def expected_salt(v):
+    """The cache namespace kvgate must read (kvevents Event.CacheSalt):
+    SGLang's explicit cache_salt (named, or the position-7 metadata map),
+    else vLLM's: the last bare string of the first block's extra_keys that
+    is neither the first copy of the LoRA name nor a 64-hex multimodal
+    digest, only on an event that starts a sequence
+    (generate_block_hash_extra_keys puts the salt on token 0's block)."""
+    if v.get("cache_salt"):
+        return v["cache_salt"]
+    meta = v.get("metadata")
+    if isinstance(meta, dict) and meta.get("cache_salt"):
+        return meta["cache_salt"]
+    ek = v.get("extra_keys")
+    if not ek or ek[0] is None or v.get("parent_block_hash") is not None:
+        return ""
+    for key in ek[0]:
+        if isinstance(key, dict) and key.get("type") == "cache_salt" and key.get("salt"):
+            return key["salt"]
+    lora, skipped, salt = v.get("lora_name") or "", False, ""
+    for key in ek[0]:
+        if not isinstance(key, str):
+            continue
+        if lora and not skipped and key == lora:
+            skipped = True
+        elif len(key) == 64 and all(c in "0123456789abcdefABCDEF" for c in key):
+            continue
+        else:
+            salt = key
+    return salt
+
+
 def expected_event(kind, v):
     e = {"kind": kind, "block_hashes": [], "parent": None, "token_ids": [],
-         "block_size": 0, "lora_id": None, "lora_name": "", "medium": "", "group_idx": 0}
+         "block_size": 0, "lora_id": None, "lora_name": "", "medium": "", "group_idx": 0,
+         "has_group_idx": False, "spec_kind": "", "cache_salt": "", "locality": ""}
     if kind == "AllBlocksCleared":
         e["block_hashes"] = []
         return e
     e["block_hashes"] = [hash_value(h) for h in v["block_hashes"]]
     e["medium"] = v.get("medium") or ""
     e["group_idx"] = v.get("group_idx") or 0
+    e["has_group_idx"] = v.get("group_idx") is not None
+    e["spec_kind"] = v.get("kv_cache_spec_kind") or ""
+    e["locality"] = v.get("locality") or ""
     if kind == "BlockStored":
         e["parent"] = hash_value(v.get("parent_block_hash"))
         e["token_ids"] = list(v["token_ids"])
         e["block_size"] = v["block_size"]
         e["lora_id"] = v.get("lora_id")
         e["lora_name"] = v.get("lora_name") or ""
+        e["cache_salt"] = expected_salt(v)
     return e
 
 
 def build(schema_name, layout, ts, events, dp_rank=None, batch_extra=None, event_extra=None,
           type_last=False):
-    """events: list of (kind, values). Returns (wire object, expected dict)."""
+    """events: list of (kind, values). layout: "array" (msgspec array_like
+    everywhere), "map" (vLLM v0.26: batch array, events maps) or
+    "mapbatch" (vLLM main between #42892 and v0.26: batch and events maps).
+    Returns (wire object, expected dict)."""
     schema = SCHEMAS[schema_name]
     wire_events = []
     for i, (kind, values) in enumerate(events):
@@ -154,7 +215,7 @@ def build(schema_name, layout, ts, events, dp_rank=None, batch_extra=None, event
     bvals = {"ts": ts, "events": wire_events}
     if dp_rank is not None:
         bvals["data_parallel_rank"] = dp_rank
-    if layout == "array":
+    if layout in ("array", "map"):
         wire = struct_array(schema["batch"], bvals)
     else:
         wire = struct_map(schema["batch"], bvals)
@@ -196,13 +257,14 @@ def fixtures():
     ], dp_rank=1)
     out.append(("array_current", wire, exp, "array"))
 
-    # Current schema with the defaulted fields set: extra_keys (opaque,
-    # must be skipped), group_idx, kv_cache_spec_*.
+    # Current schema with the defaulted fields set: extra_keys (vLLM >= 0.19
+    # multimodal keys are (identifier, offset) pairs; a nested value must
+    # still be skipped), group_idx, kv_cache_spec_*.
     wire, exp = build("current", "array", 17.5, [
         ("BlockStored", {"block_hashes": [7, 8], "parent_block_hash": None,
                          "token_ids": tokens(0, 2 * BS), "block_size": BS,
                          "lora_id": None, "medium": "GPU", "lora_name": None,
-                         "extra_keys": [["mm-hash-abc", 3, {"nested": [1.5, None, True]}], None],
+                         "extra_keys": [[["mm-hash-abc", 3], {"nested": [1.5, None, True]}], None],
                          "group_idx": 1, "kv_cache_spec_kind": "sliding_window",
                          "kv_cache_spec_sliding_window": 4096}),
         ("BlockRemoved", {"block_hashes": [8], "medium": "GPU", "group_idx": 1}),
@@ -259,7 +321,156 @@ def fixtures():
         event_extra={0: {"future_field": [1, 2, {"k": b"\x00\xff"}], "score": 0.5},
                      1: {"x_ext": msgpack.ExtType(5, b"abc")}},
         type_last=True)
-    out.append(("map_unknown_keys", wire, exp, None))
+    wire, exp = build("current", "mapbatch", 5.0, [
+        ("BlockStored", {"block_hashes": [21], "parent_block_hash": None,
+                         "token_ids": tokens(77, BS), "block_size": BS,
+                         "lora_id": None, "medium": "CPU_PINNED", "lora_name": None,
+                         "group_idx": 2}),
+        ("BlockRemoved", {"block_hashes": [21], "medium": "CPU_PINNED", "group_idx": 2}),
+    ], batch_extra={"producer": {"name": "vllm", "version": [0, 12, 1]}, "z": None},
+        event_extra={0: {"future_field": [1, 2, {"k": b"\x00\xff"}], "score": 0.5},
+                     1: {"x_ext": msgpack.ExtType(5, b"abc")}},
+        type_last=True)
+    out.append(("mapbatch_unknown_keys", wire, exp, None))
+
+    # vLLM v0.26 as its engines send it: the batch an array, events maps
+    # with group_idx 0 and kv_cache_spec_kind written, extra_keys [None]
+    # (shape of the v0.26.0 dump in volcano-sh/kthena#1535), then a
+    # OffloadingConnector placeholder pair in the same batch (vllm#43468:
+    # self_describing_kv_events false -> token_ids [], block_size 0,
+    # medium CPU / STORAGE), then a GPU removal.
+    wire, exp = build("current", "map", 1789095808.8378847, [
+        ("BlockStored", {"block_hashes": [15760518052499183552], "parent_block_hash": None,
+                         "token_ids": tokens(151644, BS), "block_size": BS,
+                         "lora_id": None, "medium": "GPU", "lora_name": None,
+                         "extra_keys": [None], "group_idx": 0,
+                         "kv_cache_spec_kind": "full_attention"}),
+        ("BlockStored", {"block_hashes": [15760518052499183552], "parent_block_hash": None,
+                         "token_ids": [], "block_size": 0,
+                         "lora_id": None, "medium": "CPU", "lora_name": None}),
+        ("BlockStored", {"block_hashes": [15760518052499183552], "parent_block_hash": None,
+                         "token_ids": [], "block_size": 0,
+                         "lora_id": None, "medium": "STORAGE", "lora_name": None}),
+        ("BlockRemoved", {"block_hashes": [15760518052499183552], "medium": "GPU", "group_idx": 0}),
+    ], dp_rank=0)
+    out.append(("map_v026_offload_placeholders", wire, exp, None))
+    wire, exp = build("current", "array", 1789095808.5, [
+        ("BlockStored", {"block_hashes": [51], "parent_block_hash": None,
+                         "token_ids": tokens(10, BS), "block_size": BS,
+                         "lora_id": None, "medium": "GPU", "lora_name": None}),
+        ("BlockStored", {"block_hashes": [51], "parent_block_hash": None,
+                         "token_ids": [], "block_size": 0,
+                         "lora_id": None, "medium": "CPU", "lora_name": None}),
+    ], dp_rank=0)
+    out.append(("array_offload_placeholder", wire, exp, "array"))
+
+    # Hybrid model (vLLM PR #37688): every KV-cache group publishes the
+    # same engine hashes; kv_cache_spec_kind tells the groups apart
+    # (vLLM PR #40984). Group 1's removal must not touch group 0.
+    for layout in ("map", "array"):
+        wire, exp = build("current", layout, 300.0, [
+            ("BlockStored", {"block_hashes": [61, 62], "parent_block_hash": None,
+                             "token_ids": tokens(500, 2 * BS), "block_size": BS,
+                             "lora_id": None, "medium": "GPU", "lora_name": None,
+                             "group_idx": 0, "kv_cache_spec_kind": "full_attention"}),
+            ("BlockStored", {"block_hashes": [61, 62], "parent_block_hash": None,
+                             "token_ids": tokens(500, 2 * BS), "block_size": BS,
+                             "lora_id": None, "medium": "GPU", "lora_name": None,
+                             "group_idx": 1, "kv_cache_spec_kind": "sliding_window",
+                             "kv_cache_spec_sliding_window": 128}),
+            ("BlockRemoved", {"block_hashes": [61], "medium": "GPU", "group_idx": 1}),
+        ], dp_rank=0)
+        out.append((layout + "_hybrid_groups", wire, exp, None))
+
+    # Salted vLLM requests: generate_block_hash_extra_keys puts
+    # lora_name, multimodal keys, then cache_salt on the first block only;
+    # a continuation carries no salt. The typed ExtraKey form
+    # ({"type": "cache_salt", "salt": ...}) names it outright.
+    for layout in ("map", "array"):
+        wire, exp = build("current", layout, 400.0, [
+            ("BlockStored", {"block_hashes": [71, 72], "parent_block_hash": None,
+                             "token_ids": tokens(900, 2 * BS), "block_size": BS,
+                             "lora_id": None, "medium": "GPU", "lora_name": None,
+                             "extra_keys": [["tenant-a"], None]}),
+            ("BlockStored", {"block_hashes": [73], "parent_block_hash": 72,
+                             "token_ids": tokens(900 + 2 * BS, BS), "block_size": BS,
+                             "lora_id": None, "medium": "GPU", "lora_name": None,
+                             "extra_keys": [None]}),
+            ("BlockStored", {"block_hashes": [74], "parent_block_hash": None,
+                             "token_ids": tokens(900, BS), "block_size": BS,
+                             "lora_id": 2, "medium": "GPU", "lora_name": "sql-lora",
+                             "extra_keys": [["sql-lora", ["0" * 64, 5], "a" * 64, "tenant-b"]]}),
+            ("BlockStored", {"block_hashes": [75], "parent_block_hash": None,
+                             "token_ids": tokens(900, BS), "block_size": BS,
+                             "lora_id": None, "medium": "GPU", "lora_name": None,
+                             "extra_keys": [[{"type": "cache_salt", "salt": "tenant-c"}]]}),
+        ], dp_rank=0)
+        out.append((layout + "_salted_extra_keys", wire, exp, None))
+
+    # SGLang >= 0.5.18 positional with the metadata map in position 7, an
+    # unsalted event beside it, in one batch (Dynamo PR #14530: a decoder
+    # reading position 7 as a string dropped the whole batch).
+    wire, exp = build("sglang_meta", "array", 500.0, [
+        ("BlockStored", {"block_hashes": [81], "parent_block_hash": None,
+                         "token_ids": tokens(40, 1), "block_size": 1, "lora_id": None,
+                         "medium": "GPU", "metadata": {"cache_salt": "tenant-s", "session_id": "sess-1"}}),
+    ], dp_rank=0)
+    plain, plain_exp = build("sglang", "array", 500.0, [
+        ("BlockStored", {"block_hashes": [82], "parent_block_hash": 81,
+                         "token_ids": tokens(41, 1), "block_size": 1, "lora_id": None}),
+    ])
+    wire[1].extend(plain[1])
+    exp["events"].extend(plain_exp["events"])
+    out.append(("array_sglang_salt_metadata", wire, exp, None))
+    # SGLang after #37482: tagged maps, cache_salt and session_id named.
+    wire, exp = build("sglang_map", "map", 501.0, [
+        ("BlockStored", {"block_hashes": [83], "parent_block_hash": None,
+                         "token_ids": tokens(40, 1), "block_size": 1, "lora_id": None,
+                         "medium": "GPU", "cache_salt": "tenant-s", "session_id": "sess-1"}),
+        ("BlockStored", {"block_hashes": [84], "parent_block_hash": 83,
+                         "token_ids": tokens(41, 1), "block_size": 1, "lora_id": None,
+                         "cache_salt": "tenant-s"}),
+        ("BlockRemoved", {"block_hashes": [84]}),
+    ], dp_rank=0)
+    out.append(("map_sglang_cache_salt", wire, exp, None))
+
+    # vLLM locality (REMOTE blocks belong to no local worker: Dynamo's
+    # convert_event drops them).
+    wire, exp = build("locality", "map", 600.0, [
+        ("BlockStored", {"block_hashes": [91], "parent_block_hash": None,
+                         "token_ids": tokens(1, BS), "block_size": BS, "lora_id": None,
+                         "medium": "CPU", "lora_name": None, "locality": "REMOTE",
+                         "ownership": "p2p-tier"}),
+        ("BlockStored", {"block_hashes": [92], "parent_block_hash": None,
+                         "token_ids": tokens(1, BS), "block_size": BS, "lora_id": None,
+                         "medium": "CPU", "lora_name": None, "locality": "LOCAL"}),
+        ("BlockRemoved", {"block_hashes": [91], "medium": "CPU", "locality": "REMOTE"}),
+    ], dp_rank=0)
+    out.append(("map_locality", wire, exp, None))
+
+    # llm-d-inference-sim (before llm-d/llm-d-inference-sim#570) wrote
+    # parent_block_hash 0 for "no parent" in the array encoding.
+    wire, exp = build("current", "array", 700.0, [
+        ("BlockStored", {"block_hashes": [101], "parent_block_hash": 0,
+                         "token_ids": tokens(3, BS), "block_size": BS,
+                         "lora_id": None, "medium": "GPU", "lora_name": None}),
+    ])
+    out.append(("array_parent_zero", wire, exp, "array"))
+
+    # Published from a real engine: the batch a vLLM v0.26.0 server
+    # (Qwen3-8B, --kv-events-config topic "kv-events") sent, as printed in
+    # volcano-sh/kthena#1535 (comment of 2026-09-11): every value below is
+    # copied from that dump, re-encoded the way v0.26's msgspec encoder
+    # writes it (the batch an array, the event a map, omit_defaults).
+    wire, exp = build("current", "map", 1789095808.8378847, [
+        ("BlockStored", {"block_hashes": [15760518052499183552], "parent_block_hash": None,
+                         "token_ids": [151644, 872, 198, 9064, 374, 279, 6722, 315, 5616, 30,
+                                       151645, 198, 151644, 77091, 198, 151667],
+                         "block_size": 16, "lora_id": None, "medium": "GPU", "lora_name": None,
+                         "extra_keys": [None], "group_idx": 0,
+                         "kv_cache_spec_kind": "full_attention"}),
+    ], dp_rank=0)
+    out.append(("upstream_vllm_v0260_kthena1535", wire, exp, None))
 
     # vLLM ~v0.9: array batch without dp rank, BlockStored ending at medium.
     wire, exp = build("v09", "array", 42.125, [

@@ -3,12 +3,18 @@
 (vllm/distributed/kv_events.py) is: a pyzmq PUB sending
 [topic, seq.to_bytes(8, "big"), payload] with seq counting from 0, and a
 ROUTER answering replay requests [identity, b"", start] from a bounded
-deque with [identity, b"", seq, payload] ... then the end marker
-[identity, b"", (-1).to_bytes(8, "big", signed=True), b""].
+deque. Replies follow --replay-layout:
+  v0.26  (vLLM >= v0.26, vllm-project/vllm#45177, _service_replay):
+         [identity, b"", topic, seq, payload] ..., then the end marker
+         [identity, b"", b"", END_SEQ, b""];
+  legacy (vLLM < v0.26, SGLang's kv_events.py):
+         [identity, b"", seq, payload] ..., then [identity, b"", END_SEQ, b""];
+with END_SEQ = (-1).to_bytes(8, "big", signed=True).
 
 Driven by the Go interop test over stdin, one command per line:
   live <payload>   publish, sending live and buffering for replay
   skip <payload>   buffer for replay only (a batch the subscriber misses)
+  hex <hex>        publish live the bytes <hex> encodes (a msgpack batch)
   quit
 It prints the bound endpoints as one JSON line, then "seq <n>" per publish.
 """
@@ -31,12 +37,20 @@ def main():
     ap.add_argument("--topic", default="")
     ap.add_argument("--buffer-steps", type=int, default=10_000)
     ap.add_argument("--hwm", type=int, default=100_000)
+    ap.add_argument("--replay-layout", choices=("v0.26", "legacy"), default="v0.26")
+    # vLLM connects its PUB instead of binding when the endpoint has no
+    # wildcard (ZmqEventPublisher._socket_setup): a central subscriber.
+    ap.add_argument("--connect", default="")
     args = ap.parse_args()
 
     ctx = zmq.Context.instance()
     pub = ctx.socket(zmq.PUB)
     pub.set_hwm(args.hwm)
-    pub_port = pub.bind_to_random_port("tcp://127.0.0.1")
+    if args.connect:
+        pub.connect(args.connect)
+        pub_port = 0
+    else:
+        pub_port = pub.bind_to_random_port("tcp://127.0.0.1")
     replay = ctx.socket(zmq.ROUTER)
     replay_port = replay.bind_to_random_port("tcp://127.0.0.1")
 
@@ -72,8 +86,14 @@ def main():
                 start_seq = int.from_bytes(start_seq_bytes, "big")
                 for seq, buf in buffer:
                     if seq >= start_seq:
-                        replay.send_multipart((client_id, b"", seq.to_bytes(8, "big"), buf))
-                replay.send_multipart((client_id, b"", END_SEQ, b""))
+                        if args.replay_layout == "v0.26":
+                            replay.send_multipart((client_id, b"", topic, seq.to_bytes(8, "big"), buf))
+                        else:
+                            replay.send_multipart((client_id, b"", seq.to_bytes(8, "big"), buf))
+                if args.replay_layout == "v0.26":
+                    replay.send_multipart((client_id, b"", b"", END_SEQ, b""))
+                else:
+                    replay.send_multipart((client_id, b"", END_SEQ, b""))
         try:
             cmd = commands.get(timeout=0.1)
         except queue.Empty:
@@ -82,8 +102,8 @@ def main():
             break
         kind, _, payload = cmd.partition(" ")
         seq = next(seq_gen)
-        payload = payload.encode("utf-8")
-        if kind == "live":
+        payload = bytes.fromhex(payload) if kind == "hex" else payload.encode("utf-8")
+        if kind in ("live", "hex"):
             pub.send_multipart((topic, seq.to_bytes(8, "big"), payload))
         elif kind != "skip":
             print(f"unknown command {cmd!r}", file=sys.stderr, flush=True)
