@@ -157,7 +157,7 @@ func TestTransportSecurityProcesses(t *testing.T) {
 			return nil, err
 		}
 		defer conn.Close()
-		h, err := envoyharness.New(conn, envoyharness.DefaultConfig())
+		h, err := envoyharness.New(conn, envoyharness.MustShipped("envoy-mtls.yaml"))
 		if err != nil {
 			return nil, err
 		}
