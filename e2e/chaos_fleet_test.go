@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/kvgate/kvgate/e2e/procs"
 	"github.com/kvgate/kvgate/extproc/envoyharness"
 	"github.com/kvgate/kvgate/extproc/modelfiles"
@@ -179,4 +178,3 @@ func (cf *chaosFleet) startEngineAt(t *testing.T, i int, prev *engine) *engine {
 		}
 	}
 }
-

@@ -18,7 +18,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/kvgate/kvgate/e2e/procs"
 	"github.com/kvgate/kvgate/e2e/replay"
 	"github.com/kvgate/kvgate/extproc/envoyharness"
