@@ -158,10 +158,12 @@ func drainExtproc(srv *server.Server, gs *grpc.Server, draining *atomic.Bool, gr
 	stopped := make(chan struct{})
 	go func() { gs.GracefulStop(); close(stopped) }()
 	log.Info("draining: GOAWAY sent, waiting for streams in flight", "open", srv.Stats().StreamsActive)
+	// Past the deadline already (grace >= deadline), GracefulStop still
+	// gets a moment: with no stream left it returns at once.
 	select {
 	case <-stopped:
 		log.Info("drained", "took", time.Since(start).Round(time.Millisecond))
-	case <-time.After(max(deadline-time.Since(start), 0)):
+	case <-time.After(max(deadline-time.Since(start), 100*time.Millisecond)):
 		log.Warn("drain incomplete: cutting the streams still open", "open", srv.Stats().StreamsActive)
 		gs.Stop()
 		<-stopped
