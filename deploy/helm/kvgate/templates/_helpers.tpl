@@ -155,6 +155,12 @@ authorization:
 {{- end -}}
 {{- $_ := set $extproc "tls" $tls -}}
 {{- end -}}
+{{- /* The Istio and Envoy Gateway wiring routes through an ORIGINAL_DST
+cluster, which parses exactly one ip:port: kvgate must send no fallbacks
+(envoy/envoy-original-dst.yaml). */ -}}
+{{- if and (or .Values.mesh.istio.enabled .Values.mesh.envoyGateway.enabled) (not (hasKey (default dict .Values.config.extproc) "envoy_routing")) -}}
+{{- $_ := set $extproc "envoy_routing" "original_dst" -}}
+{{- end -}}
 {{- $_ := set $c "extproc" (mustMergeOverwrite (deepCopy (default dict .Values.config.extproc)) $extproc) -}}
 {{- /* Without the indexer Deployment no process opens indexer.listen: it
 stays on loopback, needing no token. */ -}}
