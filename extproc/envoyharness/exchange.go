@@ -7,6 +7,7 @@ import (
 	"io"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -83,7 +84,8 @@ type Exchange struct {
 	bypass      bool // continue without the processor (failure mode allow, or a clean close)
 	bodySent    bool // a FULL_DUPLEX_STREAMED body chunk went to the processor
 	resBuf      []byte
-	closed      bool // Envoy closed its side (no more processing configured)
+	closed      bool        // Envoy closed its side (no more processing configured)
+	unprocessed atomic.Bool // the stream ended cleanly: the rest passes unprocessed
 
 	// Forward or Local is set when Start returns.
 	Forward *Forwarded
@@ -257,8 +259,16 @@ func (x *Exchange) lastResponse(msg *extprocv3.ProcessingResponse) bool {
 
 func (x *Exchange) die(err error) {
 	x.deadErr = err
+	if errors.Is(err, errStreamClosed) {
+		// A clean close (status OK): Envoy ends processing and the response
+		// carries on unprocessed (ext_proc.cc onGrpcClose), so what comes
+		// next goes straight downstream.
+		x.unprocessed.Store(true)
+	}
 	close(x.dead)
-	x.down.fail(err)
+	if !errors.Is(err, errStreamClosed) {
+		x.down.fail(err)
+	}
 	var pe *ProtocolError
 	if errors.As(err, &pe) {
 		// Envoy closes the stream on a spurious message.
@@ -878,7 +888,7 @@ func (x *Exchange) RespondHeaders(code int, headers []Header, endOfStream bool) 
 		return nil, fmt.Errorf("envoyharness: no forwarded request to respond to")
 	}
 	hs := append([]Header{{":status", strconv.Itoa(code)}}, headers...)
-	if x.bypass {
+	if x.bypass || x.unprocessed.Load() {
 		x.endDownstream(endOfStream)
 		return hs, nil
 	}
@@ -946,7 +956,7 @@ func (x *Exchange) endDownstream(end bool) {
 // processor: what it releases comes out of Downstream.
 func (x *Exchange) RespondBody(chunk []byte, endOfStream bool) error {
 	chunk = append([]byte(nil), chunk...)
-	if x.bypass || x.cfg.ResponseBodyMode == filterv3.ProcessingMode_NONE {
+	if x.bypass || x.unprocessed.Load() || x.cfg.ResponseBodyMode == filterv3.ProcessingMode_NONE {
 		x.down.push(chunk, endOfStream)
 		return nil
 	}
@@ -974,7 +984,7 @@ func (x *Exchange) RespondBody(chunk []byte, endOfStream bool) error {
 
 // RespondTrailers ends the response with trailers (trailer mode SEND).
 func (x *Exchange) RespondTrailers(trailers []Header) ([]Header, error) {
-	if x.bypass || !x.cfg.ResponseTrailers {
+	if x.bypass || x.unprocessed.Load() || !x.cfg.ResponseTrailers {
 		x.endDownstream(true)
 		return trailers, nil
 	}
