@@ -357,7 +357,7 @@ func checkKvgate(ps *problems, f *facts) {
 		return
 	}
 	for _, p := range f.originalDsts {
-		if k.Fallbacks > 0 || k.EnvoyRouting != "original_dst" {
+		if k.Fallbacks > 0 {
 			ps.add(p, "routes on kvgate's destination with ORIGINAL_DST, which parses exactly one ip:port (original_dst_cluster.cc metadataOverrideHost, parseInternetAddressAndPortNoThrow), but the kvgate config has extproc.envoy_routing %q and extproc.fallbacks %d: every request would get 503; set extproc.envoy_routing: original_dst (fallbacks 0)", k.EnvoyRouting, k.Fallbacks)
 		}
 	}
