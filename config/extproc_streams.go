@@ -29,7 +29,11 @@ type StreamLimits struct {
 	// streams together while they wait to be routed. Over it a request
 	// gets 503 (retry-after 1) instead of more memory. Bodies past their
 	// first 256 KiB may take at most three quarters of it, so small
-	// requests keep being served while large ones are refused.
+	// requests keep being served while large ones are refused. The
+	// default, 64 MiB, holds six maximum-size (8 MiB) prompts at once; the
+	// process's memory under a flood of never-ending bodies grew by about
+	// four times the budget (e2e TestNeverEndingStreamsBoundedMemory: 203
+	// MB), which leaves a 2 GiB pod room for the index and tokenizers.
 	BufferBudgetBytes int64 `yaml:"buffer_budget_bytes"`
 	// MaxOpen bounds the streams open at once; more get 503.
 	MaxOpen int `yaml:"max_open"`
@@ -46,7 +50,7 @@ type StreamLimits struct {
 
 func (s *StreamLimits) applyDefaults() {
 	if s.BufferBudgetBytes == 0 {
-		s.BufferBudgetBytes = 128 << 20
+		s.BufferBudgetBytes = 64 << 20
 	}
 	if s.MaxOpen == 0 {
 		s.MaxOpen = 4096

@@ -57,7 +57,7 @@ func TestEngineEndpointsCanonical(t *testing.T) {
 func TestStreamDefaultsFitTheBody(t *testing.T) {
 	c := Default()
 	s := c.Extproc.Streams
-	if s.BufferBudgetBytes != 128<<20 || s.MaxOpen != 4096 || s.RequestIdleTimeout.D().String() != "30s" || c.Extproc.GRPC.MaxConcurrentStreams != 1000 {
+	if s.BufferBudgetBytes != 64<<20 || s.MaxOpen != 4096 || s.RequestIdleTimeout.D().String() != "30s" || c.Extproc.GRPC.MaxConcurrentStreams != 1000 {
 		t.Errorf("defaults %+v %+v", s, c.Extproc.GRPC)
 	}
 	if err := c.Validate(); err != nil {

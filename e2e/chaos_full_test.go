@@ -92,8 +92,11 @@ func TestChaosIndexerKilled(t *testing.T) {
 }
 
 // replicaGrace bounds how long after an extproc replica dies a new stream
-// may still be opened on its closed connection.
-const replicaGrace = 500 * time.Millisecond
+// may still be sent to it: envoy.yaml's ext_proc cluster marks a host
+// unhealthy after 2 failed gRPC health checks 1 s apart (1 s timeout), and
+// until then Envoy's round robin keeps picking it (a killed process sends
+// no GOAWAY), failing those requests.
+const replicaGrace = 3500 * time.Millisecond
 
 // Chaos (c): one of two extproc replicas is SIGKILLed while requests run
 // through it. Only requests in flight at the kill fail; new streams fail

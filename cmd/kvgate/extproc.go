@@ -122,7 +122,7 @@ func extprocGRPCOptions(x config.Extproc) []grpc.ServerOption {
 		// them to 16 MiB per stream, letting one connection park that much
 		// per stream ahead of what kvgate reads and budgets.
 		grpc.InitialWindowSize(1 << 20),
-		grpc.InitialConnWindowSize(16 << 20),
+		grpc.InitialConnWindowSize(4 << 20),
 	}
 }
 

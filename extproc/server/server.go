@@ -83,7 +83,7 @@ var DefaultConfig = Config{
 	MaxHeaderBytes:          64 << 10,
 	AssumedRequestBodyMode:  filterv3.ProcessingMode_FULL_DUPLEX_STREAMED,
 	AssumedResponseBodyMode: filterv3.ProcessingMode_FULL_DUPLEX_STREAMED,
-	BufferBudgetBytes:       128 << 20,
+	BufferBudgetBytes:       64 << 20,
 	MaxOpenStreams:          4096,
 	RequestIdleTimeout:      30 * time.Second,
 	RequestTimeout:          2 * time.Minute,
