@@ -21,9 +21,6 @@ import (
 // local reply and closes its side (external_processor.proto).
 var errImmediate = errors.New("immediate response sent")
 
-// errMaxDuration ends a stream that outlived Config.MaxStreamDuration.
-var errMaxDuration = errors.New("stream reached its maximum duration")
-
 // protocolError is a message Envoy would never send in this state, or
 // content kvgate cannot accept; the stream ends with INVALID_ARGUMENT.
 type protocolError struct{ msg string }
