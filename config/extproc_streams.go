@@ -44,7 +44,9 @@ type StreamLimits struct {
 	RequestTimeout Duration `yaml:"request_timeout"`
 	// MaxDuration bounds a whole stream, response included; past it kvgate
 	// ends the stream cleanly and Envoy carries on with the response
-	// unprocessed (ext_proc.cc onGrpcClose). 0 = unbounded.
+	// unprocessed (ext_proc.cc onGrpcClose), its load released as a
+	// timeout. Default 1h: longer than any generation, short enough that a
+	// stream whose end was never seen does not hold accounting forever.
 	MaxDuration Duration `yaml:"max_duration"`
 }
 
@@ -78,8 +80,8 @@ func (s StreamLimits) validate(path string, maxBody int) error {
 		return fmt.Errorf("%s.request_idle_timeout: must be at least 100ms", path)
 	case s.RequestTimeout.D() < s.RequestIdleTimeout.D():
 		return fmt.Errorf("%s.request_timeout: must be at least request_idle_timeout (%s)", path, s.RequestIdleTimeout.D())
-	case s.MaxDuration.D() != 0 && s.MaxDuration.D() < s.RequestTimeout.D():
-		return fmt.Errorf("%s.max_duration: must be 0 (unbounded) or at least request_timeout (%s)", path, s.RequestTimeout.D())
+	case s.MaxDuration.D() < s.RequestTimeout.D():
+		return fmt.Errorf("%s.max_duration: must be at least request_timeout (%s)", path, s.RequestTimeout.D())
 	}
 	return nil
 }

@@ -1,14 +1,11 @@
 package e2e
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -123,7 +120,10 @@ func TestShippedEnvoyConfigsEndToEnd(t *testing.T) {
 			}
 			_, gw := envoyGateway(t, c.file, envoyharness.ProxyOptions{ExtProc: []string{listen}, DialOptions: dial, Workers: workers})
 
-			before := scrapeLabeled(t, "http://"+admin+"/metrics")
+			before, err := scrape("http://" + admin + "/metrics")
+			if err != nil {
+				t.Fatal(err)
+			}
 			statuses := map[int]int{}
 			lateOK := 0
 			const n = 30
@@ -146,7 +146,10 @@ func TestShippedEnvoyConfigsEndToEnd(t *testing.T) {
 					lateOK++
 				}
 			}
-			after := scrapeLabeled(t, "http://"+admin+"/metrics")
+			after, err := scrape("http://" + admin + "/metrics")
+			if err != nil {
+				t.Fatal(err)
+			}
 			delta := func(name string) float64 { return after[name] - before[name] }
 			fallbacks := delta("kvgate_extproc_fallbacks_used_total")
 			cancels := delta(`kvgate_extproc_requests_finished_total{outcome="client_cancel"}`)
@@ -185,39 +188,4 @@ func TestShippedEnvoyConfigsEndToEnd(t *testing.T) {
 			}
 		})
 	}
-}
-
-// scrapeLabeled reads a Prometheus text endpoint: each sample by its name
-// and labels as written, and each name summed over its label sets.
-func scrapeLabeled(t *testing.T, url string) map[string]float64 {
-	t.Helper()
-	resp, err := httpClient.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	out := map[string]float64{}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		if i < 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			continue
-		}
-		key := line[:i]
-		out[key] += v
-		if j := strings.IndexByte(key, '{'); j >= 0 {
-			out[key[:j]] += v
-		}
-	}
-	return out
 }
