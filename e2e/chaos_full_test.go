@@ -92,10 +92,10 @@ func TestChaosIndexerKilled(t *testing.T) {
 }
 
 // replicaGrace bounds how long after an extproc replica dies a new stream
-// may still be sent to it: envoy.yaml's ext_proc cluster marks a host
-// unhealthy after 2 failed gRPC health checks 1 s apart (1 s timeout), and
-// until then Envoy's round robin keeps picking it (a killed process sends
-// no GOAWAY), failing those requests.
+// may still be sent to it: a killed process sends no GOAWAY, so envoy.yaml's
+// ext_proc cluster keeps picking it until a refused connection ejects it
+// (outlier detection, one failure) or 2 failed gRPC health checks 1 s apart
+// (1 s timeout) mark it unhealthy.
 const replicaGrace = 3500 * time.Millisecond
 
 // Chaos (c): one of two extproc replicas is SIGKILLed while requests run

@@ -133,6 +133,20 @@ type ExtProcCluster struct {
 	Hosts []string
 	// HealthCheck is its active gRPC health check; nil: none.
 	HealthCheck *HealthCheck
+	// Outlier is its passive outlier detection on connection failures;
+	// nil: none.
+	Outlier *OutlierDetection
+}
+
+// OutlierDetection is the part of a cluster's outlier_detection that
+// reacts to a host refusing connections (a replica killed without a
+// drain): with split_external_local_origin_errors such failures count
+// toward consecutive_local_origin_failure, otherwise toward
+// consecutive_gateway_failure (outlier_detection.proto).
+type OutlierDetection struct {
+	Consecutive        int
+	BaseEjection       time.Duration
+	MaxEjectionPercent int
 }
 
 // HealthCheck is a cluster's grpc_health_check.

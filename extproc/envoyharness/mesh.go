@@ -103,6 +103,7 @@ func (c *Config) fromEnvoyGateway(docs []envoyconfig.Document) error {
 				return err
 			}
 			c.ExtProc.HealthCheck = egHealthCheck(procs[0].(map[string]any))
+			c.ExtProc.Outlier = egPassive(procs[0].(map[string]any))
 		case envoyconfig.KindEnvoyPatchPolicy:
 			patches, _ := spec["jsonPatches"].([]any)
 			for i, p := range patches {
@@ -218,6 +219,35 @@ func egHealthCheck(p map[string]any) *HealthCheck {
 		h.Service, _ = g["service"].(string)
 	}
 	return h
+}
+
+// egPassive reads a backendSettings.healthCheck.passive (Envoy Gateway's
+// outlier detection; its defaults from api/v1alpha1/healthcheck_types.go).
+func egPassive(p map[string]any) *OutlierDetection {
+	bs, _ := p["backendSettings"].(map[string]any)
+	hc, _ := bs["healthCheck"].(map[string]any)
+	ps, _ := hc["passive"].(map[string]any)
+	if ps == nil {
+		return nil
+	}
+	o := &OutlierDetection{Consecutive: 0, BaseEjection: 30 * time.Second, MaxEjectionPercent: 10}
+	key := "consecutiveGatewayErrors"
+	if split, _ := ps["splitExternalLocalOriginErrors"].(bool); split {
+		key, o.Consecutive = "consecutiveLocalOriginFailures", 5
+	}
+	if n, ok := number(ps[key]); ok {
+		o.Consecutive = n
+	}
+	if s, ok := ps["baseEjectionTime"].(string); ok {
+		o.BaseEjection, _ = time.ParseDuration(s)
+	}
+	if n, ok := number(ps["maxEjectionPercent"]); ok {
+		o.MaxEjectionPercent = n
+	}
+	if o.Consecutive == 0 {
+		return nil
+	}
+	return o
 }
 
 func number(v any) (int, bool) {

@@ -289,6 +289,23 @@ func clusterHosts(cl *clusterv3.Cluster) []string {
 func (e *ExtProcCluster) from(cl *clusterv3.Cluster) {
 	e.Hosts = clusterHosts(cl)
 	e.healthCheckFrom(cl)
+	if od := cl.GetOutlierDetection(); od != nil {
+		o := &OutlierDetection{Consecutive: 5, BaseEjection: 30 * time.Second, MaxEjectionPercent: 10}
+		n := od.GetConsecutiveGatewayFailure()
+		if od.GetSplitExternalLocalOriginErrors() {
+			n = od.GetConsecutiveLocalOriginFailure()
+		}
+		if n != nil {
+			o.Consecutive = int(n.GetValue())
+		}
+		if d := od.GetBaseEjectionTime(); d != nil {
+			o.BaseEjection = d.AsDuration()
+		}
+		if p := od.GetMaxEjectionPercent(); p != nil {
+			o.MaxEjectionPercent = int(p.GetValue())
+		}
+		e.Outlier = o
+	}
 }
 
 func (e *ExtProcCluster) healthCheckFrom(cl *clusterv3.Cluster) {

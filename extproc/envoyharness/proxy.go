@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
@@ -70,6 +71,11 @@ type extProcHost struct {
 	h       *Harness
 	conn    grpc.ClientConnInterface
 	healthy atomic.Bool
+
+	mu           sync.Mutex
+	failures     int       // consecutive connection failures
+	ejections    int       // times ejected
+	ejectedUntil time.Time // outlier detection
 }
 
 // Load parses an Envoy configuration (ParseConfig) and starts a Proxy
@@ -220,12 +226,17 @@ func (p *Proxy) healthCheck(ctx context.Context, host *extProcHost, hc *HealthCh
 }
 
 // pick chooses the ext_proc host for a new stream: round robin over the
-// healthy hosts, or over all of them in panic mode (fewer than half
-// healthy: healthy_panic_threshold's default 50 %).
+// healthy hosts that outlier detection has not ejected, or over all of
+// them in panic mode (fewer than half usable: healthy_panic_threshold's
+// default 50 %).
 func (p *Proxy) pick() *extProcHost {
 	var healthy []*extProcHost
+	now := time.Now()
 	for _, h := range p.hosts {
-		if h.healthy.Load() {
+		h.mu.Lock()
+		ejected := now.Before(h.ejectedUntil)
+		h.mu.Unlock()
+		if h.healthy.Load() && !ejected {
 			healthy = append(healthy, h)
 		}
 	}
@@ -238,7 +249,53 @@ func (p *Proxy) pick() *extProcHost {
 
 // Start runs one request's request path on the next ext_proc host.
 func (p *Proxy) Start(ctx context.Context, req *Request) (*Exchange, error) {
-	return p.pick().h.Start(ctx, req)
+	host := p.pick()
+	x, err := host.h.Start(ctx, req)
+	if err == nil {
+		p.observe(host, x)
+	}
+	return x, err
+}
+
+// observe feeds outlier detection: a stream that failed with UNAVAILABLE
+// before any reply is the host refusing connections (a local-origin
+// failure, reported by Envoy's connection pool); any reply is a success.
+// Ejection lasts base_ejection_time × the times ejected, and takes no more
+// than max_ejection_percent of the hosts, but always at least one
+// (outlier_detection.proto max_ejection_percent).
+func (p *Proxy) observe(host *extProcHost, x *Exchange) {
+	od := p.cfg.ExtProc.Outlier
+	if od == nil || od.Consecutive <= 0 {
+		return
+	}
+	failed := x.Local != nil && x.Local.Cause == "grpc_error" && StatusCode(x.Local.Err) == codes.Unavailable && len(x.Trace()) == 0
+	host.mu.Lock()
+	defer host.mu.Unlock()
+	if !failed {
+		host.failures = 0
+		return
+	}
+	host.failures++
+	if host.failures < od.Consecutive {
+		return
+	}
+	ejected := 0
+	now := time.Now()
+	for _, h := range p.hosts {
+		if h != host {
+			h.mu.Lock()
+			if now.Before(h.ejectedUntil) {
+				ejected++
+			}
+			h.mu.Unlock()
+		}
+	}
+	if ejected > 0 && (ejected+1)*100 > od.MaxEjectionPercent*len(p.hosts) {
+		return
+	}
+	host.ejections++
+	host.failures = 0
+	host.ejectedUntil = now.Add(od.BaseEjection * time.Duration(host.ejections))
 }
 
 var defaultTransport = &http.Transport{
