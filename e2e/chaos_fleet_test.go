@@ -141,7 +141,7 @@ func startChaosFleet(t *testing.T, o chaosOptions) *chaosFleet {
 	}
 	// envoy.yaml's ext_proc cluster: round robin over the replicas its
 	// gRPC health check passes, as Envoy spreads streams.
-	_, cf.gateway = envoyGateway(t, "envoy.yaml", envoyharness.ProxyOptions{ExtProc: cf.listens, Workers: workers})
+	_, cf.gateway = debugGateway(t, "envoy.yaml", envoyharness.ProxyOptions{ExtProc: cf.listens, Workers: workers})
 	return cf
 }
 

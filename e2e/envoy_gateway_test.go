@@ -17,10 +17,23 @@ import (
 // Envoy's cluster warm-up does.
 func envoyGateway(t testing.TB, file string, o envoyharness.ProxyOptions) (*envoyharness.Proxy, string) {
 	t.Helper()
+	return envoyGatewayFor(t, envoyharness.MustShipped(file), o)
+}
+
+// debugGateway is envoyGateway for tests that read kvgate's decisions
+// from its x-kvgate-debug answers: the shipped file strips the client's
+// x-kvgate-debug, this gateway lets the test's through.
+func debugGateway(t testing.TB, file string, o envoyharness.ProxyOptions) (*envoyharness.Proxy, string) {
+	t.Helper()
+	return envoyGatewayFor(t, envoyharness.MustShipped(file).AllowingClientDebug(), o)
+}
+
+func envoyGatewayFor(t testing.TB, cfg envoyharness.Config, o envoyharness.ProxyOptions) (*envoyharness.Proxy, string) {
+	t.Helper()
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	p, err := envoyharness.NewProxy(envoyharness.MustShipped(file), o)
+	p, err := envoyharness.NewProxy(cfg, o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -156,7 +156,7 @@ func startFleet(t *testing.T, o fleetOptions) *fleet {
 	for _, e := range f.engines {
 		workers = append(workers, e.endpoint)
 	}
-	_, f.gateway = envoyGateway(t, "envoy.yaml", envoyharness.ProxyOptions{ExtProc: []string{extproc["listen"].(string)}, Workers: workers})
+	_, f.gateway = debugGateway(t, "envoy.yaml", envoyharness.ProxyOptions{ExtProc: []string{extproc["listen"].(string)}, Workers: workers})
 	return f
 }
 

@@ -109,7 +109,7 @@ func haGateway(t *testing.T, f *haFleet, listens []string) string {
 	for _, e := range f.engines {
 		workers = append(workers, e.endpoint)
 	}
-	_, url := envoyGateway(t, "envoy.yaml", envoyharness.ProxyOptions{ExtProc: listens, Workers: workers})
+	_, url := debugGateway(t, "envoy.yaml", envoyharness.ProxyOptions{ExtProc: listens, Workers: workers})
 	return url
 }
 

@@ -121,7 +121,7 @@ func startPDRig(t *testing.T, prefillSpeed, decodeSpeed, gbps float64) *pdRig {
 	for _, e := range cfg.Engines {
 		workers = append(workers, e.Endpoint)
 	}
-	_, rig.gateway = envoyGateway(t, "envoy.yaml", envoyharness.ProxyOptions{ExtProc: []string{ln.Addr().String()}, Workers: workers, Logger: log})
+	_, rig.gateway = debugGateway(t, "envoy.yaml", envoyharness.ProxyOptions{ExtProc: []string{ln.Addr().String()}, Workers: workers, Logger: log})
 	return rig
 }
 

@@ -242,14 +242,7 @@ func demoTracePath() string {
 // shipped file strips every client x-kvgate-* header), since the demo
 // gateway listens on loopback for the user who started it.
 func demoProxy(cfg config.Config, extprocAddr string, log *slog.Logger) (*envoyharness.Proxy, error) {
-	ecfg := envoyharness.DefaultConfig()
-	keep := ecfg.StripHeaders[:0:0]
-	for _, m := range ecfg.StripHeaders {
-		if m.Prefix != "x-kvgate-" {
-			keep = append(keep, m)
-		}
-	}
-	ecfg.StripHeaders = keep
+	ecfg := envoyharness.DefaultConfig().AllowingClientDebug()
 	var workers []string
 	for _, e := range cfg.Engines {
 		workers = append(workers, e.Endpoint)

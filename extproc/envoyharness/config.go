@@ -164,6 +164,22 @@ func (c Config) WithWorkers(hosts ...string) Config {
 	return c
 }
 
+// AllowingClientDebug returns c without the removal of client-sent
+// x-kvgate-* headers that every shipped config performs before ext_proc,
+// for a development gateway or a test that reads kvgate's x-kvgate-debug
+// answers; the routing headers are still removed.
+func (c Config) AllowingClientDebug() Config {
+	keep := make([]HeaderMatcher, 0, len(c.StripHeaders))
+	for _, m := range c.StripHeaders {
+		if m.Prefix == "x-kvgate-" || m.Exact == "x-kvgate-debug" {
+			continue
+		}
+		keep = append(keep, m)
+	}
+	c.StripHeaders = keep
+	return c
+}
+
 // shouldRemoveContentLength is processor_state.h
 // ProcessorState::shouldRemoveContentLength for the request: Envoy drops
 // content-length after sending the headers when the body may change size

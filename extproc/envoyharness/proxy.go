@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -110,6 +111,12 @@ func NewProxy(cfg Config, opts ProxyOptions) (*Proxy, error) {
 	if dial == nil {
 		dial = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	}
+	// Envoy's connection pool connects when a stream needs a connection;
+	// grpc-go instead backs off after a failed connect (up to minutes) and
+	// fails new streams fast meanwhile, even once the host is back. A 10 ms
+	// backoff keeps it to Envoy's behaviour.
+	dial = append(slices.Clip(dial), grpc.WithConnectParams(grpc.ConnectParams{
+		Backoff: backoff.Config{BaseDelay: 10 * time.Millisecond, Multiplier: 1, MaxDelay: 10 * time.Millisecond}, MinConnectTimeout: time.Second}))
 	for i, a := range addrs {
 		cc, err := grpc.NewClient(a, dial...)
 		if err != nil {
