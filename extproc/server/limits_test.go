@@ -146,7 +146,9 @@ func TestRequestDeadlines(t *testing.T) {
 		if ir.GetStatus().GetCode() != http.StatusRequestTimeout || !strings.Contains(string(ir.GetBody()), "no request data for 100ms") {
 			t.Fatalf("%v %s", ir.GetStatus(), ir.GetBody())
 		}
-		waitFor(t, "released", func() bool { return e.srv.Stats().BufferedBytes == 0 && e.srv.Stats().LimitHits["request_idle_timeout"] == 1 })
+		waitFor(t, "released", func() bool {
+			return e.srv.Stats().BufferedBytes == 0 && e.srv.Stats().LimitHits["request_idle_timeout"] == 1
+		})
 	})
 	t.Run("total", func(t *testing.T) {
 		e := startServer(t, staticRouter(server.Decision{Endpoint: "10.0.0.1:8000"}), server.Config{RequestIdleTimeout: time.Second, RequestTimeout: 300 * time.Millisecond})
