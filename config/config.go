@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/kvgate/kvgate/extproc/envoyaddr"
 )
 
 // MaxFileBytes bounds the configuration file.
@@ -47,10 +49,23 @@ type Extproc struct {
 	MaxBodyBytes int    `yaml:"max_body_bytes"`
 	// Policy is the picker's cost function: "dynamo" (Dynamo's default) or
 	// "kvgate" (throughput-aware, decode-footprint and anti-herding terms).
-	Policy      string      `yaml:"policy"`
-	Temperature float64     `yaml:"temperature"`
-	Fallbacks   int         `yaml:"fallbacks"`
-	TierWeights TierWeights `yaml:"tier_weights"`
+	Policy      string  `yaml:"policy"`
+	Temperature float64 `yaml:"temperature"`
+	// Fallbacks is how many next-best endpoints follow the primary in the
+	// routing metadata. Unset: 2 with envoy_routing override_host, 0 with
+	// original_dst; an explicit 0 stays 0.
+	Fallbacks int `yaml:"fallbacks"`
+	// EnvoyRouting names what reads kvgate's routing metadata in Envoy, so
+	// that kvgate sends what it can parse: "override_host" (default; the
+	// ordered list primary,fallback,… walked on retry, see
+	// envoy/envoy.yaml) or "original_dst" (exactly one ip:port: an
+	// ORIGINAL_DST cluster parses the value with
+	// parseInternetAddressAndPortNoThrow, and a list fails to parse).
+	EnvoyRouting string `yaml:"envoy_routing"`
+	// fallbacksSet records that the file set fallbacks, so that an
+	// explicit 0 is not replaced by the default.
+	fallbacksSet bool
+	TierWeights  TierWeights `yaml:"tier_weights"`
 	// IndexTimeout bounds one index match; past it the request is routed
 	// on load alone (counted), never failed.
 	IndexTimeout Duration `yaml:"index_timeout"`
@@ -90,6 +105,20 @@ type Extproc struct {
 	DebugHeader DebugHeader `yaml:"debug_header"`
 	// AdminAuth protects the admin endpoints when they are not on loopback.
 	AdminAuth AdminAuth `yaml:"admin_auth"`
+	// Streams bounds what ext_proc streams may hold, each and together
+	// (extproc_streams.go).
+	Streams StreamLimits `yaml:"streams"`
+	// GRPC bounds the ext_proc gRPC server's connections.
+	GRPC ExtprocGRPC `yaml:"grpc"`
+	// UnobservedHold: when Envoy shows kvgate nothing of the response
+	// (response processing SKIP, envoy/envoy-buffered-failopen.yaml) it
+	// closes the stream at the response headers and kvgate never sees the
+	// end; the request's decode load stays booked this long after that.
+	UnobservedHold Duration `yaml:"unobserved_hold"`
+	// DrainGrace is how long, after SIGTERM, the server keeps serving new
+	// streams with readiness already failing, so that Envoy's health checks
+	// move new streams to other replicas before the GOAWAY.
+	DrainGrace Duration `yaml:"drain_grace"`
 }
 
 // EngineMetrics scrapes each engine's /metrics (vLLM and SGLang names) as
@@ -366,6 +395,7 @@ func Parse(r io.Reader) (Config, error) {
 	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
 		return Config{}, err
 	}
+	c.Extproc.fallbacksSet = fallbacksSet(data)
 	c.applyDefaults()
 	if err := c.Validate(); err != nil {
 		return Config{}, err
@@ -419,8 +449,19 @@ func (c *Config) applyDefaults() {
 	if x.Policy == "" {
 		x.Policy = "kvgate"
 	}
-	if x.Fallbacks == 0 {
+	if x.EnvoyRouting == "" {
+		x.EnvoyRouting = RoutingOverrideHost
+	}
+	if x.Fallbacks == 0 && !x.fallbacksSet && x.EnvoyRouting == RoutingOverrideHost {
 		x.Fallbacks = 2
+	}
+	x.Streams.applyDefaults()
+	x.GRPC.applyDefaults()
+	if x.DrainGrace == 0 {
+		x.DrainGrace = Duration(5 * time.Second)
+	}
+	if x.UnobservedHold == 0 {
+		x.UnobservedHold = Duration(10 * time.Second)
 	}
 	if x.TierWeights == (TierWeights{}) {
 		x.TierWeights = TierWeights{Device: 1, Host: 0.75, Disk: 0.25}
@@ -476,6 +517,8 @@ func (c *Config) applyDefaults() {
 }
 
 // Validate reports the first invalid value, naming its path in the file.
+// It rewrites engine endpoints to Envoy's canonical ip:port
+// (extproc/envoyaddr).
 func (c *Config) Validate() error {
 	switch c.Index.Backend {
 	case "memory":
@@ -578,9 +621,14 @@ func (c *Config) Validate() error {
 	bindTopics := map[string]int{}
 	for i, e := range c.Engines {
 		p := fmt.Sprintf("engines[%d]", i)
-		if err := checkHostPort(e.Endpoint); err != nil {
+		ep, err := envoyaddr.Canonical(e.Endpoint)
+		if err != nil {
 			return fmt.Errorf("%s.endpoint: %w", p, err)
 		}
+		// Envoy's host map and ORIGINAL_DST know one spelling of each
+		// address; every later use (routing metadata, the index's worker
+		// identity) takes this one.
+		c.Engines[i].Endpoint, e.Endpoint = ep, ep
 		if seen[e.Endpoint] {
 			return fmt.Errorf("%s.endpoint: duplicate engine %s", p, e.Endpoint)
 		}
@@ -713,6 +761,10 @@ func (x *Extproc) validate() error {
 		return errors.New("extproc.temperature: must be in 0..100")
 	case x.Fallbacks < 0 || x.Fallbacks > 16:
 		return errors.New("extproc.fallbacks: must be in 0..16")
+	case x.EnvoyRouting != RoutingOverrideHost && x.EnvoyRouting != RoutingOriginalDst:
+		return fmt.Errorf("extproc.envoy_routing: %q is not one of %s, %s", x.EnvoyRouting, RoutingOverrideHost, RoutingOriginalDst)
+	case x.EnvoyRouting == RoutingOriginalDst && x.Fallbacks != 0:
+		return fmt.Errorf("extproc.fallbacks: must be 0 with extproc.envoy_routing %s, got %d: an ORIGINAL_DST cluster parses the destination as one ip:port (original_dst_cluster.cc metadataOverrideHost), so a list would fail every request with 503", RoutingOriginalDst, x.Fallbacks)
 	case x.TierWeights.Device < 0 || x.TierWeights.Host < 0 || x.TierWeights.Disk < 0 || x.TierWeights.External < 0:
 		return errors.New("extproc.tier_weights: weights must be >= 0")
 	case x.IndexTimeout.D() < time.Millisecond:
@@ -727,6 +779,13 @@ func (x *Extproc) validate() error {
 		return errors.New("extproc.decisions_kept: must be in 0..100000")
 	case !x.HealthCheck.Disabled && (x.HealthCheck.Timeout.D() <= 0 || x.HealthCheck.UnhealthyAfter < 1 || !strings.HasPrefix(x.HealthCheck.Path, "/")):
 		return errors.New("extproc.health_check: timeout > 0, unhealthy_after >= 1 and an absolute path are required")
+	case x.DrainGrace.D() > 10*time.Minute:
+		return errors.New("extproc.drain_grace: must be at most 10m")
+	case x.UnobservedHold.D() > 10*time.Minute:
+		return errors.New("extproc.unobserved_hold: must be at most 10m")
 	}
-	return nil
+	if err := x.Streams.validate("extproc.streams", x.MaxBodyBytes); err != nil {
+		return err
+	}
+	return x.GRPC.validate("extproc.grpc")
 }

@@ -67,10 +67,10 @@ func TestParseErrorsNameThePath(t *testing.T) {
 		"index: {redis: {worker_ttl: soon}}":                           "bad duration",
 		"models: [{name: m, block_size: 0}]":                           "models[0].block_size",
 		"models: [{name: m, block_size: 4}, {name: m, block_size: 4}]": "models[1].name",
-		"models: [{name: m, block_size: 4}]\nengines: [{endpoint: 'a:1', model: n, events: 'tcp://a:2'}]": "engines[0].model",
-		"models: [{name: m, block_size: 4}]\nengines: [{endpoint: 'a:1', model: m, events: 'udp://a:2'}]": "engines[0].events",
-		"models: [{name: m, block_size: 4}]\nengines: [{endpoint: 'a', model: m, events: 'tcp://a:2'}]":   "engines[0].endpoint",
-		"index: {backend: redis, redis: {addrs: ['a:1'], password_env: KVGATE_NO_SUCH_VAR}}":              "password_env",
+		"models: [{name: m, block_size: 4}]\nengines: [{endpoint: '10.0.0.1:1', model: n, events: 'tcp://a:2'}]": "engines[0].model",
+		"models: [{name: m, block_size: 4}]\nengines: [{endpoint: '10.0.0.1:1', model: m, events: 'udp://a:2'}]": "engines[0].events",
+		"models: [{name: m, block_size: 4}]\nengines: [{endpoint: 'a', model: m, events: 'tcp://a:2'}]":          "engines[0].endpoint",
+		"index: {backend: redis, redis: {addrs: ['a:1'], password_env: KVGATE_NO_SUCH_VAR}}":                     "password_env",
 		"indexer: {listen: nowhere}": "indexer.listen",
 	}
 	for in, want := range cases {

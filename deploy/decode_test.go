@@ -21,6 +21,7 @@ var meshKinds = map[string]string{
 	"DestinationRule":      "networking.istio.io/",
 	"EnvoyExtensionPolicy": "gateway.envoyproxy.io/",
 	"EnvoyPatchPolicy":     "gateway.envoyproxy.io/",
+	"ClientTrafficPolicy":  "gateway.envoyproxy.io/",
 }
 
 // strictDecoder decodes YAML into the registered API types (core, apps,

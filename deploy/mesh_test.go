@@ -36,7 +36,7 @@ func meshDocs(ms []manifest) ([]byte, int) {
 func TestMeshObjectsValidate(t *testing.T) {
 	want := map[string][]envoyconfig.Kind{
 		"istio":         {envoyconfig.KindEnvoyFilter, envoyconfig.KindDestinationRule},
-		"envoy-gateway": {envoyconfig.KindEnvoyExtensionPolicy, envoyconfig.KindEnvoyPatchPolicy},
+		"envoy-gateway": {envoyconfig.KindEnvoyExtensionPolicy, envoyconfig.KindEnvoyPatchPolicy, envoyconfig.KindClientTrafficPolicy},
 	}
 	for _, sc := range scenarios {
 		t.Run(scenarioName(sc), func(t *testing.T) {
@@ -128,10 +128,10 @@ func comparable(t *testing.T, doc []byte) map[string]any {
 }
 
 // The mesh objects carry the same ext_proc filter and ORIGINAL_DST cluster
-// as the standalone envoy/envoy.yaml (only the ext_proc's cluster name
-// differs: Istio names the Service's cluster itself).
+// as the standalone envoy/envoy-original-dst.yaml (only the ext_proc's
+// cluster name differs: Istio names the Service's cluster itself).
 func TestMeshObjectsMatchStandaloneEnvoy(t *testing.T) {
-	raw, err := os.ReadFile("../envoy/envoy.yaml")
+	raw, err := os.ReadFile("../envoy/envoy-original-dst.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +152,7 @@ func TestMeshObjectsMatchStandaloneEnvoy(t *testing.T) {
 		}
 	}
 	if wantFilter == nil || wantCluster == nil {
-		t.Fatal("envoy/envoy.yaml: ext_proc filter or kvgate-original-dst cluster not found")
+		t.Fatal("envoy/envoy-original-dst.yaml: ext_proc filter or kvgate-original-dst cluster not found")
 	}
 	dropClusterName := func(f map[string]any) map[string]any {
 		delete(f["grpc_service"].(map[string]any), "envoy_grpc")
@@ -165,12 +165,12 @@ func TestMeshObjectsMatchStandaloneEnvoy(t *testing.T) {
 			continue
 		}
 		ef := comparable(t, m.YAML)
-		gotFilter := dropClusterName(dig(t, ef, "spec", "configPatches", 0, "patch", "value", "typed_config"))
+		gotFilter := dropClusterName(dig(t, ef, "spec", "configPatches", 1, "patch", "value", "typed_config"))
 		if !reflect.DeepEqual(gotFilter, wantFilter) {
-			t.Errorf("EnvoyFilter ext_proc filter differs from envoy/envoy.yaml's:\n%v\n%v", gotFilter, wantFilter)
+			t.Errorf("EnvoyFilter ext_proc filter differs from envoy/envoy-original-dst.yaml's:\n%v\n%v", gotFilter, wantFilter)
 		}
-		if got := dig(t, ef, "spec", "configPatches", 1, "patch", "value"); !reflect.DeepEqual(got, wantCluster) {
-			t.Errorf("EnvoyFilter cluster differs from envoy/envoy.yaml's:\n%v\n%v", got, wantCluster)
+		if got := dig(t, ef, "spec", "configPatches", 2, "patch", "value"); !reflect.DeepEqual(got, wantCluster) {
+			t.Errorf("EnvoyFilter cluster differs from envoy/envoy-original-dst.yaml's:\n%v\n%v", got, wantCluster)
 		}
 	}
 	for _, m := range mustRender(t, "testdata/values-envoy-gateway.yaml", nil) {
@@ -179,7 +179,7 @@ func TestMeshObjectsMatchStandaloneEnvoy(t *testing.T) {
 		}
 		got := dig(t, comparable(t, m.YAML), "spec", "jsonPatches", 0, "operation", "value")
 		if !reflect.DeepEqual(got, wantCluster) {
-			t.Errorf("EnvoyPatchPolicy cluster differs from envoy/envoy.yaml's:\n%v\n%v", got, wantCluster)
+			t.Errorf("EnvoyPatchPolicy cluster differs from envoy/envoy-original-dst.yaml's:\n%v\n%v", got, wantCluster)
 		}
 	}
 }

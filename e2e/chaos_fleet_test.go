@@ -3,16 +3,10 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"net/http/httptest"
 	"path/filepath"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
-
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/kvgate/kvgate/e2e/procs"
 	"github.com/kvgate/kvgate/extproc/envoyharness"
@@ -123,7 +117,6 @@ func startChaosFleet(t *testing.T, o chaosOptions) *chaosFleet {
 	} else {
 		writeConfig(t, cf.cfgPath, cfg)
 	}
-	var conns []*grpc.ClientConn
 	for r := range o.replicas {
 		for attempt := 1; ; attempt++ {
 			listen, err1 := procs.FreeAddr()
@@ -134,12 +127,6 @@ func startChaosFleet(t *testing.T, o chaosOptions) *chaosFleet {
 			p := procs.Start(t, fmt.Sprintf("extproc%d", r), kvgateBin, "extproc", "--config", cf.cfgPath, "--listen", listen, "--admin", admin, "--drain", "2s")
 			err := p.WaitHTTP(ctx, "http://"+admin+"/readyz")
 			if err == nil {
-				conn, err := grpc.NewClient(listen, grpc.WithTransportCredentials(insecure.NewCredentials()))
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { conn.Close() })
-				conns = append(conns, conn)
 				cf.admins, cf.listens, cf.procs = append(cf.admins, admin), append(cf.listens, listen), append(cf.procs, p)
 				break
 			}
@@ -150,13 +137,13 @@ func startChaosFleet(t *testing.T, o chaosOptions) *chaosFleet {
 		}
 	}
 	cf.extproc, cf.admin = cf.procs[0], cf.admins[0]
-	h, err := envoyharness.New(&failoverConn{conns: conns, ejectFor: 5 * time.Second}, envoyharness.DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
+	var workers []string
+	for _, e := range cf.engines {
+		workers = append(workers, e.endpoint)
 	}
-	gw := httptest.NewServer(&envoyharness.Gateway{Harness: h})
-	t.Cleanup(gw.Close)
-	cf.gateway = gw.URL
+	// envoy.yaml's ext_proc cluster: round robin over the replicas its
+	// gRPC health check passes, as Envoy spreads streams.
+	_, cf.gateway = debugGateway(t, "envoy.yaml", envoyharness.ProxyOptions{ExtProc: cf.listens, Workers: workers})
 	return cf
 }
 
@@ -192,58 +179,4 @@ func (cf *chaosFleet) startEngineAt(t *testing.T, i int, prev *engine) *engine {
 			t.Fatalf("engine %d: %v", i, err)
 		}
 	}
-}
-
-// failoverConn is what Envoy does with an ext_proc cluster of several
-// hosts: each stream goes to the next host in turn; a host whose stream
-// cannot be opened (connect refused: the process is gone) is ejected for
-// ejectFor, as outlier detection on connect failures does, and the open is
-// retried on the next host (the grpc_service retry policy). Streams already
-// open on a host that dies fail: those are the requests lost.
-type failoverConn struct {
-	conns    []*grpc.ClientConn
-	ejectFor time.Duration
-	next     atomic.Uint64
-	mu       sync.Mutex
-	ejected  map[int]time.Time
-}
-
-func (c *failoverConn) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
-	return fmt.Errorf("failoverConn: unary %s not used by ext_proc", method)
-}
-
-func (c *failoverConn) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-	start := int(c.next.Add(1) - 1)
-	var lastErr error
-	for k := range len(c.conns) {
-		i := (start + k) % len(c.conns)
-		if c.isEjected(i) && k < len(c.conns)-1 {
-			continue
-		}
-		s, err := c.conns[i].NewStream(ctx, desc, method, opts...)
-		if err == nil {
-			return s, nil
-		}
-		if ctx.Err() != nil {
-			return nil, err
-		}
-		lastErr = err
-		c.eject(i)
-	}
-	return nil, fmt.Errorf("failoverConn: every ext_proc host failed: %w", lastErr)
-}
-
-func (c *failoverConn) isEjected(i int) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return time.Now().Before(c.ejected[i])
-}
-
-func (c *failoverConn) eject(i int) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.ejected == nil {
-		c.ejected = map[int]time.Time{}
-	}
-	c.ejected[i] = time.Now().Add(c.ejectFor)
 }

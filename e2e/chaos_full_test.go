@@ -92,8 +92,11 @@ func TestChaosIndexerKilled(t *testing.T) {
 }
 
 // replicaGrace bounds how long after an extproc replica dies a new stream
-// may still be opened on its closed connection.
-const replicaGrace = 500 * time.Millisecond
+// may still be sent to it: a killed process sends no GOAWAY, so envoy.yaml's
+// ext_proc cluster keeps picking it until a refused connection ejects it
+// (outlier detection, one failure) or 2 failed gRPC health checks 1 s apart
+// (1 s timeout) mark it unhealthy.
+const replicaGrace = 3500 * time.Millisecond
 
 // Chaos (c): one of two extproc replicas is SIGKILLed while requests run
 // through it. Only requests in flight at the kill fail; new streams fail

@@ -100,7 +100,8 @@ func randomTokens(rng *rand.Rand, n int) []int {
 func concat(a, b []int) []int { return append(append([]int(nil), a...), b...) }
 
 // scrape reads a Prometheus text endpoint and returns the sum over label
-// sets of each sample name.
+// sets of each sample name, and each labelled sample under its name and
+// labels as written (`name{outcome="ok"}`).
 func scrape(url string) (map[string]float64, error) {
 	resp, err := httpClient.Get(url)
 	if err != nil {
@@ -118,11 +119,12 @@ func scrape(url string) (map[string]float64, error) {
 		if line == "" || line[0] == '#' {
 			continue
 		}
-		name, rest := line, ""
+		name, rest, labelled := line, "", ""
 		if i := strings.IndexAny(line, "{ "); i >= 0 {
 			name, rest = line[:i], line[i:]
 		}
 		if j := strings.LastIndexByte(rest, '}'); j >= 0 {
+			labelled = name + rest[:j+1]
 			rest = rest[j+1:]
 		}
 		fields := strings.Fields(rest)
@@ -134,6 +136,9 @@ func scrape(url string) (map[string]float64, error) {
 			return nil, fmt.Errorf("GET %s: sample %q: %w", url, line, err)
 		}
 		out[name] += v
+		if labelled != "" {
+			out[labelled] += v
+		}
 	}
 	return out, sc.Err()
 }

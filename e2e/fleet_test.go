@@ -4,15 +4,12 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"gopkg.in/yaml.v3"
 
 	"github.com/kvgate/kvgate/config"
@@ -164,18 +161,11 @@ func startFleet(t *testing.T, o fleetOptions) *fleet {
 			f.indexer.Stop()
 		}
 	}
-	conn, err := grpc.NewClient(extproc["listen"].(string), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
+	var workers []string
+	for _, e := range f.engines {
+		workers = append(workers, e.endpoint)
 	}
-	t.Cleanup(func() { conn.Close() })
-	h, err := envoyharness.New(conn, envoyharness.DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	gw := httptest.NewServer(&envoyharness.Gateway{Harness: h})
-	t.Cleanup(gw.Close)
-	f.gateway = gw.URL
+	_, f.gateway = debugGateway(t, "envoy.yaml", envoyharness.ProxyOptions{ExtProc: []string{extproc["listen"].(string)}, Workers: workers})
 	return f
 }
 

@@ -54,9 +54,9 @@ func TestHAReplicaComparison(t *testing.T) {
 	f, hs := startHAProcesses(t, 4, []bool{true, true, true, false, false, false})
 	f.waitPeers(t)
 	configs := []struct{ label, gateway string }{
-		{"1 replica", haGateway(t, hs[3:4])},
-		{"3 replicas, shared load", haGateway(t, hs[0:3])},
-		{"3 replicas, sharing off", haGateway(t, hs[3:6])},
+		{"1 replica", haGateway(t, f, hs[3:4])},
+		{"3 replicas, shared load", haGateway(t, f, hs[0:3])},
+		{"3 replicas, sharing off", haGateway(t, f, hs[3:6])},
 	}
 	t.Logf("fleet ready in %v", time.Since(start).Round(time.Millisecond))
 	// results[workload][round][config], configs in the order above.

@@ -9,7 +9,6 @@ import (
 	"io"
 	"math"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,9 +17,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/kvgate/kvgate/e2e/procs"
 	"github.com/kvgate/kvgate/e2e/replay"
@@ -100,23 +96,28 @@ func startHAFleet(t *testing.T, engines, processes, use int, share bool) *haFlee
 		modes[i] = share
 	}
 	f, hs := startHAProcesses(t, engines, modes)
-	f.gateway = haGateway(t, hs[:use])
+	f.gateway = haGateway(t, f, hs[:use])
 	return f
 }
 
-// haGateway serves a gateway spreading ext_proc streams over hs.
-func haGateway(t *testing.T, hs []*envoyharness.Harness) string {
+// haGateway serves envoy.yaml with the extproc replicas at listens as its
+// ext_proc cluster (round robin over the healthy ones, as Envoy spreads
+// streams) and f's engines as its workers.
+func haGateway(t *testing.T, f *haFleet, listens []string) string {
 	t.Helper()
-	gw := httptest.NewServer(&envoyharness.Gateway{Replicas: hs})
-	t.Cleanup(gw.Close)
-	return gw.URL
+	var workers []string
+	for _, e := range f.engines {
+		workers = append(workers, e.endpoint)
+	}
+	_, url := debugGateway(t, "envoy.yaml", envoyharness.ProxyOptions{ExtProc: listens, Workers: workers})
+	return url
 }
 
 // startHAProcesses starts the engines, the indexer and one extproc process
 // per entry of share (true: it shares load through Redis with the other
 // sharing processes; false: it counts only its own), and returns a harness
-// per extproc process, in order.
-func startHAProcesses(t *testing.T, engines int, share []bool) (*haFleet, []*envoyharness.Harness) {
+// per extproc process, in order: its gRPC listen address.
+func startHAProcesses(t *testing.T, engines int, share []bool) (*haFleet, []string) {
 	t.Helper()
 	tokDir, err := modelfiles.Model(modelName)
 	if err != nil {
@@ -175,7 +176,7 @@ func startHAProcesses(t *testing.T, engines int, share []bool) (*haFleet, []*env
 	sharedLoad["disabled"] = true
 	unsharedPath := filepath.Join(dir, "kvgate-unshared.yaml")
 	writeConfig(t, unsharedPath, cfg)
-	var hs []*envoyharness.Harness
+	var hs []string
 	for r, sh := range share {
 		path := cfgPath
 		if !sh {
@@ -190,16 +191,7 @@ func startHAProcesses(t *testing.T, engines int, share []bool) (*haFleet, []*env
 			p := procs.Start(t, fmt.Sprintf("extproc%d", r), kvgateBin, "extproc", "--config", path, "--listen", listen, "--admin", admin, "--drain", "2s")
 			err := p.WaitHTTP(ctx, "http://"+admin+"/readyz")
 			if err == nil {
-				conn, err := grpc.NewClient(listen, grpc.WithTransportCredentials(insecure.NewCredentials()))
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { conn.Close() })
-				h, err := envoyharness.New(conn, envoyharness.DefaultConfig())
-				if err != nil {
-					t.Fatal(err)
-				}
-				hs = append(hs, h)
+				hs = append(hs, listen)
 				f.admins = append(f.admins, admin)
 				if sh {
 					f.wantPeers = append(f.wantPeers, float64(sharing-1))

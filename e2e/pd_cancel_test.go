@@ -8,13 +8,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/kvgate/kvgate/config"
 	"github.com/kvgate/kvgate/e2e/enginesim"
@@ -118,18 +116,12 @@ func startPDRig(t *testing.T, prefillSpeed, decodeSpeed, gbps float64) *pdRig {
 	srv.Register(gs)
 	go gs.Serve(ln)
 	t.Cleanup(gs.Stop)
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
+	srv.SetServing()
+	var workers []string
+	for _, e := range cfg.Engines {
+		workers = append(workers, e.Endpoint)
 	}
-	t.Cleanup(func() { conn.Close() })
-	h, err := envoyharness.New(conn, envoyharness.DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	gw := httptest.NewServer(&envoyharness.Gateway{Harness: h, Logger: log})
-	t.Cleanup(gw.Close)
-	rig.gateway = gw.URL
+	_, rig.gateway = debugGateway(t, "envoy.yaml", envoyharness.ProxyOptions{ExtProc: []string{ln.Addr().String()}, Workers: workers, Logger: log})
 	return rig
 }
 

@@ -157,7 +157,7 @@ func TestTransportSecurityProcesses(t *testing.T) {
 			return nil, err
 		}
 		defer conn.Close()
-		h, err := envoyharness.New(conn, envoyharness.DefaultConfig())
+		h, err := envoyharness.New(conn, envoyharness.MustShipped("envoy-mtls.yaml").WithWorkers("127.0.0.1:18101", "127.0.0.1:18102"))
 		if err != nil {
 			return nil, err
 		}

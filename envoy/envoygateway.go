@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
@@ -90,6 +91,8 @@ func validateEGExtProc(ps *problems, f *facts, path string, v any) {
 			}
 		}
 	}
+	checkEGHealthCheck(ps, field(field(path, "backendSettings"), "healthCheck"), checkKeys(ps, field(path, "backendSettings"), ep["backendSettings"],
+		"loadBalancer", "proxyProtocol", "tcpKeepalive", "timeout", "connection", "dns", "http2", "healthCheck", "circuitBreaker", "retry")["healthCheck"])
 	checkEnum(ps, field(path, "stage"), ep["stage"], "Route", "Backend", "All")
 	if d := checkString(ps, field(path, "messageTimeout"), ep["messageTimeout"], false); d != "" && !gwDuration.MatchString(d) {
 		ps.add(field(path, "messageTimeout"), "%q is not a Gateway API duration (e.g. 500ms, 1s)", d)
@@ -107,7 +110,7 @@ func validateEGExtProc(ps *problems, f *facts, path string, v any) {
 		checkStrings(ps, field(p, "attributes"), opts["attributes"])
 	}
 	if duplex && failOpen {
-		ps.add(field(path, "failOpen"), "must be false with FullDuplexStreamed body processing: Envoy rejects fail-open full-duplex processing")
+		ps.add(field(path, "failOpen"), "must be false with FullDuplexStreamed body processing: Envoy Gateway's CRD (CEL rule on ExtProc) refuses fail-open full-duplex processing")
 	}
 	mdPath := field(path, "metadata")
 	md := checkKeys(ps, mdPath, ep["metadata"], "accessibleNamespaces", "writableNamespaces")
@@ -121,10 +124,91 @@ func validateEGExtProc(ps *problems, f *facts, path string, v any) {
 	if len(writable) > 8 {
 		ps.add(field(mdPath, "writableNamespaces"), "at most 8 namespaces, got %d", len(writable))
 	}
+	accessible := checkStrings(ps, field(mdPath, "accessibleNamespaces"), md["accessibleNamespaces"])
 	// Envoy Gateway turns writableNamespaces into the filter's
-	// metadata_options.receiving_namespaces.
-	f.extProcs = append(f.extProcs, extProcFact{path: field(mdPath, "writableNamespaces"), receiving: writable})
+	// metadata_options.receiving_namespaces, accessibleNamespaces into its
+	// forwarding_namespaces, and sends the response headers when
+	// processingMode.response is present (internal/xds/translator/extproc.go
+	// extProcConfig, buildProcessingMode).
+	f.extProcs = append(f.extProcs, extProcFact{path: field(mdPath, "writableNamespaces"), receiving: writable,
+		forwardingPath: field(mdPath, "accessibleNamespaces"), forwarding: accessible, seesResponse: pm["response"] != nil})
 }
+
+// checkEGHealthCheck checks an Envoy Gateway HealthCheck
+// (api/v1alpha1/healthcheck_types.go), including its CEL rules.
+func checkEGHealthCheck(ps *problems, path string, v any) {
+	hc := checkKeys(ps, path, v, "active", "passive")
+	ap := field(path, "active")
+	a := checkKeys(ps, ap, hc["active"], "timeout", "interval", "unhealthyThreshold", "healthyThreshold", "type", "http", "tcp", "grpc")
+	if a == nil {
+		return
+	}
+	typ := checkEnum(ps, field(ap, "type"), a["type"], "HTTP", "TCP", "GRPC")
+	if a["type"] == nil {
+		ps.add(field(ap, "type"), "required (HTTP, TCP or GRPC)")
+	}
+	for _, k := range []string{"timeout", "interval"} {
+		if d := checkString(ps, field(ap, k), a[k], false); d != "" {
+			if _, err := time.ParseDuration(d); err != nil {
+				ps.add(field(ap, k), "%q is not a duration (e.g. 1s)", d)
+			}
+		}
+	}
+	for _, k := range []string{"unhealthyThreshold", "healthyThreshold"} {
+		if a[k] != nil {
+			if n, ok := integral(a[k]); !ok || n < 1 {
+				ps.add(field(ap, k), "%v: must be a whole number >= 1", a[k])
+			}
+		}
+	}
+	if (typ == "HTTP") != (a["http"] != nil) {
+		ps.add(field(ap, "http"), "must be set exactly when type is HTTP")
+	}
+	if (typ == "TCP") != (a["tcp"] != nil) {
+		ps.add(field(ap, "tcp"), "must be set exactly when type is TCP")
+	}
+	if a["grpc"] != nil && typ != "GRPC" {
+		ps.add(field(ap, "grpc"), "can only be set with type GRPC")
+	}
+	g := checkKeys(ps, field(ap, "grpc"), a["grpc"], "service")
+	checkString(ps, field(field(ap, "grpc"), "service"), g["service"], false)
+}
+
+// validateClientTrafficPolicy checks the parts of an Envoy Gateway
+// ClientTrafficPolicy (api/v1alpha1/clienttrafficpolicy_types.go) the
+// shipped files use: its targets and the early request header filter,
+// which runs before every HTTP filter.
+func validateClientTrafficPolicy(ps *problems, path string, v any) {
+	spec := checkKeys(ps, path, v, "targetRef", "targetRefs", "targetSelectors", "tcpKeepalive", "enableProxyProtocol", "proxyProtocol",
+		"clientIPDetection", "tls", "path", "headers", "timeout", "connection", "http1", "http2", "http3", "healthCheck")
+	if spec == nil {
+		ps.add(path, "required")
+		return
+	}
+	if spec["targetRef"] == nil && spec["targetRefs"] == nil && spec["targetSelectors"] == nil {
+		ps.add(path, "needs targetRef, targetRefs or targetSelectors (the Gateway)")
+	}
+	checkTargets(ps, path, spec)
+	hp := field(path, "headers")
+	h := checkKeys(ps, hp, spec["headers"], "xForwardedClientCert", "enableEnvoyHeaders", "disableRateLimitHeaders", "withUnderscoresAction",
+		"preserveXRequestID", "requestID", "earlyRequestHeaders", "lateResponseHeaders")
+	// gwapiv1.HTTPHeaderFilter: set/add (name, value) and remove (names),
+	// at most 16 each.
+	ep := field(hp, "earlyRequestHeaders")
+	e := checkKeys(ps, ep, h["earlyRequestHeaders"], "set", "add", "remove")
+	names := checkStrings(ps, field(ep, "remove"), e["remove"])
+	if len(names) > 16 {
+		ps.add(field(ep, "remove"), "at most 16 names, got %d", len(names))
+	}
+	for i, n := range names {
+		if !headerName.MatchString(n) {
+			ps.add(index(field(ep, "remove"), i), "%q is not an HTTP header name", n)
+		}
+	}
+}
+
+// headerName is Gateway API's HTTPHeaderName pattern.
+var headerName = regexp.MustCompile(`^[A-Za-z0-9!#$%&'*+\-.^_\x60|~]+$`)
 
 func validatePatchPolicy(ps *problems, f *facts, path string, v any) {
 	f.generatedCluster = egGeneratedCluster

@@ -47,7 +47,7 @@ func TestOversizedInputRejected(t *testing.T) {
 
 // protojson accepts enum numbers; a defined number is as valid as its name.
 func TestDefinedEnumNumberAccepted(t *testing.T) {
-	orig, err := os.ReadFile("envoy.yaml")
+	orig, err := os.ReadFile("envoy-original-dst.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +88,7 @@ func TestClusterReferencesUncheckedWithCDS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	missing := strings.Replace(string(orig), "cluster: kvgate-original-dst", "cluster: from-cds", 1)
+	missing := strings.Replace(string(orig), "cluster: kvgate-workers", "cluster: from-cds", 1)
 	_, err = Validate([]byte(missing))
 	assertProblem(t, err, hcm+".route_config.virtual_hosts[0].routes[0].route.cluster", `cluster "from-cds" is not defined`)
 

@@ -21,10 +21,12 @@ import (
 
 // The endpoint-picker contract kvgate speaks (GIE endpoint-picker protocol,
 // pkg/lwepp/metadata/consts.go): the chosen ip:port, or an ordered list,
-// goes into this dynamic metadata namespace and key and into this header.
+// goes into this dynamic metadata namespace and key and into this header;
+// Envoy reports the endpoint it used under ServedKey.
 const (
 	DestinationNamespace = "envoy.lb"
 	DestinationKey       = "x-gateway-destination-endpoint"
+	ServedKey            = "x-gateway-destination-endpoint-served"
 )
 
 const routerTypeURL = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
@@ -42,15 +44,35 @@ type facts struct {
 	generatedCluster func(name string) bool
 	extProcs         []extProcFact
 	metadataReads    []metadataRead
+	kvgate           *Kvgate
+	// originalDsts are the ORIGINAL_DST clusters routing on kvgate's
+	// destination: they parse one ip:port.
+	originalDsts []string
+	// overrideHosts are the override_host policies reading it; unreported
+	// those without selected_host_key.
+	overrideHosts, unreported []string
+	// routes records which cluster each route sends to and whether it
+	// retries (override_host walks kvgate's list only on retry).
+	routes []routeFact
+}
+
+type routeFact struct {
+	path, cluster string
+	retries       bool
 }
 
 type clusterRef struct{ path, name string }
 
 // extProcFact records the metadata namespaces one ext_proc (or policy
-// standing for one) may write; path is where they are listed.
+// standing for one) may write, and those it forwards; the paths are where
+// they are listed. seesResponse: the response headers go to the processor
+// (where Envoy's served-host report would reach it).
 type extProcFact struct {
-	path      string
-	receiving []string
+	path           string
+	receiving      []string
+	forwardingPath string
+	forwarding     []string
+	seesResponse   bool
 }
 
 // metadataRead records routing that reads a dynamic metadata namespace.
@@ -58,6 +80,13 @@ type metadataRead struct{ path, namespace string }
 
 func newFacts() *facts {
 	return &facts{clusters: map[string]string{}, generatedCluster: func(string) bool { return false }}
+}
+
+// Kvgate is what the kvgate configuration sends Envoy, for ValidateWith:
+// extproc.envoy_routing and extproc.fallbacks.
+type Kvgate struct {
+	EnvoyRouting string
+	Fallbacks    int
 }
 
 // inspect applies the per-message start-up rules to msg and everything
@@ -86,6 +115,9 @@ func inspect(ps *problems, f *facts, path string, msg proto.Message) {
 			f.refer(field(p, "cluster"), x.GetCluster())
 		case *routev3.RouteAction:
 			f.refer(field(p, "cluster"), x.GetCluster())
+			if x.GetCluster() != "" {
+				f.routes = append(f.routes, routeFact{path: p, cluster: x.GetCluster(), retries: x.GetRetryPolicy() != nil})
+			}
 		case *routev3.WeightedCluster_ClusterWeight:
 			f.refer(field(p, "name"), x.GetName())
 		case *tcpproxyv3.TcpProxy:
@@ -136,6 +168,12 @@ func checkCluster(ps *problems, f *facts, path string, c *clusterv3.Cluster) {
 func checkOriginalDst(ps *problems, f *facts, path string, cfg *clusterv3.Cluster_OriginalDstLbConfig) {
 	if cfg == nil {
 		return
+	}
+	if !cfg.GetUseHttpHeader() && cfg.GetHttpHeaderName() != "" {
+		ps.add(field(path, "http_header_name"), "set while use_http_header is false: Envoy refuses the cluster (OriginalDstClusterFactory::createClusterImpl: \"Set use_http_header to true if http_header_name is desired\")")
+	}
+	if cfg.GetUseHttpHeader() || cfg.GetMetadataKey() != nil {
+		f.originalDsts = append(f.originalDsts, path)
 	}
 	if cfg.GetUseHttpHeader() {
 		name := cfg.GetHttpHeaderName()
@@ -191,6 +229,12 @@ func hasEndpoints(cla *endpointv3.ClusterLoadAssignment) bool {
 }
 
 func checkOverrideHost(ps *problems, f *facts, path string, oh *overridehostv3.OverrideHost) {
+	f.overrideHosts = append(f.overrideHosts, path)
+	if sk := oh.GetSelectedHostKey(); sk == nil {
+		f.unreported = append(f.unreported, path)
+	} else if segs := sk.GetPath(); sk.GetKey() != DestinationNamespace || len(segs) != 1 || segs[0].GetKey() != ServedKey {
+		ps.add(field(path, "selected_host_key"), "must be {key: %s, path: [{key: %s}]}, where kvgate reads the served endpoint (GIE endpoint-picker protocol)", DestinationNamespace, ServedKey)
+	}
 	for i, src := range oh.GetOverrideHostSources() {
 		p := index(field(path, "override_host_sources"), i)
 		if mk := src.GetMetadata(); mk != nil {
@@ -226,7 +270,13 @@ func isRouter(hf *hcmv3.HttpFilter) bool {
 }
 
 // checkExtProc holds the ext_proc filter's start-up rules
-// (source/extensions/filters/http/ext_proc/config.cc, processing_mode.proto).
+// (source/extensions/filters/http/ext_proc/config.cc, processing_mode.proto)
+// and what kvgate's processor can serve.
+//
+// failure_mode_allow with FULL_DUPLEX_STREAMED is accepted: Envoy rejected
+// it only around 1.35 (envoyproxy/envoy#39740, reverted by #40503); since
+// #41276 fail-open holds until the first body chunk was sent
+// (ext_proc.cc Filter::failureModeAllow) and fails closed after.
 func checkExtProc(ps *problems, f *facts, path string, ep *extprocv3.ExternalProcessor) {
 	if (ep.GetGrpcService() == nil) == (ep.GetHttpService() == nil) {
 		ps.add(path, "exactly one of grpc_service and http_service must be set")
@@ -236,17 +286,32 @@ func checkExtProc(ps *problems, f *facts, path string, ep *extprocv3.ExternalPro
 	reqDuplex := pm.GetRequestBodyMode() == extprocv3.ProcessingMode_FULL_DUPLEX_STREAMED
 	respDuplex := pm.GetResponseBodyMode() == extprocv3.ProcessingMode_FULL_DUPLEX_STREAMED
 	if reqDuplex && pm.GetRequestTrailerMode() != extprocv3.ProcessingMode_SEND {
-		ps.add(field(mode, "request_trailer_mode"), "request_body_mode FULL_DUPLEX_STREAMED requires request_trailer_mode SEND, got %s", pm.GetRequestTrailerMode())
+		ps.add(field(mode, "request_trailer_mode"), "request_body_mode FULL_DUPLEX_STREAMED requires request_trailer_mode SEND, got %s (Envoy: ext_proc config.cc)", pm.GetRequestTrailerMode())
 	}
 	if respDuplex && pm.GetResponseTrailerMode() != extprocv3.ProcessingMode_SEND {
-		ps.add(field(mode, "response_trailer_mode"), "response_body_mode FULL_DUPLEX_STREAMED requires response_trailer_mode SEND, got %s", pm.GetResponseTrailerMode())
+		ps.add(field(mode, "response_trailer_mode"), "response_body_mode FULL_DUPLEX_STREAMED requires response_trailer_mode SEND, got %s (Envoy: ext_proc config.cc)", pm.GetResponseTrailerMode())
 	}
-	if (reqDuplex || respDuplex) && ep.GetFailureModeAllow() {
-		ps.add(field(path, "failure_mode_allow"), "must be false with FULL_DUPLEX_STREAMED body mode: Envoy rejects fail-open full-duplex processing")
+	switch pm.GetRequestBodyMode() {
+	case extprocv3.ProcessingMode_STREAMED, extprocv3.ProcessingMode_BUFFERED_PARTIAL:
+		ps.add(field(mode, "request_body_mode"), "%s is not served by kvgate: it routes on the whole body and answers only FULL_DUPLEX_STREAMED, BUFFERED or NONE (kvgate extproc/server stream.go onRequestHeaders fails the stream; Envoy would then answer status_on_error)", pm.GetRequestBodyMode())
 	}
+	if pm.GetRequestHeaderMode() == extprocv3.ProcessingMode_SKIP {
+		ps.add(field(mode, "request_header_mode"), "SKIP: kvgate routes when it answers the request headers; without them Envoy never asks kvgate for a destination (ext_proc.cc decodeHeaders skips onHeaders) and the body arrives without its headers, which kvgate refuses")
+	}
+	if ep.GetObservabilityMode() {
+		ps.add(field(path, "observability_mode"), "true makes Envoy ignore every reply (ext_proc.cc onReceiveMessage: \"Ignoring received message when observability mode is enabled\"), so kvgate's routing is never applied")
+	}
+	if ep.GetDisableImmediateResponse() {
+		ps.add(field(path, "disable_immediate_response"), "true makes Envoy treat kvgate's local replies (413, 429, 503 with their reasons) as spurious messages (ext_proc.cc onReceiveMessage), failing those requests with status_on_error or letting them through unrouted")
+	}
+	receivingNS := ep.GetMetadataOptions().GetReceivingNamespaces().GetUntyped()
+	forwardingNS := ep.GetMetadataOptions().GetForwardingNamespaces().GetUntyped()
 	f.extProcs = append(f.extProcs, extProcFact{
-		path:      field(field(field(path, "metadata_options"), "receiving_namespaces"), "untyped"),
-		receiving: ep.GetMetadataOptions().GetReceivingNamespaces().GetUntyped(),
+		path:           field(field(field(path, "metadata_options"), "receiving_namespaces"), "untyped"),
+		receiving:      receivingNS,
+		forwardingPath: field(field(field(path, "metadata_options"), "forwarding_namespaces"), "untyped"),
+		forwarding:     forwardingNS,
+		seesResponse:   pm.GetResponseHeaderMode() != extprocv3.ProcessingMode_SKIP,
 	})
 }
 
@@ -264,8 +329,47 @@ func checkFile(ps *problems, f *facts) {
 	for _, ep := range f.extProcs {
 		for _, read := range f.metadataReads {
 			if !slices.Contains(ep.receiving, read.namespace) {
-				ps.add(ep.path, "does not include %q, which %s reads: Envoy drops dynamic metadata from ext_proc in namespaces not listed here, so routing never sees kvgate's choice", read.namespace, read.path)
+				ps.add(ep.path, "does not include %q, which %s reads: Envoy drops dynamic metadata from ext_proc in namespaces not listed here (ext_proc.cc setDynamicMetadata), so routing never sees kvgate's choice", read.namespace, read.path)
 			}
+		}
+		if len(f.overrideHosts) > 0 && ep.seesResponse && !slices.Contains(ep.forwarding, DestinationNamespace) {
+			ps.add(ep.forwardingPath, "does not include %q: Envoy sends kvgate only the metadata namespaces listed here (ext_proc.cc addDynamicMetadata), so override_host's served-host report (selected_host_key) never reaches kvgate", DestinationNamespace)
+		}
+	}
+	// kvgate's contract: where kvgate sees the response, the host Envoy
+	// used comes back to it, or a request served by a fallback is booked
+	// on the primary (load, outlier credit,
+	// kvgate_extproc_fallbacks_used_total). With the response not sent to
+	// kvgate at all the report could not reach it anyway.
+	if slices.ContainsFunc(f.extProcs, func(e extProcFact) bool { return e.seesResponse }) {
+		for _, p := range f.unreported {
+			ps.add(field(p, "selected_host_key"), "required: without it Envoy never reports the host it used (load_balancer.cc addSelectedHostKey), so kvgate books a fallback's request on the primary; set {key: %s, path: [{key: %s}]}", DestinationNamespace, ServedKey)
+		}
+	}
+	checkKvgate(ps, f)
+}
+
+// checkKvgate holds the Envoy config to what the kvgate configuration
+// given with ValidateWith sends.
+func checkKvgate(ps *problems, f *facts) {
+	k := f.kvgate
+	if k == nil {
+		return
+	}
+	for _, p := range f.originalDsts {
+		if k.Fallbacks > 0 {
+			ps.add(p, "routes on kvgate's destination with ORIGINAL_DST, which parses exactly one ip:port (original_dst_cluster.cc metadataOverrideHost, parseInternetAddressAndPortNoThrow), but the kvgate config has extproc.envoy_routing %q and extproc.fallbacks %d: every request would get 503; set extproc.envoy_routing: original_dst (fallbacks 0)", k.EnvoyRouting, k.Fallbacks)
+		}
+	}
+	if k.Fallbacks == 0 || len(f.overrideHosts) == 0 {
+		return
+	}
+	for _, r := range f.routes {
+		if r.retries || f.generatedCluster(r.cluster) {
+			continue
+		}
+		if cp, ok := f.clusters[r.cluster]; ok && slices.ContainsFunc(f.overrideHosts, func(p string) bool { return strings.HasPrefix(p, cp+".") }) {
+			ps.add(field(r.path, "retry_policy"), "missing: kvgate sends %d fallbacks (extproc.fallbacks) but override_host moves to the next one only when the router retries (load_balancer.cc getEndpoint on each host choice); without a retry policy a dead primary fails the request", k.Fallbacks)
 		}
 	}
 }

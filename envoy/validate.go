@@ -17,6 +17,7 @@ const (
 	KindDestinationRule      Kind = "DestinationRule"      // Istio networking.istio.io
 	KindEnvoyExtensionPolicy Kind = "EnvoyExtensionPolicy" // Envoy Gateway gateway.envoyproxy.io
 	KindEnvoyPatchPolicy     Kind = "EnvoyPatchPolicy"     // Envoy Gateway gateway.envoyproxy.io
+	KindClientTrafficPolicy  Kind = "ClientTrafficPolicy"  // Envoy Gateway gateway.envoyproxy.io
 )
 
 // kubernetesKinds maps each supported Kubernetes kind to its API group.
@@ -25,12 +26,17 @@ var kubernetesKinds = map[Kind]string{
 	KindDestinationRule:      "networking.istio.io",
 	KindEnvoyExtensionPolicy: "gateway.envoyproxy.io",
 	KindEnvoyPatchPolicy:     "gateway.envoyproxy.io",
+	KindClientTrafficPolicy:  "gateway.envoyproxy.io",
 }
 
 // ValidateFile reads and validates one config file. A read failure is
 // returned as is (not as *Error), so callers can tell "cannot read" from
 // "invalid".
-func ValidateFile(path string) ([]Kind, error) {
+func ValidateFile(path string) ([]Kind, error) { return ValidateFileWith(path, nil) }
+
+// ValidateFileWith is ValidateFile, also holding the file to what the
+// kvgate configuration k sends (nil: no such check).
+func ValidateFileWith(path string, k *Kvgate) ([]Kind, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -48,20 +54,26 @@ func ValidateFile(path string) ([]Kind, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading %s: %w", path, err)
 	}
-	return Validate(data[:n])
+	return ValidateWith(data[:n], k)
 }
 
 // Validate checks every YAML document in data (a bootstrap, or the
 // Kubernetes objects listed in Kind) and the rules spanning them. It
 // returns the kind of each document, and an *Error listing every problem
 // found, or nil.
-func Validate(data []byte) ([]Kind, error) {
+func Validate(data []byte) ([]Kind, error) { return ValidateWith(data, nil) }
+
+// ValidateWith is Validate, also holding the config to what the kvgate
+// configuration k sends Envoy (nil: no such check): an ORIGINAL_DST cluster
+// cannot take fallbacks, and override_host walks them only on retry.
+func ValidateWith(data []byte, k *Kvgate) ([]Kind, error) {
 	var ps problems
 	docs, err := parseYAML(data)
 	if err != nil {
 		return nil, &Error{Problems: []Problem{{Message: err.Error()}}}
 	}
 	f := newFacts()
+	f.kvgate = k
 	kinds := make([]Kind, len(docs))
 	for i, doc := range docs {
 		prefix := ""
@@ -88,7 +100,7 @@ func validateDocument(ps *problems, f *facts, path string, doc any) Kind {
 	kind := Kind(kindName)
 	group, ok := kubernetesKinds[kind]
 	if !ok {
-		ps.add(field(path, "kind"), "unsupported kind %q (supported: an Envoy bootstrap, EnvoyFilter, DestinationRule, EnvoyExtensionPolicy, EnvoyPatchPolicy)", kindName)
+		ps.add(field(path, "kind"), "unsupported kind %q (supported: an Envoy bootstrap, EnvoyFilter, DestinationRule, EnvoyExtensionPolicy, EnvoyPatchPolicy, ClientTrafficPolicy)", kindName)
 		return kind
 	}
 	apiVersion := obj["apiVersion"].(string)
@@ -110,6 +122,8 @@ func validateDocument(ps *problems, f *facts, path string, doc any) Kind {
 		validateExtensionPolicy(ps, f, spec, obj["spec"])
 	case KindEnvoyPatchPolicy:
 		validatePatchPolicy(ps, f, spec, obj["spec"])
+	case KindClientTrafficPolicy:
+		validateClientTrafficPolicy(ps, spec, obj["spec"])
 	}
 	return kind
 }

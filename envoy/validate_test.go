@@ -16,11 +16,11 @@ var shippedConfigs = map[string][]Kind{
 	"envoy.yaml":                         {KindBootstrap},
 	"envoy-header-routing.yaml":          {KindBootstrap},
 	"envoy-buffered-failopen.yaml":       {KindBootstrap},
-	"envoy-override-host.yaml":           {KindBootstrap},
+	"envoy-original-dst.yaml":            {KindBootstrap},
 	"envoy-mtls.yaml":                    {KindBootstrap},
 	"istio/envoyfilter.yaml":             {KindEnvoyFilter},
 	"istio/destinationrule.yaml":         {KindDestinationRule},
-	"envoy-gateway/extensionpolicy.yaml": {KindEnvoyExtensionPolicy, KindEnvoyPatchPolicy},
+	"envoy-gateway/extensionpolicy.yaml": {KindEnvoyExtensionPolicy, KindEnvoyPatchPolicy, KindClientTrafficPolicy},
 }
 
 // TestShippedConfigsValidate checks every shipped config with the Go
@@ -88,23 +88,25 @@ type mutation struct {
 
 const (
 	hcm     = "static_resources.listeners[0].filter_chains[0].filters[0].typed_config"
-	extProc = hcm + ".http_filters[0].typed_config"
+	extProc = hcm + ".http_filters[1].typed_config"
 	odst    = "static_resources.clusters[1]"
+	workers = "static_resources.clusters[1]"
+	ohost   = workers + ".load_balancing_policy.policies[0].typed_extension_config.typed_config"
 )
 
 var mutations = []mutation{
 	{
-		name: "unknown field", file: "envoy.yaml",
+		name: "unknown field", file: "envoy-original-dst.yaml",
 		old: "    cleanup_interval: 60s", new: "    cleanup_intervall: 60s",
 		wantPath: odst + ".cleanup_intervall", wantMsg: `unknown field "cleanup_intervall" in envoy.config.cluster.v3.Cluster (did you mean "cleanup_interval"?)`,
 	},
 	{
-		name: "bad enum name", file: "envoy.yaml",
+		name: "bad enum name", file: "envoy-original-dst.yaml",
 		old: "lb_policy: CLUSTER_PROVIDED", new: "lb_policy: CLUSTER_PROVIDE",
 		wantPath: odst + ".lb_policy", wantMsg: `"CLUSTER_PROVIDE" is not a value of enum envoy.config.cluster.v3.Cluster.LbPolicy`,
 	},
 	{
-		name: "bad enum number", file: "envoy.yaml",
+		name: "bad enum number", file: "envoy-original-dst.yaml",
 		old: "type: ORIGINAL_DST", new: "type: 42",
 		wantPath: odst + ".type", wantMsg: "42 is not a defined number of enum envoy.config.cluster.v3.Cluster.DiscoveryType",
 	},
@@ -121,7 +123,7 @@ var mutations = []mutation{
 	{
 		name: "unregistered Any type", file: "envoy.yaml",
 		old: "envoy.extensions.filters.http.router.v3.Router", new: "envoy.extensions.filters.http.router.v3.Routr",
-		wantPath: hcm + ".http_filters[1].typed_config.@type", wantMsg: `unknown type "type.googleapis.com/envoy.extensions.filters.http.router.v3.Routr"`,
+		wantPath: hcm + ".http_filters[2].typed_config.@type", wantMsg: `unknown type "type.googleapis.com/envoy.extensions.filters.http.router.v3.Routr"`,
 	},
 	{
 		name: "validate rule inside an Any payload", file: "envoy.yaml",
@@ -129,7 +131,7 @@ var mutations = []mutation{
 		wantPath: hcm + ".stat_prefix", wantMsg: "value length must be at least 1 runes",
 	},
 	{
-		name: "validate rule at top level", file: "envoy.yaml",
+		name: "validate rule at top level", file: "envoy-original-dst.yaml",
 		old: "connect_timeout: 5s", new: "connect_timeout: 0s",
 		wantPath: odst + ".connect_timeout", wantMsg: "value must be greater than 0s",
 	},
@@ -144,24 +146,24 @@ var mutations = []mutation{
 		wantPath: "static_resources.listeners[0].address.socket_address.port_value", wantMsg: `expected an integer, got "eighty"`,
 	},
 	{
-		name: "ORIGINAL_DST with ROUND_ROBIN", file: "envoy.yaml",
+		name: "ORIGINAL_DST with ROUND_ROBIN", file: "envoy-original-dst.yaml",
 		old: "lb_policy: CLUSTER_PROVIDED", new: "lb_policy: ROUND_ROBIN",
 		wantPath: odst + ".lb_policy", wantMsg: "ORIGINAL_DST requires CLUSTER_PROVIDED, got ROUND_ROBIN",
 	},
 	{
-		name: "ORIGINAL_DST with a load_assignment", file: "envoy.yaml",
+		name: "ORIGINAL_DST with a load_assignment", file: "envoy-original-dst.yaml",
 		old: "    cleanup_interval: 60s\n", new: "    cleanup_interval: 60s\n    load_assignment: {cluster_name: kvgate-original-dst}\n",
 		wantPath: odst + ".load_assignment", wantMsg: "ORIGINAL_DST clusters must have no load_assignment",
 	},
 	{
-		name: "CLUSTER_PROVIDED on a STATIC cluster", file: "envoy.yaml",
-		old: "    type: STATIC\n", new: "    type: STATIC\n    lb_policy: CLUSTER_PROVIDED\n",
-		wantPath: "static_resources.clusters[0].lb_policy", wantMsg: "CLUSTER_PROVIDED is only valid for ORIGINAL_DST",
+		name: "ORIGINAL_DST http_header_name without use_http_header", file: "envoy-original-dst.yaml",
+		old: "      use_http_header: false\n", new: "      use_http_header: false\n      http_header_name: x-gateway-destination-endpoint\n",
+		wantPath: odst + ".original_dst_lb_config.http_header_name", wantMsg: "OriginalDstClusterFactory::createClusterImpl",
 	},
 	{
-		name: "FULL_DUPLEX_STREAMED failing open", file: "envoy.yaml",
-		old: "failure_mode_allow: false", new: "failure_mode_allow: true",
-		wantPath: extProc + ".failure_mode_allow", wantMsg: "must be false with FULL_DUPLEX_STREAMED",
+		name: "CLUSTER_PROVIDED on a STATIC cluster", file: "envoy.yaml",
+		old: "  - name: kvgate-extproc\n    type: STATIC\n", new: "  - name: kvgate-extproc\n    type: STATIC\n    lb_policy: CLUSTER_PROVIDED\n",
+		wantPath: "static_resources.clusters[0].lb_policy", wantMsg: "CLUSTER_PROVIDED is only valid for ORIGINAL_DST",
 	},
 	{
 		name: "FULL_DUPLEX_STREAMED with request trailers skipped", file: "envoy.yaml",
@@ -174,17 +176,42 @@ var mutations = []mutation{
 		wantPath: extProc + ".processing_mode.response_trailer_mode", wantMsg: "requires response_trailer_mode SEND, got DEFAULT",
 	},
 	{
+		name: "request bodies STREAMED", file: "envoy.yaml",
+		old: "request_body_mode: FULL_DUPLEX_STREAMED", new: "request_body_mode: STREAMED",
+		wantPath: extProc + ".processing_mode.request_body_mode", wantMsg: "STREAMED is not served by kvgate",
+	},
+	{
+		name: "request bodies BUFFERED_PARTIAL", file: "envoy-buffered-failopen.yaml",
+		old: "request_body_mode: BUFFERED", new: "request_body_mode: BUFFERED_PARTIAL",
+		wantPath: extProc + ".processing_mode.request_body_mode", wantMsg: "BUFFERED_PARTIAL is not served by kvgate",
+	},
+	{
+		name: "request headers skipped", file: "envoy.yaml",
+		old: "request_header_mode: SEND", new: "request_header_mode: SKIP",
+		wantPath: extProc + ".processing_mode.request_header_mode", wantMsg: "ext_proc.cc decodeHeaders",
+	},
+	{
+		name: "observability mode", file: "envoy.yaml",
+		old: "allow_mode_override: false", new: "allow_mode_override: false\n              observability_mode: true",
+		wantPath: extProc + ".observability_mode", wantMsg: "ext_proc.cc onReceiveMessage",
+	},
+	{
+		name: "immediate responses disabled", file: "envoy.yaml",
+		old: "allow_mode_override: false", new: "allow_mode_override: false\n              disable_immediate_response: true",
+		wantPath: extProc + ".disable_immediate_response", wantMsg: "as spurious messages (ext_proc.cc onReceiveMessage)",
+	},
+	{
 		name: "ext_proc cluster missing", file: "envoy.yaml",
 		old: "envoy_grpc: {cluster_name: kvgate-extproc}", new: "envoy_grpc: {cluster_name: kvgate-ext-proc}",
 		wantPath: extProc + ".grpc_service.envoy_grpc.cluster_name", wantMsg: `cluster "kvgate-ext-proc" is not defined`,
 	},
 	{
-		name: "route cluster missing", file: "envoy.yaml",
+		name: "route cluster missing", file: "envoy-original-dst.yaml",
 		old: "cluster: kvgate-original-dst", new: "cluster: kvgate-workers",
 		wantPath: hcm + ".route_config.virtual_hosts[0].routes[0].route.cluster", wantMsg: `cluster "kvgate-workers" is not defined`,
 	},
 	{
-		name: "duplicate cluster name", file: "envoy.yaml",
+		name: "duplicate cluster name", file: "envoy-original-dst.yaml",
 		old: "  - name: kvgate-original-dst\n", new: "  - name: kvgate-extproc\n",
 		wantPath: odst + ".name", wantMsg: `duplicate cluster name "kvgate-extproc"`,
 	},
@@ -192,21 +219,21 @@ var mutations = []mutation{
 		name: "router not last", file: "envoy.yaml",
 		old:      "              \"@type\": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router\n",
 		new:      "              \"@type\": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router\n          - name: envoy.filters.http.buffer\n            typed_config:\n              \"@type\": type.googleapis.com/envoy.extensions.filters.http.buffer.v3.Buffer\n              max_request_bytes: 1024\n",
-		wantPath: hcm + ".http_filters[1]", wantMsg: "the router must be the last HTTP filter",
+		wantPath: hcm + ".http_filters[2]", wantMsg: "the router must be the last HTTP filter",
 	},
 	{
 		name: "last filter not the router", file: "envoy.yaml",
 		old:      "          - name: envoy.filters.http.router\n            typed_config:\n              \"@type\": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router\n",
 		new:      "          - name: envoy.filters.http.buffer\n            typed_config:\n              \"@type\": type.googleapis.com/envoy.extensions.filters.http.buffer.v3.Buffer\n              max_request_bytes: 1024\n",
-		wantPath: hcm + ".http_filters[1]", wantMsg: `the last HTTP filter is "envoy.filters.http.buffer"; it must be the router`,
+		wantPath: hcm + ".http_filters[2]", wantMsg: `the last HTTP filter is "envoy.filters.http.buffer"; it must be the router`,
 	},
 	{
-		name: "envoy.lb not a receiving namespace", file: "envoy.yaml",
+		name: "envoy.lb not a receiving namespace", file: "envoy-original-dst.yaml",
 		old: "receiving_namespaces:\n                  untyped: [envoy.lb]", new: "receiving_namespaces:\n                  untyped: [kvgate]",
 		wantPath: extProc + ".metadata_options.receiving_namespaces.untyped", wantMsg: `does not include "envoy.lb", which ` + odst + ".original_dst_lb_config.metadata_key reads",
 	},
 	{
-		name: "metadata path not the destination key", file: "envoy.yaml",
+		name: "metadata path not the destination key", file: "envoy-original-dst.yaml",
 		old: "        - key: x-gateway-destination-endpoint", new: "        - key: x-gateway-destination",
 		wantPath: odst + ".original_dst_lb_config.metadata_key.path", wantMsg: "must be [{key: x-gateway-destination-endpoint}]",
 	},
@@ -216,59 +243,74 @@ var mutations = []mutation{
 		wantPath: odst + ".original_dst_lb_config.http_header_name", wantMsg: `routes on header "x-destination" but kvgate writes "x-gateway-destination-endpoint"`,
 	},
 	{
-		name: "override_host without fallback", file: "envoy-override-host.yaml",
+		name: "override_host without fallback", file: "envoy.yaml",
 		old: "            fallback_policy:\n              policies:\n              - typed_extension_config:\n                  name: envoy.load_balancing_policies.least_request\n                  typed_config:\n                    \"@type\": type.googleapis.com/envoy.extensions.load_balancing_policies.least_request.v3.LeastRequest\n", new: "",
-		wantPath: "static_resources.clusters[1].load_balancing_policy.policies[0].typed_extension_config.typed_config.fallback_policy", wantMsg: "value is required",
+		wantPath: ohost + ".fallback_policy", wantMsg: "value is required",
 	},
 	{
-		name: "override_host on a cluster without endpoints", file: "envoy-override-host.yaml",
+		name: "override_host on a cluster without endpoints", file: "envoy.yaml",
 		old: "    load_assignment:\n      cluster_name: kvgate-workers\n      endpoints:\n      - lb_endpoints:\n        - endpoint:\n            address:\n              socket_address: {address: 10.0.0.11, port_value: 8000}\n        - endpoint:\n            address:\n              socket_address: {address: 10.0.0.12, port_value: 8000}\n        - endpoint:\n            address:\n              socket_address: {address: 10.0.0.13, port_value: 8000}\n", new: "",
-		wantPath: "static_resources.clusters[1].load_assignment", wantMsg: "override_host only picks hosts the cluster already knows, and this STATIC cluster has no endpoints",
+		wantPath: workers + ".load_assignment", wantMsg: "override_host only picks hosts the cluster already knows, and this STATIC cluster has no endpoints",
 	},
 	{
-		name: "override_host reading another metadata key", file: "envoy-override-host.yaml",
-		old: "                key: envoy.lb", new: "                key: kvgate",
-		wantPath: "static_resources.clusters[1].load_balancing_policy.policies[0].typed_extension_config.typed_config.override_host_sources[0].metadata.key", wantMsg: `kvgate writes the destination to metadata namespace "envoy.lb", not "kvgate"`,
+		name: "override_host reading another metadata key", file: "envoy.yaml",
+		old: "            - metadata:\n                key: envoy.lb", new: "            - metadata:\n                key: kvgate",
+		wantPath: ohost + ".override_host_sources[0].metadata.key", wantMsg: `kvgate writes the destination to metadata namespace "envoy.lb", not "kvgate"`,
+	},
+	{
+		name: "override_host that never reports the served host", file: "envoy.yaml",
+		old: "            selected_host_key:\n              key: envoy.lb\n              path:\n              - key: x-gateway-destination-endpoint-served\n", new: "",
+		wantPath: ohost + ".selected_host_key", wantMsg: "load_balancer.cc addSelectedHostKey",
+	},
+	{
+		name: "served host reported under another key", file: "envoy.yaml",
+		old: "              - key: x-gateway-destination-endpoint-served", new: "              - key: served",
+		wantPath: ohost + ".selected_host_key", wantMsg: "must be {key: envoy.lb, path: [{key: x-gateway-destination-endpoint-served}]}",
+	},
+	{
+		name: "served host not forwarded to kvgate", file: "envoy.yaml",
+		old: "untyped: [envoy.lb, envoy.lb.subset_hint]", new: "untyped: [envoy.lb.subset_hint]",
+		wantPath: extProc + ".metadata_options.forwarding_namespaces.untyped", wantMsg: "ext_proc.cc addDynamicMetadata",
 	},
 	{
 		name: "Istio: ext_proc added after the router", file: "istio/envoyfilter.yaml",
-		old: "operation: INSERT_BEFORE", new: "operation: ADD",
-		wantPath: "spec.configPatches[0].patch.operation", wantMsg: "ADD appends the HTTP filter after the router",
+		old: "      # Before the router: Envoy requires the router to be the last filter.\n      operation: INSERT_BEFORE", new: "      operation: ADD",
+		wantPath: "spec.configPatches[1].patch.operation", wantMsg: "ADD appends the HTTP filter after the router",
 	},
 	{
 		name: "Istio: ext_proc inserted after the router", file: "istio/envoyfilter.yaml",
-		old: "operation: INSERT_BEFORE", new: "operation: INSERT_AFTER",
-		wantPath: "spec.configPatches[0].patch.operation", wantMsg: "INSERT_AFTER the router",
+		old: "      # Before the router: Envoy requires the router to be the last filter.\n      operation: INSERT_BEFORE", new: "      operation: INSERT_AFTER",
+		wantPath: "spec.configPatches[1].patch.operation", wantMsg: "INSERT_AFTER the router",
 	},
 	{
-		name: "Istio: fragment fails open with FULL_DUPLEX_STREAMED", file: "istio/envoyfilter.yaml",
-		old: "failure_mode_allow: false", new: "failure_mode_allow: true",
-		wantPath: "spec.configPatches[0].patch.value.typed_config.failure_mode_allow", wantMsg: "must be false with FULL_DUPLEX_STREAMED",
+		name: "Istio: fragment with observability mode", file: "istio/envoyfilter.yaml",
+		old: "failure_mode_allow: false", new: "failure_mode_allow: false\n          observability_mode: true",
+		wantPath: "spec.configPatches[1].patch.value.typed_config.observability_mode", wantMsg: "ext_proc.cc onReceiveMessage",
 	},
 	{
 		name: "Istio: cluster fragment with ROUND_ROBIN", file: "istio/envoyfilter.yaml",
 		old: "lb_policy: CLUSTER_PROVIDED", new: "lb_policy: ROUND_ROBIN",
-		wantPath: "spec.configPatches[1].patch.value.lb_policy", wantMsg: "ORIGINAL_DST requires CLUSTER_PROVIDED",
+		wantPath: "spec.configPatches[2].patch.value.lb_policy", wantMsg: "ORIGINAL_DST requires CLUSTER_PROVIDED",
 	},
 	{
 		name: "Istio: unknown field in a MERGE fragment", file: "istio/envoyfilter.yaml",
 		old: "          idle_timeout: 300s", new: "          idle_timout: 300s",
-		wantPath: "spec.configPatches[2].patch.value.route.idle_timout", wantMsg: `unknown field "idle_timout" in envoy.config.route.v3.RouteAction`,
+		wantPath: "spec.configPatches[4].patch.value.route.idle_timout", wantMsg: `unknown field "idle_timout" in envoy.config.route.v3.RouteAction`,
 	},
 	{
 		name: "Istio: route to a cluster nobody defines", file: "istio/envoyfilter.yaml",
 		old: "          cluster: kvgate-original-dst", new: "          cluster: kvgate-original",
-		wantPath: "spec.configPatches[2].patch.value.route.cluster", wantMsg: `cluster "kvgate-original" is not defined`,
+		wantPath: "spec.configPatches[4].patch.value.route.cluster", wantMsg: `cluster "kvgate-original" is not defined`,
 	},
 	{
 		name: "Istio: receiving namespace missing", file: "istio/envoyfilter.yaml",
 		old: "receiving_namespaces:\n              untyped: [envoy.lb]", new: "receiving_namespaces:\n              untyped: []",
-		wantPath: "spec.configPatches[0].patch.value.typed_config.metadata_options.receiving_namespaces.untyped", wantMsg: `does not include "envoy.lb"`,
+		wantPath: "spec.configPatches[1].patch.value.typed_config.metadata_options.receiving_namespaces.untyped", wantMsg: `does not include "envoy.lb"`,
 	},
 	{
 		name: "Istio: bad applyTo", file: "istio/envoyfilter.yaml",
-		old: "applyTo: CLUSTER", new: "applyTo: CLUSTERS",
-		wantPath: "spec.configPatches[1].applyTo", wantMsg: "CLUSTERS is not one of",
+		old: "  - applyTo: CLUSTER\n    match:\n      context: GATEWAY\n    patch:", new: "  - applyTo: CLUSTERS\n    match:\n      context: GATEWAY\n    patch:",
+		wantPath: "spec.configPatches[2].applyTo", wantMsg: "CLUSTERS is not one of",
 	},
 	{
 		name: "Istio: bad TLS mode", file: "istio/destinationrule.yaml",
@@ -291,6 +333,11 @@ var mutations = []mutation{
 		wantPath: "documents[0].spec.extProc[0].processingMode.response.body", wantMsg: "FullDuplex is not one of",
 	},
 	{
+		name: "EG: gRPC health check settings on an HTTP check", file: "envoy-gateway/extensionpolicy.yaml",
+		old: "type: GRPC", new: "type: HTTP",
+		wantPath: "documents[0].spec.extProc[0].backendSettings.healthCheck.active.grpc", wantMsg: "can only be set with type GRPC",
+	},
+	{
 		name: "EG: patched cluster with ROUND_ROBIN", file: "envoy-gateway/extensionpolicy.yaml",
 		old: "lb_policy: CLUSTER_PROVIDED", new: "lb_policy: ROUND_ROBIN",
 		wantPath: "documents[1].spec.jsonPatches[0].operation.value.lb_policy", wantMsg: "ORIGINAL_DST requires CLUSTER_PROVIDED",
@@ -311,10 +358,90 @@ var mutations = []mutation{
 		wantPath: "documents[1].spec.jsonPatches[2].operation.value@/virtual_hosts/0/routes/0/route.timeout", wantMsg: "is not a protobuf JSON duration",
 	},
 	{
+		name: "EG: early header filter with a bad name", file: "envoy-gateway/extensionpolicy.yaml",
+		old: "      - x-kvgate-debug", new: "      - \"x kvgate debug\"",
+		wantPath: "documents[2].spec.headers.earlyRequestHeaders.remove[0]", wantMsg: "is not an HTTP header name",
+	},
+	{
 		name: "unsupported kind", file: "istio/destinationrule.yaml",
 		old: "kind: DestinationRule", new: "kind: VirtualService",
 		wantPath: "kind", wantMsg: `unsupported kind "VirtualService"`,
 	},
+}
+
+// kvgateMutations hold a shipped config to a kvgate configuration
+// (ValidateWith): what kvgate sends must be what Envoy can route.
+var kvgateMutations = []struct {
+	name     string
+	file     string
+	noRetry  bool // the route's retry_policy removed
+	kvgate   Kvgate
+	wantPath string // "" means: accepted
+	wantMsg  string
+}{
+	{name: "ORIGINAL_DST with kvgate sending fallbacks", file: "envoy-original-dst.yaml", kvgate: Kvgate{EnvoyRouting: "override_host", Fallbacks: 2},
+		wantPath: odst + ".original_dst_lb_config", wantMsg: "parseInternetAddressAndPortNoThrow"},
+	{name: "header ORIGINAL_DST with kvgate sending fallbacks", file: "envoy-header-routing.yaml", kvgate: Kvgate{EnvoyRouting: "override_host", Fallbacks: 1},
+		wantPath: odst + ".original_dst_lb_config", wantMsg: "original_dst_cluster.cc metadataOverrideHost"},
+	{name: "Istio ORIGINAL_DST with kvgate sending fallbacks", file: "istio/envoyfilter.yaml", kvgate: Kvgate{EnvoyRouting: "override_host", Fallbacks: 2},
+		wantPath: "spec.configPatches[2].patch.value.original_dst_lb_config", wantMsg: "every request would get 503"},
+	{name: "ORIGINAL_DST with kvgate sending one endpoint", file: "envoy-original-dst.yaml", kvgate: Kvgate{EnvoyRouting: "original_dst"}},
+	{name: "EG ORIGINAL_DST with kvgate sending one endpoint", file: "envoy-gateway/extensionpolicy.yaml", kvgate: Kvgate{EnvoyRouting: "original_dst"}},
+	{name: "override_host with kvgate's list", file: "envoy.yaml", kvgate: Kvgate{EnvoyRouting: "override_host", Fallbacks: 2}},
+	{name: "override_host with kvgate sending one endpoint", file: "envoy.yaml", kvgate: Kvgate{EnvoyRouting: "original_dst"}},
+	{name: "override_host fallbacks never walked", file: "envoy.yaml", noRetry: true, kvgate: Kvgate{EnvoyRouting: "override_host", Fallbacks: 2},
+		wantPath: hcm + ".route_config.virtual_hosts[0].routes[0].route.retry_policy", wantMsg: "load_balancer.cc getEndpoint"},
+	{name: "override_host without retries and kvgate sending one endpoint", file: "envoy.yaml", noRetry: true, kvgate: Kvgate{EnvoyRouting: "original_dst"}},
+}
+
+func TestKvgateConfigChecked(t *testing.T) {
+	for _, m := range kvgateMutations {
+		t.Run(m.name, func(t *testing.T) {
+			data, err := os.ReadFile(m.file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m.noRetry {
+				data = []byte(removeRetryPolicy(t, string(data)))
+			}
+			_, err = ValidateWith(data, &m.kvgate)
+			if m.wantPath == "" {
+				if err != nil {
+					t.Fatalf("rejected:\n%v", err)
+				}
+				return
+			}
+			assertProblem(t, err, m.wantPath, m.wantMsg)
+		})
+	}
+}
+
+// removeRetryPolicy cuts the route's retry_policy block out of envoy.yaml.
+func removeRetryPolicy(t *testing.T, s string) string {
+	t.Helper()
+	start := strings.Index(s, "                  retry_policy:\n")
+	end := strings.Index(s, "          http_filters:\n")
+	if start < 0 || end < start {
+		t.Fatal("retry_policy block not found")
+	}
+	return s[:start] + s[end:]
+}
+
+// Fail-open with FULL_DUPLEX_STREAMED is a valid Envoy config since
+// envoyproxy/envoy#41276 (fail-open then holds until the first body chunk,
+// ext_proc.cc failureModeAllow); the validator must accept it, in a
+// bootstrap and in an Istio fragment alike.
+func TestFailOpenFullDuplexAccepted(t *testing.T) {
+	for _, file := range []string{"envoy.yaml", "istio/envoyfilter.yaml"} {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := strings.Replace(string(data), "failure_mode_allow: false", "failure_mode_allow: true", 1)
+		if _, err := Validate([]byte(s)); err != nil {
+			t.Errorf("%s with failure_mode_allow true rejected:\n%v", file, err)
+		}
+	}
 }
 
 func TestBrokenConfigsRejected(t *testing.T) {

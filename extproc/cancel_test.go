@@ -39,9 +39,9 @@ func TestCancelledPDRequestReleasesBothLegs(t *testing.T) {
 		wantCanceled uint64 // legs closed as canceled
 	}{
 		{"after routing", func(x *envoyharness.Exchange) {}, 2},
-		{"after response headers", func(x *envoyharness.Exchange) { _, _ = x.RespondHeaders(200, nil, false, "") }, 2},
+		{"after response headers", func(x *envoyharness.Exchange) { _, _ = x.RespondHeaders(200, nil, false) }, 2},
 		{"mid-stream", func(x *envoyharness.Exchange) {
-			_, _ = x.RespondHeaders(200, nil, false, "")
+			_, _ = x.RespondHeaders(200, nil, false)
 			_ = x.RespondBody([]byte("data: {\"choices\":[]}\n\n"), false)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()

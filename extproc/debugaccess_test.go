@@ -22,7 +22,7 @@ func debugHeaderFor(t *testing.T, r *rig, req *envoyharness.Request) string {
 	if x.Local != nil {
 		t.Fatalf("local reply %d %s", x.Local.Status, x.Local.Body)
 	}
-	hs, err := x.RespondHeaders(200, []envoyharness.Header{{Name: "content-type", Value: "application/json"}}, true, "")
+	hs, err := x.RespondHeaders(200, []envoyharness.Header{{Name: "content-type", Value: "application/json"}}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func grant(t *testing.T, r *rig, c config.DebugHeader) {
 // whatever it sends; each grant in extproc.debug_header opens it to its
 // clients only.
 func TestDebugHeaderGrants(t *testing.T) {
-	envoy := envoyharness.DefaultConfig()
+	envoy := envoyharness.DefaultConfig().AllowingClientDebug()
 	envoy.RequestAttributes = []string{"source.address"}
 	envoy.ForwardingNamespaces = []string{"kvgate"}
 	r := newRig(t, nil, envoy)
@@ -96,7 +96,7 @@ func TestDebugHeaderGrants(t *testing.T) {
 
 // Metadata in a namespace Envoy does not forward never reaches kvgate.
 func TestDebugMetadataNeedsForwarding(t *testing.T) {
-	r := newRig(t, func(c *config.Config) { c.Extproc.DebugHeader.FromEnvoyMetadata = true }, envoyharness.DefaultConfig())
+	r := newRig(t, func(c *config.Config) { c.Extproc.DebugHeader.FromEnvoyMetadata = true }, envoyharness.DefaultConfig().AllowingClientDebug())
 	if h := debugHeaderFor(t, r, askDebug("", debugMetadata)); h != "" {
 		t.Fatalf("metadata not forwarded, yet granted: %q", h)
 	}

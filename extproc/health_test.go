@@ -68,16 +68,20 @@ func TestRouterSkipsUnhealthyWorkers(t *testing.T) {
 	if err := r.router.SetMembers(members); err != nil {
 		t.Fatal(err)
 	}
+	r.withWorkers(t, alive, "127.0.0.1:1", "127.0.0.1:2")
 	r.router.health.probeAll(context.Background())
 	for i := 0; i < 10; i++ {
 		x, err := r.harness.Start(context.Background(), post(chatBody("qwen3", "route me")))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if x.Forward == nil || x.Forward.Upstream != alive {
-			t.Fatalf("routed to %+v, want only the healthy %s", x.Forward, alive)
+		if x.Forward == nil {
+			t.Fatalf("not routed: %+v", x.Local)
 		}
-		finishResponse(t, x, "")
+		if x.Forward.Upstream != alive {
+			t.Fatalf("routed to %q, want only the healthy %s", x.Forward.Upstream, alive)
+		}
+		finishResponse(t, x, x.Forward.Upstream)
 	}
 }
 

@@ -20,10 +20,17 @@ type ticket struct {
 	model    string
 	start    time.Time
 	uncached int64
-	load     *loadview.Ticket
-	prefill  *loadview.Ticket // the prefill worker's leg of a P/D request
-	// fallbacks are the endpoints the proxy may walk after the primary.
-	fallbacks []string
+	// decodeBlocks is the KV footprint booked with load.
+	decodeBlocks int64
+	load         *loadview.Ticket
+	prefill      *loadview.Ticket // the prefill worker's leg of a P/D request
+	// fallbacks are the endpoints the proxy may walk after the primary,
+	// fallbackIDs their workers.
+	fallbacks   []string
+	fallbackIDs []index.WorkerID
+	// serving is the worker the load is booked on: the primary until the
+	// proxy reports that a fallback served.
+	serving index.WorkerID
 
 	once   sync.Once
 	served string
@@ -47,13 +54,17 @@ func (t *ticket) FirstByte() {
 		return
 	}
 	r := t.router
+	w := t.worker
+	if t.serving.Endpoint != "" {
+		w = t.serving
+	}
 	r.mu.Lock()
-	est := r.throughput[t.worker]
+	est := r.throughput[w]
 	if est == nil {
 		e, err := picker.NewThroughputEstimator(picker.DefaultThroughputAlpha, 0)
 		if err == nil {
 			est = &e
-			r.throughput[t.worker] = est
+			r.throughput[w] = est
 		}
 	}
 	if est != nil {
@@ -64,17 +75,51 @@ func (t *ticket) FirstByte() {
 	r.mu.Unlock()
 }
 
+// finishUnobserved ends a request whose response Envoy never showed
+// kvgate (server.OutcomeUnobserved): the prefill is over by the time Envoy
+// closes the stream (at the response headers), so its tokens leave the
+// queue now; the decode may go on, so its blocks stay booked for
+// extproc.unobserved_hold. No status was seen: outlier detection learns
+// nothing.
+func (t *ticket) finishUnobserved() {
+	t.load.PrefillDone()
+	t.prefill.Finish(loadview.OutcomeCompleted)
+	if hold := t.router.cfg.UnobservedHold.D(); hold > 0 {
+		time.AfterFunc(hold, func() { t.load.Finish(loadview.OutcomeCompleted) })
+	} else {
+		t.load.Finish(loadview.OutcomeCompleted)
+	}
+	t.router.metrics.finished.WithLabelValues(server.OutcomeUnobserved.String()).Inc()
+}
+
+// Served is the proxy's report of the endpoint that answered (override_host
+// selected_host_key). When it is a fallback, the request's load moves to
+// that worker: it is the one prefilling and decoding now.
 func (t *ticket) Served(endpoint string) {
 	t.served = endpoint
-	if endpoint != "" {
-		if primary := t.worker.Endpoint; endpoint != primary {
-			t.router.metrics.fallbacksUsed.Inc()
+	if endpoint == "" || endpoint == t.worker.Endpoint {
+		return
+	}
+	t.router.metrics.fallbacksUsed.Inc()
+	for i, fb := range t.fallbacks {
+		if fb != endpoint || i >= len(t.fallbackIDs) {
+			continue
 		}
+		id := t.fallbackIDs[i]
+		// The primary did not serve: its booking ends as a failure.
+		t.load.Finish(loadview.OutcomeUpstreamError)
+		t.load = t.router.load.Begin(id, t.uncached, t.decodeBlocks, t.router.now())
+		t.serving = id
+		return
 	}
 }
 
 func (t *ticket) Finish(o server.Outcome) {
 	t.once.Do(func() {
+		if o == server.OutcomeUnobserved {
+			t.finishUnobserved()
+			return
+		}
 		lo := loadview.OutcomeCompleted
 		switch o {
 		case server.OutcomeClientCancel:

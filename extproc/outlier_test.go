@@ -234,7 +234,7 @@ func TestRouterEjectsFailingWorker(t *testing.T) {
 		if up == workers[1] {
 			code = 503 // this worker fails every request
 		}
-		if _, err := x.RespondHeaders(code, []envoyharness.Header{{Name: "x-envoy-upstream-service-time", Value: "3"}}, true, ""); err != nil {
+		if _, err := x.RespondHeaders(code, []envoyharness.Header{{Name: "x-envoy-upstream-service-time", Value: "3"}}, true); err != nil {
 			t.Fatal(err)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -258,9 +258,10 @@ func TestRouterEjectsFailingWorker(t *testing.T) {
 		if x.Forward == nil {
 			t.Fatalf("not routed: %+v", x.Local)
 		}
-		for _, ep := range append([]string{x.Forward.Upstream}, x.Forward.Fallbacks...) {
+		dest, _ := envoyharness.Get(x.Forward.Headers, "x-gateway-destination-endpoint")
+		for _, ep := range strings.Split(dest, ",") {
 			if ep == bad {
-				t.Fatalf("ejected worker %s offered (upstream %s, fallbacks %v)", bad, x.Forward.Upstream, x.Forward.Fallbacks)
+				t.Fatalf("ejected worker %s offered (destination %s)", bad, dest)
 			}
 		}
 		x.Cancel()

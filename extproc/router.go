@@ -352,7 +352,7 @@ func (r *Router) Route(ctx context.Context, req *server.Request) (*server.Decisi
 	uncached := int64(len(res.Tokens) - chosen.Depths[index.TierDevice]*res.Model.BlockSize)
 	decodeBlocks := int64((len(res.Tokens) + expected + res.Model.BlockSize - 1) / res.Model.BlockSize)
 	now := r.now()
-	t := &ticket{router: r, worker: chosen.Worker.ID, start: now, uncached: uncached, model: res.Served}
+	t := &ticket{router: r, worker: chosen.Worker.ID, start: now, uncached: uncached, decodeBlocks: decodeBlocks, model: res.Served}
 	t.load = r.load.Begin(chosen.Worker.ID, uncached, decodeBlocks, now)
 	if prefill != nil {
 		// The prefill leg is accounted on the prefill worker until the
@@ -365,6 +365,7 @@ func (r *Router) Route(ctx context.Context, req *server.Request) (*server.Decisi
 	d := &server.Decision{Endpoint: chosen.Worker.Endpoint, Ticket: t}
 	for _, fb := range dec.Fallbacks {
 		d.Fallbacks = append(d.Fallbacks, cands[fb].Worker.Endpoint)
+		t.fallbackIDs = append(t.fallbackIDs, cands[fb].Worker.ID)
 	}
 	t.fallbacks = d.Fallbacks
 	if prefill != nil {
@@ -547,6 +548,7 @@ func (r *Router) routeWithoutBody(req *server.Request) (*server.Decision, *serve
 	d := &server.Decision{Endpoint: chosen.Worker.Endpoint, Ticket: t}
 	for _, fb := range dec.Fallbacks {
 		d.Fallbacks = append(d.Fallbacks, cands[fb].Worker.Endpoint)
+		t.fallbackIDs = append(t.fallbackIDs, cands[fb].Worker.ID)
 	}
 	t.fallbacks = d.Fallbacks
 	r.metrics.requests.WithLabelValues("", "routed").Inc()

@@ -32,6 +32,19 @@ type rig struct {
 	reg     *preprocess.Registry
 	idx     *index.Memory
 	harness *envoyharness.Harness
+	conn    *grpc.ClientConn
+	hcfg    envoyharness.Config
+}
+
+// withWorkers replaces the harness's worker cluster endpoints (as EDS
+// would after the fleet changed).
+func (r *rig) withWorkers(t *testing.T, eps ...string) {
+	t.Helper()
+	h, err := envoyharness.New(r.conn, r.hcfg.WithWorkers(eps...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.harness = h
 }
 
 // newRig runs the real request path (registry, index, picker, load view)
@@ -82,11 +95,12 @@ func newRig(t *testing.T, mutate func(*config.Config), hcfg envoyharness.Config)
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	h, err := envoyharness.New(conn, hcfg)
+	// The workers are the worker cluster's endpoints, as EDS would deliver.
+	h, err := envoyharness.New(conn, hcfg.WithWorkers(workers...))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &rig{router: router, reg: reg, idx: idx, harness: h}
+	return &rig{router: router, reg: reg, idx: idx, harness: h, conn: conn, hcfg: hcfg}
 }
 
 func chatBody(model, text string) []byte {
@@ -112,6 +126,9 @@ func TestRoutesToPrefixHolderAndIgnoresSpoofedHeader(t *testing.T) {
 			if mode == "buffered" {
 				hcfg = bufferedConfig()
 			}
+			// kvgate must ignore a spoofed header even behind an Envoy that
+			// does not strip it (the shipped files do).
+			hcfg.StripHeaders = nil
 			r := newRig(t, nil, hcfg)
 			body := chatBody("qwen3", strings.Repeat("Summarise the quarterly report for the board, section by section. ", 30))
 			res, err := r.reg.Chat(body)
@@ -134,14 +151,16 @@ func TestRoutesToPrefixHolderAndIgnoresSpoofedHeader(t *testing.T) {
 			if f.Upstream != workers[1] {
 				t.Fatalf("routed to %q, want the prefix holder %s", f.Upstream, workers[1])
 			}
-			if v, _ := envoyharness.Get(f.Headers, "x-gateway-destination-endpoint"); v != workers[1] {
-				t.Fatalf("destination header %q, want kvgate's choice", v)
+			dest, _ := envoyharness.Get(f.Headers, "x-gateway-destination-endpoint")
+			list := strings.Split(dest, ",")
+			if list[0] != workers[1] {
+				t.Fatalf("destination header %q, want kvgate's choice first", dest)
 			}
 			if v, ok := envoyharness.Get(f.Headers, "x-prefiller-host-port"); ok {
 				t.Fatalf("client's x-prefiller-host-port %q survived", v)
 			}
-			if len(f.Fallbacks) != 2 || f.Fallbacks[0] == workers[1] || f.Fallbacks[1] == workers[1] || f.Fallbacks[0] == f.Fallbacks[1] {
-				t.Fatalf("fallbacks %v: want the two other workers", f.Fallbacks)
+			if len(list) != 3 || list[1] == workers[1] || list[2] == workers[1] || list[1] == list[2] {
+				t.Fatalf("fallbacks %v: want the two other workers", list[1:])
 			}
 			if !f.RouteCacheCleared {
 				t.Fatal("route cache not cleared with the header mutation")
@@ -152,6 +171,9 @@ func TestRoutesToPrefixHolderAndIgnoresSpoofedHeader(t *testing.T) {
 	}
 }
 
+// bufferedConfig is envoy.yaml with BUFFERED request bodies and the
+// response body not sent (a mode no shipped file uses, between
+// envoy.yaml and envoy-buffered-failopen.yaml).
 func bufferedConfig() envoyharness.Config {
 	c := envoyharness.DefaultConfig()
 	c.RequestBodyMode = filterv3.ProcessingMode_BUFFERED
@@ -161,9 +183,18 @@ func bufferedConfig() envoyharness.Config {
 	return c
 }
 
+// finishResponse plays the response from served: when that is not the
+// first host, Envoy's retries made the cluster choose again until it came.
 func finishResponse(t *testing.T, x *envoyharness.Exchange, served string) {
 	t.Helper()
-	if _, err := x.RespondHeaders(200, []envoyharness.Header{{Name: "content-type", Value: "text/event-stream"}}, false, served); err != nil {
+	for host := x.Forward.Upstream; host != served; {
+		next, err := x.Forward.NextUpstream()
+		if err != nil || x.Forward.Attempts() > 8 {
+			t.Fatalf("the cluster never chose %s (%v)", served, err)
+		}
+		host = next
+	}
+	if _, err := x.RespondHeaders(200, []envoyharness.Header{{Name: "content-type", Value: "text/event-stream"}}, false); err != nil {
 		t.Fatal(err)
 	}
 	if err := x.RespondBody([]byte("data: {\"choices\":[]}\n\n"), false); err != nil {
@@ -254,12 +285,12 @@ func TestCancelledStreamsReleaseLoad(t *testing.T) {
 	}
 	phases := map[string]func(x *envoyharness.Exchange){
 		"after routing":      func(x *envoyharness.Exchange) {},
-		"after resp headers": func(x *envoyharness.Exchange) { x.RespondHeaders(200, nil, false, "") },
+		"after resp headers": func(x *envoyharness.Exchange) { x.RespondHeaders(200, nil, false) },
 		"after first byte": func(x *envoyharness.Exchange) {
-			x.RespondHeaders(200, nil, false, "")
+			x.RespondHeaders(200, nil, false)
 			x.RespondBody([]byte("data: x\n\n"), false)
 		},
-		"upstream 503": func(x *envoyharness.Exchange) { x.RespondHeaders(503, nil, true, "") },
+		"upstream 503": func(x *envoyharness.Exchange) { x.RespondHeaders(503, nil, true) },
 	}
 	for name, phase := range phases {
 		x, err := r.harness.Start(context.Background(), post(body))
@@ -294,7 +325,7 @@ func TestIndexFailureRoutesOnLoad(t *testing.T) {
 	if x.Forward == nil || x.Forward.Upstream == "" {
 		t.Fatalf("not routed: %+v", x.Local)
 	}
-	finishResponse(t, x, "")
+	finishResponse(t, x, x.Forward.Upstream)
 }
 
 type failingIndex struct{ index.Index }
@@ -321,7 +352,7 @@ func TestUntokenizableRequestIsRoutedNotRefused(t *testing.T) {
 	if x.Forward == nil || x.Forward.Upstream == "" {
 		t.Fatalf("not routed: %+v", x.Local)
 	}
-	finishResponse(t, x, "")
+	finishResponse(t, x, x.Forward.Upstream)
 }
 
 // Conditional P/D: with prefill workers in the pool, a long uncached

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/kvgate/kvgate/config"
 	"github.com/kvgate/kvgate/extproc"
@@ -42,7 +43,7 @@ func runExtproc(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	listen := fs.String("listen", "", "override extproc.listen: gRPC address for Envoy's ext_proc filter")
 	admin := fs.String("admin", "", "override extproc.admin: HTTP address for /metrics, /healthz, /readyz, /debug/decisions")
 	withIndexer := fs.Bool("with-indexer", false, "also subscribe to the engines' KV events in this process (always on with the memory index)")
-	drain := fs.Duration("drain", 30*time.Second, "on SIGTERM, how long to wait for in-flight streams before stopping")
+	drain := fs.Duration("drain", 30*time.Second, "on SIGTERM, the whole drain: extproc.drain_grace with readiness failing and streams still served, then GOAWAY and the in-flight streams, up to this")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: kvgate extproc --config FILE [flags]\n\nServes Envoy's ext_proc protocol: parses each OpenAI request once, tokenizes it exactly as the\nengine will, matches its KV blocks against the fleet index and sets x-gateway-destination-endpoint\nand envoy.lb metadata (GIE endpoint-picker protocol). Flags:")
 		fs.PrintDefaults()
@@ -94,6 +95,78 @@ type extprocOptions struct {
 	listening   func(grpcAddr, adminAddr net.Addr)
 	// routerReady, if set, receives the router once serving (tests).
 	routerReady func(*extproc.Router)
+	// grpcServer, if set, receives the gRPC server once listening (tests).
+	grpcServer func(*grpc.Server)
+}
+
+// grpcHeadroom is what an ext_proc message holds besides the body: the
+// request headers, metadata_context and protobuf framing.
+const grpcHeadroom = 1 << 20
+
+// extprocGRPCOptions bounds the ext_proc gRPC server.
+func extprocGRPCOptions(x config.Extproc) []grpc.ServerOption {
+	return []grpc.ServerOption{
+		// Envoy sends a BUFFERED body as one message (ext_proc.cc
+		// handleDataBufferedMode); with grpc-go's 4 MiB default a body
+		// kvgate accepts (max_body_bytes) would fail with RESOURCE_EXHAUSTED.
+		grpc.MaxRecvMsgSize(x.MaxBodyBytes + grpcHeadroom),
+		grpc.MaxConcurrentStreams(x.GRPC.MaxConcurrentStreams),
+		// Envoy's HTTP/2 connection_keepalive pings are allowed down to
+		// keepalive_min_time, also on a connection without streams;
+		// grpc-go's 5-minute default would cut such an Envoy off.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: x.GRPC.KeepaliveMinTime.D(), PermitWithoutStream: true}),
+		// Dead peers are found and their streams released.
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: x.GRPC.KeepaliveTime.D(), Timeout: x.GRPC.KeepaliveTimeout.D()}),
+		// Fixed flow-control windows: grpc-go's BDP estimator would grow
+		// them to 16 MiB per stream, letting one connection park that much
+		// per stream ahead of what kvgate reads and budgets.
+		grpc.InitialWindowSize(1 << 20),
+		grpc.InitialConnWindowSize(4 << 20),
+	}
+}
+
+// extprocServerConfig maps the extproc configuration onto the ext_proc
+// server's bounds.
+func extprocServerConfig(x config.Extproc, onDecision func(time.Duration), log *slog.Logger) server.Config {
+	return server.Config{
+		MaxBodyBytes:       x.MaxBodyBytes,
+		SingleDestination:  x.EnvoyRouting == config.RoutingOriginalDst,
+		BufferBudgetBytes:  x.Streams.BufferBudgetBytes,
+		MaxOpenStreams:     x.Streams.MaxOpen,
+		RequestIdleTimeout: x.Streams.RequestIdleTimeout.D(),
+		RequestTimeout:     x.Streams.RequestTimeout.D(),
+		MaxStreamDuration:  x.Streams.MaxDuration.D(),
+		OnDecision:         onDecision,
+		Logger:             log,
+	}
+}
+
+// drainExtproc takes a replica out of Envoy's rotation without failing a
+// request: readiness fails at once (the gRPC health service Envoy's
+// active health check reads, and /readyz) while new streams are still
+// served for grace, so that the health checks move Envoy to the other
+// replicas; then GracefulStop sends GOAWAY (Envoy opens no new stream on
+// the connection after it) and waits for the streams in flight, up to
+// the drain deadline, after which the rest are cut.
+func drainExtproc(srv *server.Server, gs *grpc.Server, draining *atomic.Bool, grace, deadline time.Duration, log *slog.Logger) {
+	start := time.Now()
+	draining.Store(true)
+	srv.StartDrain()
+	log.Info("draining: readiness failed, still serving", "grace", grace, "deadline", deadline)
+	time.Sleep(min(grace, deadline))
+	stopped := make(chan struct{})
+	go func() { gs.GracefulStop(); close(stopped) }()
+	log.Info("draining: GOAWAY sent, waiting for streams in flight", "open", srv.Stats().StreamsActive)
+	// Past the deadline already (grace >= deadline), GracefulStop still
+	// gets a moment: with no stream left it returns at once.
+	select {
+	case <-stopped:
+		log.Info("drained", "took", time.Since(start).Round(time.Millisecond))
+	case <-time.After(max(deadline-time.Since(start), 100*time.Millisecond)):
+		log.Warn("drain incomplete: cutting the streams still open", "open", srv.Stats().StreamsActive)
+		gs.Stop()
+		<-stopped
+	}
 }
 
 // serveExtproc runs the ext_proc server until ctx ends, then drains: the
@@ -118,14 +191,11 @@ func serveExtproc(ctx context.Context, cfg config.Config, o extprocOptions) erro
 	if err := router.Register(promReg); err != nil {
 		return err
 	}
-	srv, err := server.New(router, server.Config{
-		MaxBodyBytes: cfg.Extproc.MaxBodyBytes,
-		OnDecision:   func(d time.Duration) { router.ObserveDecision(d.Seconds()) },
-		Logger:       o.log,
-	})
+	srv, err := server.New(router, extprocServerConfig(cfg.Extproc, func(d time.Duration) { router.ObserveDecision(d.Seconds()) }, o.log))
 	if err != nil {
 		return err
 	}
+	promReg.MustRegister(srv.Collector())
 	src, err := extproc.KubernetesSource(cfg.Extproc.Discovery.Kubernetes, o.log)
 	if err != nil {
 		return err
@@ -164,7 +234,7 @@ func serveExtproc(ctx context.Context, cfg config.Config, o extprocOptions) erro
 	if err != nil {
 		return fmt.Errorf("extproc.%w", err)
 	}
-	var grpcOpts []grpc.ServerOption
+	grpcOpts := extprocGRPCOptions(cfg.Extproc)
 	if tlsCfg != nil {
 		grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(tlsCfg)))
 		o.log.Info("ext_proc listener serves TLS", "cert_file", cfg.Extproc.TLS.CertFile,
@@ -178,6 +248,9 @@ func serveExtproc(ctx context.Context, cfg config.Config, o extprocOptions) erro
 	srv.Register(gs)
 	go gs.Serve(gln)
 	defer gs.Stop()
+	if o.grpcServer != nil {
+		o.grpcServer(gs)
+	}
 
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(promReg, promhttp.HandlerOpts{}))
@@ -227,14 +300,7 @@ func serveExtproc(ctx context.Context, cfg config.Config, o extprocOptions) erro
 		o.routerReady(router)
 	}
 	<-ctx.Done()
-	draining.Store(true)
-	o.log.Info("draining", "deadline", o.drain)
-	dctx, cancel := context.WithTimeout(context.Background(), o.drain)
-	derr := srv.Drain(dctx)
-	cancel()
-	if derr != nil {
-		o.log.Warn("drain incomplete", "err", derr)
-	}
+	drainExtproc(srv, gs, &draining, cfg.Extproc.DrainGrace.D(), o.drain, o.log)
 	cancelRun()
 	<-indexerDone
 	o.log.Info("extproc stopped")

@@ -30,6 +30,7 @@ func TestExtprocReadyzTurns503WhileDraining(t *testing.T) {
 	cfg.Engines = []config.Engine{{Endpoint: "127.0.0.1:18009", Model: "qwen3", DPRanks: 1, Role: "both"}}
 	cfg.Extproc.HealthCheck.Disabled, cfg.Extproc.EngineMetrics.Disabled = true, true
 	cfg.Extproc.Listen, cfg.Extproc.Admin = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Extproc.DrainGrace = config.Duration(200 * time.Millisecond)
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}

@@ -152,7 +152,7 @@ func TestExtprocMutualTLS(t *testing.T) {
 			return nil, err
 		}
 		defer conn.Close()
-		h, err := envoyharness.New(conn, envoyharness.DefaultConfig())
+		h, err := envoyharness.New(conn, envoyharness.MustShipped("envoy-mtls.yaml").WithWorkers("127.0.0.1:18001", "127.0.0.1:18002"))
 		if err != nil {
 			return nil, err
 		}

@@ -16,9 +16,6 @@ import (
 	"syscall"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
 	"github.com/kvgate/kvgate/config"
 	"github.com/kvgate/kvgate/e2e/enginesim"
 	"github.com/kvgate/kvgate/e2e/replay"
@@ -144,24 +141,20 @@ func gatewayDemo(ctx context.Context, out io.Writer, o gatewayDemoOptions) error
 		return ctx.Err()
 	}
 	router := <-routerc
-	conn, err := grpc.NewClient(a.grpc.String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	gw, err := demoProxy(cfg, a.grpc.String(), quiet)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	h, err := envoyharness.New(conn, envoyharness.DefaultConfig())
-	if err != nil {
-		return err
-	}
+	defer gw.Close()
 	gln, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		if gln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
 			return err
 		}
 	}
-	gw := newHTTPServer(&envoyharness.Gateway{Harness: h, Logger: quiet})
-	go gw.Serve(gln)
-	defer gw.Close()
+	gws := newHTTPServer(gw)
+	go gws.Serve(gln)
+	defer gws.Close()
 	base := "http://" + gln.Addr().String()
 
 	fmt.Fprintf(out, "kvgate demo: %d simulated vLLM engines (%s, KV events over ZMQ), kvgate extproc on %s (in-memory index),\n", o.engines, demoModel, a.grpc)
@@ -245,4 +238,27 @@ func demoTracePath() string {
 		return filepath.Join(root, "e2e", "replay", "testdata", "conversation_head300.jsonl")
 	}
 	return filepath.Join("e2e", "replay", "testdata", "conversation_head300.jsonl")
+}
+
+// demoProxy plays envoy/envoy.yaml in front of the demo's engines, with
+// one difference: it lets the local user's x-kvgate-debug through (the
+// shipped file strips every client x-kvgate-* header), since the demo
+// gateway listens on loopback for the user who started it.
+func demoProxy(cfg config.Config, extprocAddr string, log *slog.Logger) (*envoyharness.Proxy, error) {
+	ecfg := envoyharness.DefaultConfig().AllowingClientDebug()
+	var workers []string
+	for _, e := range cfg.Engines {
+		workers = append(workers, e.Endpoint)
+	}
+	p, err := envoyharness.NewProxy(ecfg, envoyharness.ProxyOptions{ExtProc: []string{extprocAddr}, Workers: workers, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := p.WaitHealthy(ctx); err != nil {
+		p.Close()
+		return nil, err
+	}
+	return p, nil
 }

@@ -2,15 +2,17 @@ package main
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 
+	"github.com/kvgate/kvgate/config"
 	envoyconfig "github.com/kvgate/kvgate/envoy"
 )
 
 func init() {
 	register("validate-envoy", command{
-		summary: "check Envoy bootstraps, Istio EnvoyFilter/DestinationRule and Envoy Gateway policies: FILE...",
+		summary: "check Envoy bootstraps, Istio EnvoyFilter/DestinationRule and Envoy Gateway policies: [--config kvgate.yaml] FILE...",
 		run:     runValidateEnvoy,
 	})
 }
@@ -20,18 +22,37 @@ func init() {
 // valid; 1 a file could not be read (the check is incomplete, so this
 // wins); 2 a config is invalid or the usage is wrong.
 func runValidateEnvoy(args []string, _ io.Reader, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
-		fmt.Fprintln(stderr, "usage: kvgate validate-envoy FILE...")
+	fs := flag.NewFlagSet("kvgate validate-envoy", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	kvgateConfig := fs.String("config", "", "kvgate configuration: also check that Envoy can route what it sends (extproc.envoy_routing, extproc.fallbacks)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: kvgate validate-envoy [--config kvgate.yaml] FILE...")
 		fmt.Fprintln(stderr, "  FILE: an Envoy bootstrap (YAML/JSON), or Kubernetes YAML holding Istio EnvoyFilter /")
-		fmt.Fprintln(stderr, "  DestinationRule or Envoy Gateway EnvoyExtensionPolicy / EnvoyPatchPolicy objects")
-		if len(args) == 0 {
+		fmt.Fprintln(stderr, "  DestinationRule or Envoy Gateway EnvoyExtensionPolicy / EnvoyPatchPolicy / ClientTrafficPolicy objects")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() == 0 {
+		fs.Usage()
+		return 2
+	}
+	var k *envoyconfig.Kvgate
+	if *kvgateConfig != "" {
+		cfg, err := config.Load(*kvgateConfig)
+		if err != nil {
+			fmt.Fprintf(stderr, "kvgate validate-envoy: %v\n", err)
 			return 2
 		}
-		return 0
+		k = &envoyconfig.Kvgate{EnvoyRouting: cfg.Extproc.EnvoyRouting, Fallbacks: cfg.Extproc.Fallbacks}
 	}
 	unreadable, invalid := false, false
-	for _, file := range args {
-		_, err := envoyconfig.ValidateFile(file)
+	for _, file := range fs.Args() {
+		_, err := envoyconfig.ValidateFileWith(file, k)
 		var verr *envoyconfig.Error
 		switch {
 		case err == nil:

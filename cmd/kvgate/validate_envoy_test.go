@@ -13,7 +13,8 @@ var shippedEnvoyConfigs = []string{
 	"../../envoy/envoy.yaml",
 	"../../envoy/envoy-header-routing.yaml",
 	"../../envoy/envoy-buffered-failopen.yaml",
-	"../../envoy/envoy-override-host.yaml",
+	"../../envoy/envoy-original-dst.yaml",
+	"../../envoy/envoy-mtls.yaml",
 	"../../envoy/istio/envoyfilter.yaml",
 	"../../envoy/istio/destinationrule.yaml",
 	"../../envoy/envoy-gateway/extensionpolicy.yaml",
@@ -57,7 +58,7 @@ func writeBrokenCopy(t *testing.T, src, old, new string) string {
 }
 
 func TestValidateEnvoyCLIInvalidConfig(t *testing.T) {
-	broken := writeBrokenCopy(t, "../../envoy/envoy.yaml", "lb_policy: CLUSTER_PROVIDED", "lb_policy: ROUND_ROBIN")
+	broken := writeBrokenCopy(t, "../../envoy/envoy-original-dst.yaml", "lb_policy: CLUSTER_PROVIDED", "lb_policy: ROUND_ROBIN")
 	good := "../../envoy/envoy.yaml"
 	code, out, _ := runValidateEnvoyCLI(t, good, broken)
 	if code != 2 {
@@ -71,7 +72,7 @@ func TestValidateEnvoyCLIInvalidConfig(t *testing.T) {
 
 func TestValidateEnvoyCLIUnreadableFile(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "missing.yaml")
-	broken := writeBrokenCopy(t, "../../envoy/istio/envoyfilter.yaml", "operation: INSERT_BEFORE", "operation: ADD")
+	broken := writeBrokenCopy(t, "../../envoy/istio/envoyfilter.yaml", "      # Before the router: Envoy requires the router to be the last filter.\n      operation: INSERT_BEFORE", "      operation: ADD")
 	code, out, errOut := runValidateEnvoyCLI(t, missing, broken)
 	if code != 1 {
 		t.Fatalf("exit %d, want 1 (unreadable wins over invalid)", code)
@@ -79,17 +80,45 @@ func TestValidateEnvoyCLIUnreadableFile(t *testing.T) {
 	if !strings.Contains(errOut, missing) || !strings.Contains(errOut, "no such file") {
 		t.Fatalf("stderr %q does not name the unreadable file", errOut)
 	}
-	if !strings.Contains(out, broken+": spec.configPatches[0].patch.operation: ADD appends the HTTP filter after the router") {
+	if !strings.Contains(out, broken+": spec.configPatches[1].patch.operation: ADD appends the HTTP filter after the router") {
 		t.Fatalf("the readable file was not checked; stdout:\n%s", out)
 	}
 }
 
 func TestValidateEnvoyCLIUsage(t *testing.T) {
 	code, out, errOut := runValidateEnvoyCLI(t)
-	if code != 2 || out != "" || !strings.Contains(errOut, "usage: kvgate validate-envoy FILE...") {
+	if code != 2 || out != "" || !strings.Contains(errOut, "usage: kvgate validate-envoy [--config kvgate.yaml] FILE...") {
 		t.Fatalf("no args: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 	if code, _, _ := runValidateEnvoyCLI(t, "--help"); code != 0 {
 		t.Fatalf("--help: exit %d, want 0", code)
+	}
+}
+
+// With --config the Envoy file is held to what that kvgate configuration
+// sends: an ORIGINAL_DST cluster parses one ip:port, so kvgate's default
+// (override_host with two fallbacks) is refused and original_dst accepted.
+func TestValidateEnvoyCLIWithKvgateConfig(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	lists := write("list.yaml", "extproc: {fallbacks: 2}\n")
+	single := write("single.yaml", "extproc: {envoy_routing: original_dst}\n")
+	odst := "../../envoy/envoy-original-dst.yaml"
+	code, out, errOut := runValidateEnvoyCLI(t, "--config", lists, odst)
+	if code != 2 || !strings.Contains(out, "parseInternetAddressAndPortNoThrow") || !strings.Contains(out, "set extproc.envoy_routing: original_dst") {
+		t.Fatalf("fallbacks with ORIGINAL_DST: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	if code, out, errOut := runValidateEnvoyCLI(t, "--config", single, odst, "../../envoy/envoy.yaml"); code != 0 {
+		t.Fatalf("one endpoint: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	bad := write("bad.yaml", "extproc: {envoy_routing: original_dst, fallbacks: 1}\n")
+	if code, _, errOut := runValidateEnvoyCLI(t, "--config", bad, odst); code != 2 || !strings.Contains(errOut, "extproc.fallbacks: must be 0") {
+		t.Fatalf("invalid kvgate config: exit %d, stderr %q", code, errOut)
 	}
 }

@@ -3,8 +3,8 @@ package envoyharness
 import (
 	"fmt"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
@@ -24,8 +24,8 @@ import (
 //     metadata_options.forwarding_namespaces.untyped: of the dynamic
 //     metadata Envoy's own filters wrote before ext_proc
 //     (Request.DynamicMetadata, e.g. a set_metadata filter), only these
-//     namespaces reach the processor in metadata_context
-//     (Filter::addDynamicMetadata in source/extensions/filters/http/ext_proc/ext_proc.cc).
+//     namespaces reach the processor in metadata_context, with every
+//     message (Filter::addDynamicMetadata in source/extensions/filters/http/ext_proc/ext_proc.cc).
 const (
 	attributeSource   = "source.address"
 	extProcFilterName = "envoy.filters.http.ext_proc"
@@ -40,22 +40,27 @@ func checkRequestAttributes(cfg Config) error {
 	return nil
 }
 
-// addRequestContext adds the attributes and forwarded dynamic metadata to
-// the request headers message.
-func addRequestContext(m *extprocv3.ProcessingRequest, req *Request, cfg Config) {
-	for _, ns := range cfg.ForwardingNamespaces {
-		if md, ok := req.DynamicMetadata[ns]; ok {
-			if m.MetadataContext == nil {
-				m.MetadataContext = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{}}
-			}
-			m.MetadataContext.FilterMetadata[ns] = md
-		}
+// seedMetadata puts the dynamic metadata Envoy's own filters wrote before
+// ext_proc into the request's metadata; like any other namespace, it
+// reaches the processor only where forwarding_namespaces lists it
+// (Exchange.forwardedMetadata, with every message).
+func (x *Exchange) seedMetadata(req *Request) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for ns, md := range req.DynamicMetadata {
+		x.metadata[ns] = proto.Clone(md).(*structpb.Struct)
 	}
-	for _, a := range cfg.RequestAttributes {
+}
+
+// withAttributes adds the filter's request attributes to the request
+// headers message, the only message Envoy sends them with.
+func (x *Exchange) withAttributes(m *extprocv3.ProcessingRequest, req *Request) *extprocv3.ProcessingRequest {
+	for _, a := range x.cfg.RequestAttributes {
 		// An attribute that does not evaluate is left out; source.address
 		// always does on a TCP connection.
 		if a == attributeSource && req.Source != "" {
 			m.Attributes = map[string]*structpb.Struct{extProcFilterName: {Fields: map[string]*structpb.Value{a: structpb.NewStringValue(req.Source)}}}
 		}
 	}
+	return m
 }

@@ -13,22 +13,33 @@ func TestRequestContextFollowsTheFilterConfig(t *testing.T) {
 		"other":  {Fields: map[string]*structpb.Value{"x": structpb.NewStringValue("y")}},
 	}
 	req := &Request{Source: "10.0.0.7:5000", DynamicMetadata: md}
+	exchange := func(cfg Config) *Exchange {
+		x := &Exchange{cfg: cfg, metadata: map[string]*structpb.Struct{}}
+		x.seedMetadata(req)
+		return x
+	}
 
-	m := &extprocv3.ProcessingRequest{}
-	addRequestContext(m, req, DefaultConfig())
-	if m.Attributes != nil || m.MetadataContext != nil {
-		t.Fatalf("a filter without request_attributes or forwarding_namespaces sent %v / %v", m.Attributes, m.MetadataContext)
+	// The shipped envoy.yaml lists neither the attribute nor the kvgate
+	// namespace: nothing of either reaches the processor.
+	x := exchange(DefaultConfig())
+	m := x.withAttributes(&extprocv3.ProcessingRequest{}, req)
+	if m.Attributes != nil {
+		t.Fatalf("a filter without request_attributes sent %v", m.Attributes)
+	}
+	if _, ok := x.forwardedMetadata().GetFilterMetadata()["kvgate"]; ok {
+		t.Fatal("a namespace not in forwarding_namespaces was forwarded")
 	}
 
 	cfg := DefaultConfig()
 	cfg.RequestAttributes, cfg.ForwardingNamespaces = []string{"source.address"}, []string{"kvgate"}
-	m = &extprocv3.ProcessingRequest{}
-	addRequestContext(m, req, cfg)
+	x = exchange(cfg)
+	m = x.withAttributes(&extprocv3.ProcessingRequest{}, req)
 	if got := m.Attributes["envoy.filters.http.ext_proc"].GetFields()["source.address"].GetStringValue(); got != "10.0.0.7:5000" {
 		t.Fatalf("source.address = %q", got)
 	}
-	if len(m.MetadataContext.GetFilterMetadata()) != 1 || !m.MetadataContext.FilterMetadata["kvgate"].GetFields()["debug_header"].GetBoolValue() {
-		t.Fatalf("forwarded metadata %v, want only the kvgate namespace", m.MetadataContext)
+	fwd := x.forwardedMetadata()
+	if len(fwd.GetFilterMetadata()) != 1 || !fwd.FilterMetadata["kvgate"].GetFields()["debug_header"].GetBoolValue() {
+		t.Fatalf("forwarded metadata %v, want only the kvgate namespace", fwd)
 	}
 
 	cfg.RequestAttributes = []string{"request.path"}

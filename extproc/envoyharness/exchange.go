@@ -7,6 +7,7 @@ import (
 	"io"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -80,8 +81,11 @@ type Exchange struct {
 	reqBody     []byte
 	reqTrailers []Header
 	cleared     bool
-	bypass      bool // failure_mode_allow: continue without the processor
+	bypass      bool // continue without the processor (failure mode allow, or a clean close)
+	bodySent    bool // a FULL_DUPLEX_STREAMED body chunk went to the processor
 	resBuf      []byte
+	closed      bool        // Envoy closed its side (no more processing configured)
+	unprocessed atomic.Bool // the stream ended cleanly: the rest passes unprocessed
 
 	// Forward or Local is set when Start returns.
 	Forward *Forwarded
@@ -136,9 +140,17 @@ func (x *Exchange) Cancel() { x.cancel() }
 // Close ends a completed exchange as Envoy does when the HTTP stream is
 // done: it half-closes and waits (bounded by ctx) for the processor to end
 // the stream. It returns the processor's error status, if any.
+//
+// If Envoy had already closed the stream itself (the last reply was in,
+// or the response path processes nothing), Close returns nil at once.
 func (x *Exchange) Close(ctx context.Context) error {
 	defer x.cancel()
 	x.sendMu.Lock()
+	if x.closed {
+		x.sendMu.Unlock()
+		return nil
+	}
+	x.closed = true
 	err := x.stream.CloseSend()
 	x.sendMu.Unlock()
 	if err != nil {
@@ -172,8 +184,15 @@ func (x *Exchange) Err() error {
 }
 
 func (x *Exchange) send(m *extprocv3.ProcessingRequest) error {
+	// Every message carries the forwarded namespaces of the request's
+	// dynamic metadata (ext_proc.cc addDynamicMetadata, called for
+	// headers, body chunks and trailers alike).
+	m.MetadataContext = x.forwardedMetadata()
 	x.sendMu.Lock()
 	defer x.sendMu.Unlock()
+	if x.closed {
+		return io.EOF
+	}
 	if !x.sentFirst {
 		// Only the first message on a stream carries protocol_config
 		// (external_processor.proto).
@@ -192,7 +211,10 @@ func (x *Exchange) pump() {
 	for {
 		msg, err := x.stream.Recv()
 		if err != nil {
-			if err == io.EOF {
+			x.sendMu.Lock()
+			closedByEnvoy := x.closed
+			x.sendMu.Unlock()
+			if err == io.EOF || closedByEnvoy {
 				err = errStreamClosed
 			}
 			x.die(err)
@@ -206,6 +228,7 @@ func (x *Exchange) pump() {
 		x.trace = append(x.trace, msg)
 		x.takeMetadata(msg)
 		dest, err := x.route(msg)
+		last := x.lastResponse(msg)
 		x.mu.Unlock()
 		if err != nil {
 			x.die(err)
@@ -214,13 +237,38 @@ func (x *Exchange) pump() {
 		if dest != nil {
 			dest <- msg
 		}
+		if last {
+			// closeGrpcStreamIfLastRespReceived: nothing more is expected,
+			// so Envoy closes the stream.
+			x.closeStream()
+		}
 	}
+}
+
+// lastResponse reports whether msg is the last reply of the response path
+// (x.mu held): the end of a streamed body, or the trailers reply.
+func (x *Exchange) lastResponse(msg *extprocv3.ProcessingResponse) bool {
+	switch msg.GetResponse().(type) {
+	case *extprocv3.ProcessingResponse_ResponseTrailers:
+		return true
+	case *extprocv3.ProcessingResponse_ResponseBody:
+		return x.st.resEnd && !(x.st.resTrailersSent && !x.st.resTrailersReplied)
+	}
+	return false
 }
 
 func (x *Exchange) die(err error) {
 	x.deadErr = err
+	if errors.Is(err, errStreamClosed) {
+		// A clean close (status OK): Envoy ends processing and the response
+		// carries on unprocessed (ext_proc.cc onGrpcClose), so what comes
+		// next goes straight downstream.
+		x.unprocessed.Store(true)
+	}
 	close(x.dead)
-	x.down.fail(err)
+	if !errors.Is(err, errStreamClosed) {
+		x.down.fail(err)
+	}
 	var pe *ProtocolError
 	if errors.As(err, &pe) {
 		// Envoy closes the stream on a spurious message.
@@ -244,6 +292,48 @@ func (x *Exchange) takeMetadata(msg *extprocv3.ProcessingResponse) {
 			cur.Fields[k] = fv
 		}
 	}
+}
+
+// setMetadata writes one value into the request's dynamic metadata, as a
+// filter or load balancer does (StreamInfo::setDynamicMetadata merges into
+// the namespace).
+func (x *Exchange) setMetadata(k *MetadataKey, v *structpb.Value) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	cur, ok := x.metadata[k.Namespace]
+	if !ok {
+		cur = &structpb.Struct{Fields: map[string]*structpb.Value{}}
+		x.metadata[k.Namespace] = cur
+	}
+	for i, seg := range k.Path {
+		if i == len(k.Path)-1 {
+			cur.Fields[seg] = v
+			return
+		}
+		next := cur.Fields[seg].GetStructValue()
+		if next == nil {
+			next = &structpb.Struct{Fields: map[string]*structpb.Value{}}
+			cur.Fields[seg] = structpb.NewStructValue(next)
+		}
+		cur = next
+	}
+}
+
+// forwardedMetadata is the metadata_context Envoy attaches: only the
+// namespaces in forwarding_namespaces.
+func (x *Exchange) forwardedMetadata() *corev3.Metadata {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	var md *corev3.Metadata
+	for _, ns := range x.cfg.ForwardingNamespaces {
+		if s, ok := x.metadata[ns]; ok {
+			if md == nil {
+				md = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{}}
+			}
+			md.FilterMetadata[ns] = proto.Clone(s).(*structpb.Struct)
+		}
+	}
+	return md
 }
 
 func contains(list []string, s string) bool {
@@ -381,7 +471,7 @@ func (x *Exchange) await(ch chan *extprocv3.ProcessingResponse, timed bool) (*ex
 		}
 		return nil, x.failure()
 	case <-timeout:
-		if x.cfg.FailureModeAllow {
+		if x.failureModeAllow() {
 			x.bypass = true
 			x.cancel()
 			return nil, nil
@@ -400,11 +490,25 @@ func (x *Exchange) failure() *LocalReply {
 		return &LocalReply{Status: x.cfg.StatusOnError, Cause: "protocol_error", Err: err}
 	case x.ctx.Err() != nil:
 		return &LocalReply{Cause: "client_cancel", Err: x.ctx.Err()}
-	case x.cfg.FailureModeAllow:
+	case errors.Is(err, errStreamClosed):
+		// The processor closed cleanly (status OK) without answering:
+		// onGrpcClose ends processing and the request carries on
+		// unprocessed, whatever failure_mode_allow says.
+		x.bypass = true
+		return nil
+	case x.failureModeAllow():
 		x.bypass = true
 		return nil
 	}
 	return &LocalReply{Status: x.cfg.StatusOnError, Cause: "grpc_error", Err: err}
+}
+
+// failureModeAllow is ext_proc.cc Filter::failureModeAllow: fail-open
+// stops holding once a FULL_DUPLEX_STREAMED body chunk has been sent.
+func (x *Exchange) failureModeAllow() bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.cfg.FailureModeAllow && !x.bodySent
 }
 
 func immediateLocal(ir *extprocv3.ImmediateResponse) *LocalReply {
@@ -423,22 +527,10 @@ func immediateLocal(ir *extprocv3.ImmediateResponse) *LocalReply {
 	return l
 }
 
-func (x *Exchange) requestHeadersMessage(req *Request, eos bool) *extprocv3.ProcessingRequest {
-	m := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
+func (x *Exchange) requestHeadersMessage(eos bool) *extprocv3.ProcessingRequest {
+	return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
 		Headers: toHeaderMap(x.reqHeaders), EndOfStream: eos,
 	}}}
-	if req.SubsetHint != nil {
-		list := make([]any, len(req.SubsetHint))
-		for i, s := range req.SubsetHint {
-			list[i] = s
-		}
-		v, _ := structpb.NewList(list)
-		m.MetadataContext = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{
-			subsetHintNamespace: {Fields: map[string]*structpb.Value{subsetHintKey: structpb.NewListValue(v)}},
-		}}
-	}
-	addRequestContext(m, req, x.cfg) // attributes.go
-	return m
 }
 
 func buildRequestHeaders(req *Request) []Header {
@@ -507,7 +599,18 @@ func chunksOf(body []byte, size int) [][]byte {
 
 // runRequest plays the request path for the configured body mode.
 func (x *Exchange) runRequest(req *Request) {
-	x.reqHeaders = buildRequestHeaders(req)
+	x.reqHeaders = stripHeaders(buildRequestHeaders(req), x.cfg.StripHeaders)
+	x.seedMetadata(req) // attributes.go
+	if req.SubsetHint != nil {
+		// What a filter before ext_proc (or the control plane) puts in the
+		// request's metadata; it reaches the processor only if forwarded.
+		list := make([]any, len(req.SubsetHint))
+		for i, s := range req.SubsetHint {
+			list[i] = s
+		}
+		v, _ := structpb.NewList(list)
+		x.setMetadata(&MetadataKey{Namespace: subsetHintNamespace, Path: []string{subsetHintKey}}, structpb.NewListValue(v))
+	}
 	x.reqBody = append([]byte(nil), req.Body...)
 	x.reqTrailers = append([]Header(nil), req.Trailers...)
 	hasBody, hasTrailers := len(req.Body) > 0, len(req.Trailers) > 0
@@ -518,9 +621,14 @@ func (x *Exchange) runRequest(req *Request) {
 	x.mu.Lock()
 	x.st.reqHeadersSent = true
 	x.mu.Unlock()
-	if err := x.send(x.requestHeadersMessage(req, headersEnd)); err != nil {
+	if err := x.send(x.withAttributes(x.requestHeadersMessage(headersEnd), req)); err != nil {
 		// The reason shows up on the receive side.
 		_ = err
+	}
+	if x.cfg.shouldRemoveContentLength() {
+		// ext_proc.cc decodeHeaders: after the headers went to the
+		// processor, content-length is removed (the body may change size).
+		x.reqHeaders = removeAll(x.reqHeaders, "content-length")
 	}
 	if req.Cancel == CancelAfterHeaders {
 		x.clientGone()
@@ -556,6 +664,7 @@ func (x *Exchange) runFullDuplex(req *Request, hasTrailers bool) {
 		for i := 0; i < upTo; i++ {
 			x.mu.Lock()
 			x.st.reqBodySent++
+			x.bodySent = true
 			x.mu.Unlock()
 			m := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{
 				Body: chunks[i], EndOfStream: i == len(chunks)-1 && !hasTrailers,
@@ -588,12 +697,24 @@ func (x *Exchange) runFullDuplex(req *Request, hasTrailers bool) {
 	}
 	// The headers reply is in; the body comes back as the processor
 	// re-emits it, ended by an end_of_stream chunk or, with trailers, by the
-	// trailers reply.
+	// trailers reply. In FULL_DUPLEX_STREAMED Envoy drains what it sent
+	// (ext_proc.cc handleDataStreamedModeBase): only what comes back goes
+	// upstream.
 	x.reqBody = nil
+	if x.bypass {
+		x.finishRequest()
+		return
+	}
 	for {
 		r, local := x.await(x.reqCh, false)
 		if local != nil {
 			x.Local = local
+			return
+		}
+		if r == nil {
+			// The processor closed cleanly mid-body: the request goes on
+			// with what came back so far.
+			x.finishRequest()
 			return
 		}
 		if !x.apply(r) {
@@ -722,7 +843,14 @@ func (x *Exchange) apply(r *extprocv3.ProcessingResponse) bool {
 	default:
 		return fail("protocol_error", violation("unexpected %T on the request path", r.GetResponse()))
 	}
-	hs, _, err := applyHeaderMutation(x.reqHeaders, c.GetHeaderMutation())
+	hm := c.GetHeaderMutation()
+	if x.cfg.shouldRemoveContentLength() {
+		// processHeaderMutation passes shouldRemoveContentLength to
+		// MutationUtils::applyHeaderMutations, which then leaves
+		// content-length alone.
+		hm = withoutContentLength(hm)
+	}
+	hs, _, err := applyHeaderMutation(x.reqHeaders, hm)
 	if err != nil {
 		return fail("mutation_error", err)
 	}
@@ -740,36 +868,45 @@ func (x *Exchange) finishRequest() {
 	x.st.requestDone = true
 	md := make(map[string]*structpb.Struct, len(x.metadata))
 	for k, v := range x.metadata {
-		md[k] = v
+		md[k] = proto.Clone(v).(*structpb.Struct)
 	}
-	up, fb, err := pickUpstream(x.cfg.RouteOnHeader, md, x.reqHeaders)
 	x.mu.Unlock()
-	x.Forward = &Forwarded{
-		Headers: x.reqHeaders, Body: x.reqBody, Trailers: x.reqTrailers,
-		Upstream: up, Fallbacks: fb, RouteErr: err, RouteCacheCleared: x.cleared,
+	f := &Forwarded{
+		Headers: x.reqHeaders, Body: x.reqBody, Trailers: x.reqTrailers, RouteCacheCleared: x.cleared,
+		choice: &hostChoice{cluster: x.cfg.Route.Cluster, md: md, headers: x.reqHeaders, rr: &x.h.rr},
+		x:      x,
 	}
+	f.Upstream, f.RouteErr = f.NextUpstream()
+	x.Forward = f
 }
 
 // RespondHeaders sends the upstream's response headers through the
-// processor and returns them as mutated. served, when non-empty, is
-// reported as metadata_context envoy.lb / x-gateway-destination-endpoint-served.
-func (x *Exchange) RespondHeaders(code int, headers []Header, endOfStream bool, served string) ([]Header, error) {
+// processor and returns them as mutated. The host that answered is the
+// last one Forward chose; Envoy tells the processor only through
+// override_host's selected_host_key, in a forwarded namespace.
+func (x *Exchange) RespondHeaders(code int, headers []Header, endOfStream bool) ([]Header, error) {
 	if x.Forward == nil {
 		return nil, fmt.Errorf("envoyharness: no forwarded request to respond to")
 	}
 	hs := append([]Header{{":status", strconv.Itoa(code)}}, headers...)
-	if x.bypass {
+	if x.bypass || x.unprocessed.Load() {
 		x.endDownstream(endOfStream)
 		return hs, nil
+	}
+	if x.cfg.responseUnprocessed() {
+		// ext_proc.cc encodeHeaders: nothing of the response is processed,
+		// so Envoy closes the stream here, without sending the headers.
+		x.closeStream()
+		x.bypass = true
+		x.endDownstream(endOfStream)
+		return hs, nil
+	}
+	if !x.cfg.ResponseHeaders {
+		return nil, fmt.Errorf("envoyharness: response_header_mode SKIP with a response body or trailer mode is not modeled")
 	}
 	m := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{
 		Headers: toHeaderMap(hs), EndOfStream: endOfStream,
 	}}}
-	if served != "" {
-		m.MetadataContext = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{
-			lbNamespace: {Fields: map[string]*structpb.Value{servedKey: structpb.NewStringValue(served)}},
-		}}
-	}
 	x.mu.Lock()
 	x.st.resHeadersSent = true
 	x.mu.Unlock()
@@ -787,7 +924,23 @@ func (x *Exchange) RespondHeaders(code int, headers []Header, endOfStream bool, 
 		hs = out
 	}
 	x.endDownstream(endOfStream)
+	if endOfStream || (x.cfg.ResponseBodyMode == filterv3.ProcessingMode_NONE && !x.cfg.ResponseTrailers) {
+		// closeGrpcStreamIfLastRespReceived: the last reply is in.
+		x.closeStream()
+	}
 	return hs, nil
+}
+
+// closeStream is ExternalProcessorStreamImpl::close: a half-close
+// followed at once by a reset.
+func (x *Exchange) closeStream() {
+	x.sendMu.Lock()
+	if !x.closed {
+		x.closed = true
+		_ = x.stream.CloseSend()
+	}
+	x.sendMu.Unlock()
+	x.cancel()
 }
 
 func (x *Exchange) endDownstream(end bool) {
@@ -804,7 +957,7 @@ func (x *Exchange) endDownstream(end bool) {
 // processor: what it releases comes out of Downstream.
 func (x *Exchange) RespondBody(chunk []byte, endOfStream bool) error {
 	chunk = append([]byte(nil), chunk...)
-	if x.bypass || x.cfg.ResponseBodyMode == filterv3.ProcessingMode_NONE {
+	if x.bypass || x.unprocessed.Load() || x.cfg.ResponseBodyMode == filterv3.ProcessingMode_NONE {
 		x.down.push(chunk, endOfStream)
 		return nil
 	}
@@ -832,7 +985,7 @@ func (x *Exchange) RespondBody(chunk []byte, endOfStream bool) error {
 
 // RespondTrailers ends the response with trailers (trailer mode SEND).
 func (x *Exchange) RespondTrailers(trailers []Header) ([]Header, error) {
-	if x.bypass || !x.cfg.ResponseTrailers {
+	if x.bypass || x.unprocessed.Load() || !x.cfg.ResponseTrailers {
 		x.endDownstream(true)
 		return trailers, nil
 	}

@@ -1,10 +1,16 @@
 // Package envoyharness plays Envoy's side of the ext_proc protocol against a
-// real gRPC external processor: it sends one HTTP request's messages in the
-// order and shape Envoy's ext_proc filter does for the configured
-// processing mode, enforces the rules Envoy enforces on the processor's
-// replies, applies the mutations, routes like an ORIGINAL_DST cluster, and
-// can forward the request over real HTTP (Gateway). It exists so kvgate's
-// processor is tested against Envoy's contract without an Envoy binary.
+// real gRPC external processor, configured from the Envoy configuration it
+// stands for (ParseConfig: a bootstrap, an Istio EnvoyFilter or Envoy
+// Gateway policies; Shipped: the files in envoy/). It sends one HTTP
+// request's messages in the order and shape Envoy's ext_proc filter does
+// for that processing mode, enforces the rules Envoy enforces on the
+// processor's replies, applies the mutations, chooses hosts as the
+// configured cluster does (ORIGINAL_DST or override_host), and, as a
+// Proxy, forwards requests over real HTTP with the route's retries across
+// a health-checked cluster of ext_proc servers. It exists so kvgate's
+// processor is tested against Envoy's contract without an Envoy binary;
+// it is never more forgiving than Envoy (README.md lists each behaviour
+// and its source).
 //
 // Sources: envoyproxy/envoy api/envoy/service/ext_proc/v3/external_processor.proto,
 // api/envoy/extensions/filters/http/ext_proc/v3/{ext_proc,processing_mode}.proto,
@@ -15,6 +21,7 @@ package envoyharness
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
@@ -23,57 +30,11 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
-// Config is the part of Envoy's ext_proc filter and cluster configuration
-// the harness honours.
-type Config struct {
-	RequestBodyMode  filterv3.ProcessingMode_BodySendMode
-	ResponseBodyMode filterv3.ProcessingMode_BodySendMode
-	// RequestTrailers and ResponseTrailers are trailer mode SEND.
-	RequestTrailers  bool
-	ResponseTrailers bool
-	// MessageTimeout bounds each awaited reply outside FULL_DUPLEX_STREAMED
-	// (Envoy default 200 ms); when it passes Envoy answers 504 unless
-	// FailureModeAllow.
-	MessageTimeout   time.Duration
-	FailureModeAllow bool
-	// StatusOnError is the local reply status for a gRPC error or protocol
-	// violation (Envoy default 500).
-	StatusOnError int
-	// BufferLimit is the most a BUFFERED body may hold (Envoy answers 413
-	// above it).
-	BufferLimit int
-	// ReceivingNamespaces lists the dynamic metadata namespaces accepted
-	// from the processor (metadata_options.receiving_namespaces.untyped);
-	// others are dropped.
-	ReceivingNamespaces []string
-	// RouteOnHeader routes on the x-gateway-destination-endpoint header
-	// (ORIGINAL_DST use_http_header) instead of envoy.lb metadata.
-	RouteOnHeader bool
-	// RequestAttributes and ForwardingNamespaces: see attributes.go.
-	RequestAttributes    []string
-	ForwardingNamespaces []string
-}
-
-// DefaultConfig is the GIE reference configuration: full-duplex streamed
-// bodies both ways, trailers sent, fail closed, routing on envoy.lb
-// metadata.
-func DefaultConfig() Config {
-	return Config{
-		RequestBodyMode:     filterv3.ProcessingMode_FULL_DUPLEX_STREAMED,
-		ResponseBodyMode:    filterv3.ProcessingMode_FULL_DUPLEX_STREAMED,
-		RequestTrailers:     true,
-		ResponseTrailers:    true,
-		MessageTimeout:      200 * time.Millisecond,
-		StatusOnError:       defaultStatusOnError,
-		BufferLimit:         1 << 20,
-		ReceivingNamespaces: []string{lbNamespace},
-	}
-}
-
 // Harness opens one ext_proc stream per HTTP request, as Envoy does.
 type Harness struct {
 	client extprocv3.ExternalProcessorClient
 	cfg    Config
+	rr     atomic.Uint64 // the worker cluster's round robin
 }
 
 // New checks cfg the way Envoy checks the filter config at load and
@@ -90,13 +51,17 @@ func New(conn grpc.ClientConnInterface, cfg Config) (*Harness, error) {
 			return nil, fmt.Errorf("envoyharness: body mode %s is not implemented", m)
 		}
 	}
-	// Envoy rejects FULL_DUPLEX_STREAMED without trailer mode SEND or with
-	// failure_mode_allow (processing_mode.proto).
-	if cfg.RequestBodyMode == filterv3.ProcessingMode_FULL_DUPLEX_STREAMED && (!cfg.RequestTrailers || cfg.FailureModeAllow) {
-		return nil, fmt.Errorf("envoyharness: FULL_DUPLEX_STREAMED request bodies need request trailer mode SEND and failure_mode_allow false")
+	// Envoy rejects FULL_DUPLEX_STREAMED without trailer mode SEND
+	// (ext_proc config.cc); fail-open is allowed and holds until the first
+	// body chunk (ext_proc.cc failureModeAllow).
+	if cfg.RequestBodyMode == filterv3.ProcessingMode_FULL_DUPLEX_STREAMED && !cfg.RequestTrailers {
+		return nil, fmt.Errorf("envoyharness: FULL_DUPLEX_STREAMED request bodies need request trailer mode SEND")
 	}
-	if cfg.ResponseBodyMode == filterv3.ProcessingMode_FULL_DUPLEX_STREAMED && (!cfg.ResponseTrailers || cfg.FailureModeAllow) {
-		return nil, fmt.Errorf("envoyharness: FULL_DUPLEX_STREAMED response bodies need response trailer mode SEND and failure_mode_allow false")
+	if cfg.ResponseBodyMode == filterv3.ProcessingMode_FULL_DUPLEX_STREAMED && !cfg.ResponseTrailers {
+		return nil, fmt.Errorf("envoyharness: FULL_DUPLEX_STREAMED response bodies need response trailer mode SEND")
+	}
+	if cfg.Route.Cluster.OriginalDst == nil && cfg.Route.Cluster.OverrideHost == nil && len(cfg.Route.Cluster.Hosts) == 0 {
+		return nil, fmt.Errorf("envoyharness: cluster %q has no way to pick a host", cfg.Route.Cluster.Name)
 	}
 	if err := checkRequestAttributes(cfg); err != nil {
 		return nil, err
@@ -108,7 +73,7 @@ func New(conn grpc.ClientConnInterface, cfg Config) (*Harness, error) {
 		cfg.StatusOnError = defaultStatusOnError
 	}
 	if cfg.BufferLimit <= 0 {
-		cfg.BufferLimit = 1 << 20
+		cfg.BufferLimit = defaultBufferLimit
 	}
 	return &Harness{client: extprocv3.NewExternalProcessorClient(conn), cfg: cfg}, nil
 }
@@ -143,21 +108,46 @@ type Request struct {
 	// envoy.lb.subset_hint / x-gateway-destination-endpoint-subset.
 	SubsetHint []string
 	Cancel     CancelPoint
-	// Source and DynamicMetadata: see attributes.go.
+	// Source is the downstream peer of Envoy's connection (what Envoy's
+	// source.address attribute evaluates to); DynamicMetadata is what
+	// Envoy's own filters wrote before ext_proc (e.g. a set_metadata filter
+	// on an operators' listener). See attributes.go.
 	Source          string
 	DynamicMetadata map[string]*structpb.Struct
 }
 
 // Forwarded is what Envoy would send upstream after the request path.
 type Forwarded struct {
-	Headers           []Header // pseudo-headers included
-	Body              []byte
-	Trailers          []Header
-	Upstream          string   // ip:port chosen as ORIGINAL_DST would
-	Fallbacks         []string // further hosts from the metadata list
-	RouteErr          error    // why no upstream could be chosen (Envoy: 503)
+	Headers  []Header // pseudo-headers included
+	Body     []byte
+	Trailers []Header
+	// Upstream is the host the cluster chose for the first attempt
+	// (RouteErr: why it found none; Envoy answers 503).
+	Upstream          string
+	RouteErr          error
 	RouteCacheCleared bool
+
+	choice *hostChoice
+	x      *Exchange
 }
+
+// NextUpstream makes the cluster's next host choice, as Envoy's router
+// does for each retry: ORIGINAL_DST chooses the same host again,
+// override_host the next listed host the cluster knows, then its fallback
+// policy. With selected_host_key the choice is written to the request's
+// metadata, where the processor sees it with the response.
+func (f *Forwarded) NextUpstream() (string, error) {
+	host, err := f.choice.next()
+	if err == nil {
+		if oh := f.choice.cluster.OverrideHost; oh != nil && oh.SelectedHostKey != nil {
+			f.x.setMetadata(oh.SelectedHostKey, structpb.NewStringValue(host))
+		}
+	}
+	return host, err
+}
+
+// Attempts is how many host choices were made.
+func (f *Forwarded) Attempts() int { return f.choice.choices }
 
 // LocalReply is a response Envoy generates itself.
 type LocalReply struct {

@@ -139,7 +139,7 @@ func TestEnvoyMessageShape(t *testing.T) {
 		}
 		return s.Send(streamedReply(nil, true))
 	})
-	x := run(t, conn, DefaultConfig(), &Request{Method: "POST", Body: []byte("abcdef"), ChunkSize: 2, Headers: []Header{{"X-Mixed", "v"}}})
+	x := run(t, conn, DefaultConfig().WithWorkers("10.0.0.1:80"), &Request{Method: "POST", Body: []byte("abcdef"), ChunkSize: 2, Headers: []Header{{"X-Mixed", "v"}}})
 	if x.Local != nil {
 		t.Fatalf("local %+v", x.Local)
 	}
@@ -242,11 +242,10 @@ func TestOrderingViolations(t *testing.T) {
 	}
 }
 
+// bufferedCfg is envoy-buffered-failopen.yaml failing closed.
 func bufferedCfg() Config {
-	c := DefaultConfig()
-	c.RequestBodyMode = filterv3.ProcessingMode_BUFFERED
-	c.ResponseBodyMode = filterv3.ProcessingMode_NONE
-	c.RequestTrailers, c.ResponseTrailers = false, false
+	c := MustShipped("envoy-buffered-failopen.yaml").WithWorkers("10.0.0.1:80", "10.0.0.2:80")
+	c.FailureModeAllow = false
 	return c
 }
 
@@ -262,10 +261,17 @@ func TestBufferedMessageTimeoutAndFailOpen(t *testing.T) {
 	if x.Local == nil || x.Local.Status != 504 || x.Local.Cause != "message_timeout" {
 		t.Fatalf("fail closed: %+v", x.Local)
 	}
+	// As shipped (fail open): the request goes on unprocessed, and the
+	// workers' own load balancer picks, since kvgate named nobody. The
+	// client's routing header was stripped before ext_proc and could not
+	// have steered it anyway (override_host reads metadata only).
 	cfg.FailureModeAllow = true
 	x = run(t, conn, cfg, &Request{Method: "POST", Body: []byte("{}"), Headers: []Header{{"x-gateway-destination-endpoint", "6.6.6.6:1"}}})
-	if x.Forward == nil || string(x.Forward.Body) != "{}" || x.Forward.RouteErr == nil {
+	if x.Forward == nil || string(x.Forward.Body) != "{}" || x.Forward.RouteErr != nil || (x.Forward.Upstream != "10.0.0.1:80" && x.Forward.Upstream != "10.0.0.2:80") {
 		t.Fatalf("fail open: forward %+v local %+v", x.Forward, x.Local)
+	}
+	if _, ok := Get(x.Forward.Headers, "x-gateway-destination-endpoint"); ok {
+		t.Error("client routing header survived")
 	}
 }
 
@@ -287,7 +293,7 @@ func TestFullDuplexHasNoMessageTimer(t *testing.T) {
 		<-s.Context().Done()
 		return nil
 	})
-	cfg := DefaultConfig()
+	cfg := DefaultConfig().WithWorkers("10.0.0.1:80")
 	cfg.MessageTimeout = time.Millisecond
 	x := run(t, conn, cfg, &Request{Method: "POST", Body: []byte("{}")})
 	if x.Forward == nil || !x.Forward.RouteCacheCleared || x.Forward.Upstream != "10.0.0.1:80" {
@@ -322,10 +328,12 @@ func TestConfigRejectedLikeEnvoy(t *testing.T) {
 	if _, err := New(conn, c); err == nil {
 		t.Error("FULL_DUPLEX without trailer SEND accepted")
 	}
+	// Fail-open with FULL_DUPLEX_STREAMED is a valid config since
+	// envoyproxy/envoy#41276.
 	c = DefaultConfig()
 	c.FailureModeAllow = true
-	if _, err := New(conn, c); err == nil {
-		t.Error("FULL_DUPLEX with failure_mode_allow accepted")
+	if _, err := New(conn, c); err != nil {
+		t.Errorf("FULL_DUPLEX with failure_mode_allow refused: %v", err)
 	}
 }
 

@@ -210,3 +210,40 @@ func toHeaderMap(hs []Header) *corev3.HeaderMap {
 	}
 	return m
 }
+
+// stripHeaders removes the headers a filter before ext_proc removes
+// (header_mutation's request_mutations, Envoy Gateway's
+// earlyRequestHeaders).
+func stripHeaders(hs []Header, ms []HeaderMatcher) []Header {
+	if len(ms) == 0 {
+		return hs
+	}
+	out := hs[:0:0]
+	for _, h := range hs {
+		drop := false
+		for _, m := range ms {
+			if m.matches(h.Name) {
+				drop = true
+				break
+			}
+		}
+		if !drop {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// withoutContentLength drops content-length from a mutation's sets.
+func withoutContentLength(m *extprocv3.HeaderMutation) *extprocv3.HeaderMutation {
+	if m == nil {
+		return nil
+	}
+	out := &extprocv3.HeaderMutation{RemoveHeaders: m.GetRemoveHeaders()}
+	for _, sh := range m.GetSetHeaders() {
+		if !strings.EqualFold(sh.GetHeader().GetKey(), "content-length") {
+			out.SetHeaders = append(out.SetHeaders, sh)
+		}
+	}
+	return out
+}

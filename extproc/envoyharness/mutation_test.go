@@ -6,7 +6,6 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
@@ -74,30 +73,5 @@ func TestApplyHeaderMutationRules(t *testing.T) {
 	}
 	if base[4].Value != "1" || len(base) != 7 {
 		t.Error("input slice modified")
-	}
-}
-
-func TestPickUpstream(t *testing.T) {
-	md := func(v *structpb.Value) map[string]*structpb.Struct {
-		return map[string]*structpb.Struct{"envoy.lb": {Fields: map[string]*structpb.Value{"x-gateway-destination-endpoint": v}}}
-	}
-	p, fb, err := pickUpstream(false, md(structpb.NewStringValue("10.0.0.1:80, 10.0.0.2:80")), nil)
-	if err != nil || p != "10.0.0.1:80" || len(fb) != 1 || fb[0] != "10.0.0.2:80" {
-		t.Errorf("metadata list: %q %v %v", p, fb, err)
-	}
-	for name, v := range map[string]*structpb.Value{"hostname": structpb.NewStringValue("pod:80"), "number": structpb.NewNumberValue(1), "no_port": structpb.NewStringValue("10.0.0.1")} {
-		if _, _, err := pickUpstream(false, md(v), nil); err == nil {
-			t.Errorf("%s accepted", name)
-		}
-	}
-	if _, _, err := pickUpstream(false, nil, []Header{{"x-gateway-destination-endpoint", "10.0.0.1:80"}}); err == nil {
-		t.Error("metadata routing used the header")
-	}
-	p, _, err = pickUpstream(true, nil, []Header{{"x-gateway-destination-endpoint", "10.0.0.1:80"}, {"x-gateway-destination-endpoint", "10.0.0.2:80"}})
-	if err != nil || p != "10.0.0.1:80" {
-		t.Errorf("header: %q %v", p, err)
-	}
-	if _, _, err := pickUpstream(true, nil, []Header{{"x-gateway-destination-endpoint", "10.0.0.1:80,10.0.0.2:80"}}); err == nil {
-		t.Error("comma list in the header accepted (ORIGINAL_DST treats it as malformed)")
 	}
 }

@@ -36,7 +36,7 @@ const maxPrefillResponseBytes = 16 << 20
 
 // prefillFirst runs the prefill leg on prefiller and returns the decode
 // leg's body. An error with ctx done means the client left.
-func (g *Gateway) prefillFirst(ctx context.Context, client *http.Client, f *Forwarded, prefiller string) ([]byte, error) {
+func (p *Proxy) prefillFirst(ctx context.Context, client *http.Client, f *Forwarded, prefiller string) ([]byte, error) {
 	var req map[string]json.RawMessage
 	if err := json.Unmarshal(f.Body, &req); err != nil || req == nil {
 		return nil, fmt.Errorf("p/d sidecar: request body is not a JSON object")
@@ -92,7 +92,7 @@ func (g *Gateway) prefillFirst(ctx context.Context, client *http.Client, f *Forw
 		return nil, fmt.Errorf("p/d sidecar: %w", err)
 	}
 	if ctx.Err() != nil {
-		g.abandonDecode(client, f, decodeBody)
+		p.abandonDecode(client, f, decodeBody)
 		return nil, ctx.Err()
 	}
 	return decodeBody, nil
@@ -102,7 +102,7 @@ func (g *Gateway) prefillFirst(ctx context.Context, client *http.Client, f *Forw
 // left and drops it once written: the decode worker aborts it before its
 // KV transfer and, as vLLM's connector does, releases the prefill
 // worker's blocks at once.
-func (g *Gateway) abandonDecode(client *http.Client, f *Forwarded, body []byte) {
+func (p *Proxy) abandonDecode(client *http.Client, f *Forwarded, body []byte) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { cancel() }})
@@ -116,7 +116,7 @@ func (g *Gateway) abandonDecode(client *http.Client, f *Forwarded, body []byte) 
 	if err == nil {
 		resp.Body.Close()
 	}
-	g.logger().Debug("p/d sidecar: client left after prefill; decode leg delivered and dropped", "decode", f.Upstream)
+	p.log.Debug("p/d sidecar: client left after prefill; decode leg delivered and dropped", "decode", f.Upstream)
 }
 
 // withBody returns f with its body replaced (content-length follows).

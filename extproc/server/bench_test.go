@@ -24,7 +24,7 @@ func BenchmarkRoutedRequest(b *testing.B) {
 		if err != nil || x.Forward == nil {
 			b.Fatalf("start: %v %+v", err, x.Local)
 		}
-		if _, err := x.RespondHeaders(200, nil, false, "10.0.0.1:8000"); err != nil {
+		if _, err := x.RespondHeaders(200, nil, false); err != nil {
 			b.Fatal(err)
 		}
 		if err := x.RespondBody([]byte("data: [DONE]\n\n"), true); err != nil {

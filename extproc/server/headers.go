@@ -55,13 +55,15 @@ func (e *headerLimitError) Error() string { return e.msg }
 // lists the client's routing headers to strip. Envoy sends values in
 // raw_value since envoy.reloadable_features.send_header_raw_value; value is
 // read only when raw_value is empty (older Envoy).
-func decodeRequestHeaders(hm *corev3.HeaderMap, maxCount, maxBytes int) (req Request, spoofed []string, err error) {
+//
+// size is the bytes of names and values kept, for the buffer budget.
+func decodeRequestHeaders(hm *corev3.HeaderMap, maxCount, maxBytes int) (req Request, spoofed []string, size int, err error) {
 	req.Headers = make(map[string]string)
 	if hm == nil {
-		return req, nil, nil
+		return req, nil, 0, nil
 	}
 	if n := len(hm.GetHeaders()); n > maxCount {
-		return req, nil, &headerLimitError{fmt.Sprintf("request has %d headers, more than the limit of %d", n, maxCount)}
+		return req, nil, 0, &headerLimitError{fmt.Sprintf("request has %d headers, more than the limit of %d", n, maxCount)}
 	}
 	total := 0
 	for _, h := range hm.GetHeaders() {
@@ -72,7 +74,7 @@ func decodeRequestHeaders(hm *corev3.HeaderMap, maxCount, maxBytes int) (req Req
 		}
 		total += len(name) + len(value)
 		if total > maxBytes {
-			return req, nil, &headerLimitError{fmt.Sprintf("request headers exceed the limit of %d bytes", maxBytes)}
+			return req, nil, 0, &headerLimitError{fmt.Sprintf("request headers exceed the limit of %d bytes", maxBytes)}
 		}
 		if isRoutingHeader(name) {
 			if !contains(spoofed, name) {
@@ -89,7 +91,7 @@ func decodeRequestHeaders(hm *corev3.HeaderMap, maxCount, maxBytes int) (req Req
 	req.Path = req.Headers[":path"]
 	req.RequestID = req.Headers[headerRequestID]
 	req.Debug = req.Headers[HeaderDebug] == "1"
-	return req, spoofed, nil
+	return req, spoofed, total, nil
 }
 
 func contains(list []string, s string) bool {

@@ -49,7 +49,7 @@ func TestFinishExactlyOnceAtEveryPhase(t *testing.T) {
 	}
 	respond := func(t *testing.T, x *envoyharness.Exchange, code int) {
 		t.Helper()
-		if _, err := x.RespondHeaders(code, nil, false, ""); err != nil {
+		if _, err := x.RespondHeaders(code, nil, false); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -99,7 +99,7 @@ func TestFinishExactlyOnceAtEveryPhase(t *testing.T) {
 			}
 		}, server.OutcomeOK, 1},
 		{"headers_only_response", func(t *testing.T, x *envoyharness.Exchange) {
-			if _, err := x.RespondHeaders(204, nil, true, ""); err != nil {
+			if _, err := x.RespondHeaders(204, nil, true); err != nil {
 				t.Fatal(err)
 			}
 			x.Cancel()
@@ -185,12 +185,21 @@ func TestCancelDuringRouting(t *testing.T) {
 }
 
 func TestServedEndpointReported(t *testing.T) {
+	tk0 := newTicket()
 	tickets := make(chan *ticket, 1)
-	e := startServer(t, ticketRouter(tickets), server.Config{})
+	tickets <- tk0
+	e := startServer(t, &fakeRouter{fn: func(context.Context, *server.Request) (*server.Decision, *server.RouteError) {
+		return &server.Decision{Endpoint: "10.0.0.1:8000", Fallbacks: []string{"10.0.0.2:8000"}, Ticket: tk0}, nil
+	}}, server.Config{})
 	x := mustStart(t, e.harness(t, envoyharness.DefaultConfig()), &envoyharness.Request{})
-	mustForward(t, x)
+	f := mustForward(t, x)
 	tk := <-tickets
-	if _, err := x.RespondHeaders(200, nil, true, "10.0.0.2:8000"); err != nil {
+	// The primary failed: Envoy's retry makes override_host choose the
+	// next listed host, and selected_host_key reports it.
+	if host, err := f.NextUpstream(); err != nil || host != "10.0.0.2:8000" {
+		t.Fatalf("retry chose %q %v", host, err)
+	}
+	if _, err := x.RespondHeaders(200, nil, true); err != nil {
 		t.Fatal(err)
 	}
 	tk.wait(t)
@@ -199,8 +208,34 @@ func TestServedEndpointReported(t *testing.T) {
 	}
 }
 
+// ORIGINAL_DST reports no served host; the ticket never hears one.
+func TestServedEndpointNotInventedForOriginalDst(t *testing.T) {
+	tickets := make(chan *ticket, 1)
+	e := startServer(t, ticketRouter(tickets), server.Config{SingleDestination: true})
+	x := mustStart(t, e.harness(t, envoyharness.MustShipped("envoy-original-dst.yaml")), &envoyharness.Request{})
+	f := mustForward(t, x)
+	tk := <-tickets
+	if f.Upstream != "10.0.0.1:8000" {
+		t.Fatalf("upstream %q", f.Upstream)
+	}
+	if v, _ := envoyharness.Get(f.Headers, "x-gateway-destination-endpoint"); v != "10.0.0.1:8000" {
+		t.Errorf("destination %q: SingleDestination must send the primary alone", v)
+	}
+	if _, err := x.RespondHeaders(200, nil, true); err != nil {
+		t.Fatal(err)
+	}
+	tk.wait(t)
+	if v := tk.served.Load(); v != nil {
+		t.Errorf("served %v reported without selected_host_key", v)
+	}
+}
+
 // TestResponseBodyModeNone: without response body messages the response
-// headers are the first byte and the stream's half-close is its end.
+// headers are the first byte and the stream's end is the response's: Envoy
+// closes the stream itself right after the response headers reply
+// (ext_proc.cc closeGrpcStreamIfLastRespReceived), with a half-close and a
+// reset (client_impl.cc close), so either is the end of a response that
+// has started, never a client cancel.
 func TestResponseBodyModeNone(t *testing.T) {
 	cfg := bufferedConfig()
 	cfg.ResponseBodyMode = filterv3.ProcessingMode_NONE
@@ -210,12 +245,11 @@ func TestResponseBodyModeNone(t *testing.T) {
 		x := mustStart(t, e.harness(t, cfg), &envoyharness.Request{Method: "POST", Body: []byte("{}")})
 		mustForward(t, x)
 		tk := <-tickets
-		if _, err := x.RespondHeaders(200, nil, false, ""); err != nil {
+		if _, err := x.RespondHeaders(200, nil, false); err != nil {
 			t.Fatal(err)
 		}
-		want := server.OutcomeClientCancel
+		want := server.OutcomeOK
 		if closeCleanly {
-			want = server.OutcomeOK
 			ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 			if err := x.Close(ctx); err != nil {
 				t.Fatal(err)

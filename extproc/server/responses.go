@@ -3,7 +3,6 @@ package server
 import (
 	"fmt"
 	"net/http"
-	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,6 +12,7 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/kvgate/kvgate/extproc/envoyaddr"
 	"github.com/kvgate/kvgate/extproc/openai"
 )
 
@@ -22,24 +22,25 @@ import (
 const MaxStreamedChunk = 62000
 
 // validateDecision checks what the router returned before it reaches Envoy:
-// ORIGINAL_DST needs a literal ip:port (wire-formats §5) and Envoy rejects
-// header names or values with invalid characters
-// (ext_proc mutation_utils.cc applyHeaderMutations).
+// Envoy routes only to literal addresses (ORIGINAL_DST parses one ip:port
+// with parseInternetAddressAndPortNoThrow; override_host looks hosts up by
+// address string) and rejects header names or values with invalid
+// characters (ext_proc mutation_utils.cc applyHeaderMutations).
 func validateDecision(d *Decision) error {
 	if d == nil {
 		return fmt.Errorf("router returned neither a decision nor an error")
 	}
-	if _, err := netip.ParseAddrPort(d.Endpoint); err != nil {
-		return fmt.Errorf("decision endpoint %q is not ip:port: %w", d.Endpoint, err)
+	if _, err := envoyaddr.Parse(d.Endpoint); err != nil {
+		return fmt.Errorf("decision endpoint: %w", err)
 	}
 	for i, f := range d.Fallbacks {
-		if _, err := netip.ParseAddrPort(f); err != nil {
-			return fmt.Errorf("decision fallback %d %q is not ip:port: %w", i, f, err)
+		if _, err := envoyaddr.Parse(f); err != nil {
+			return fmt.Errorf("decision fallback %d: %w", i, err)
 		}
 	}
 	if d.Prefiller != "" {
-		if _, err := netip.ParseAddrPort(d.Prefiller); err != nil {
-			return fmt.Errorf("decision prefiller %q is not ip:port: %w", d.Prefiller, err)
+		if _, err := envoyaddr.Parse(d.Prefiller); err != nil {
+			return fmt.Errorf("decision prefiller: %w", err)
 		}
 	}
 	for k, v := range d.ExtraHeaders {
@@ -97,7 +98,9 @@ func routingMutation(spoofed []string, d *Decision) *extprocv3.HeaderMutation {
 			remove = append(remove, s)
 		}
 	}
-	set := []*corev3.HeaderValueOption{setHeader(HeaderDestination, d.Endpoint)}
+	// The header carries the same value as the metadata: the GIE protocol
+	// forbids two different values, and override_host may read either.
+	set := []*corev3.HeaderValueOption{setHeader(HeaderDestination, destinationValue(d))}
 	if d.Prefiller != "" {
 		set = append(set, setHeader(HeaderPrefiller, d.Prefiller))
 	}
@@ -129,16 +132,22 @@ func stripMutation(spoofed []string) *extprocv3.HeaderMutation {
 	return &extprocv3.HeaderMutation{RemoveHeaders: remove}
 }
 
-// destinationMetadata is the envoy.lb namespace the proxy routes on: primary
-// first, then fallbacks (GIE endpoint-picker protocol).
-func destinationMetadata(d *Decision) *structpb.Struct {
-	list := d.Endpoint
-	if len(d.Fallbacks) > 0 {
-		list += "," + strings.Join(d.Fallbacks, ",")
+// destinationValue is the routing value: primary first, then fallbacks,
+// comma-separated (GIE endpoint-picker protocol). override_host splits it
+// on ',' (load_balancer.cc getSelectedHosts); with SingleDestination it is
+// the primary alone, the one ip:port ORIGINAL_DST can parse.
+func destinationValue(d *Decision) string {
+	if len(d.Fallbacks) == 0 {
+		return d.Endpoint
 	}
+	return d.Endpoint + "," + strings.Join(d.Fallbacks, ",")
+}
+
+// destinationMetadata is the envoy.lb namespace the proxy routes on.
+func destinationMetadata(d *Decision) *structpb.Struct {
 	return &structpb.Struct{Fields: map[string]*structpb.Value{
 		MetadataNamespace: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
-			MetadataDestination: structpb.NewStringValue(list),
+			MetadataDestination: structpb.NewStringValue(destinationValue(d)),
 		}}),
 	}}
 }
@@ -216,6 +225,8 @@ func errorJSON(status int, message string) []byte {
 		e.Code = "request_too_large"
 	case status == http.StatusRequestHeaderFieldsTooLarge:
 		e.Code = "request_header_fields_too_large"
+	case status == http.StatusRequestTimeout:
+		e.Code = "request_timeout"
 	case status >= 500:
 		e.Type = "server_error"
 	}

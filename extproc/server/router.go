@@ -119,6 +119,14 @@ const (
 	// OutcomeStreamError: the ext_proc stream broke or violated the
 	// protocol.
 	OutcomeStreamError
+	// OutcomeUnobserved: the proxy closed the stream after routing without
+	// showing the response. Envoy does so at the upstream's response
+	// headers when the response path is configured to send nothing
+	// (response header mode SKIP, body NONE, trailers SKIP: ext_proc.cc
+	// encodeHeaders closes the stream when noExternalProcess), and a client
+	// cancel closes it the same way, so kvgate cannot tell which happened.
+	// Prefill is over by then at the latest; the decode may go on unseen.
+	OutcomeUnobserved
 )
 
 func (o Outcome) String() string {
@@ -133,6 +141,8 @@ func (o Outcome) String() string {
 		return "timeout"
 	case OutcomeStreamError:
 		return "stream_error"
+	case OutcomeUnobserved:
+		return "unobserved"
 	}
 	return "unknown"
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"sync"
 	"time"
 
@@ -39,20 +40,54 @@ type Config struct {
 	// filter's processing_mode.
 	AssumedRequestBodyMode  filterv3.ProcessingMode_BodySendMode
 	AssumedResponseBodyMode filterv3.ProcessingMode_BodySendMode
+	// SingleDestination sends only the primary endpoint: Envoy's
+	// ORIGINAL_DST cluster parses the destination as one ip:port
+	// (original_dst_cluster.cc metadataOverrideHost with
+	// parseInternetAddressAndPortNoThrow), so a list would fail every
+	// request. Without it the header and the metadata both carry
+	// "primary,fallback,…" for override_host (GIE: one value, both places).
+	SingleDestination bool
+	// BufferBudgetBytes bounds request headers and bodies held by all
+	// streams together until they are routed; over it a request gets 503.
+	// Bodies past SmallRequestBytes may take at most three quarters of it.
+	BufferBudgetBytes int64
+	// MaxOpenStreams bounds the streams open at once (503 above).
+	MaxOpenStreams int
+	// RequestIdleTimeout bounds the gap between request-path messages
+	// before routing; RequestTimeout bounds request headers to routing
+	// decision. Envoy runs no message timer in FULL_DUPLEX_STREAMED mode
+	// (processor_state.cc onStartProcessorCall), so nothing else would.
+	RequestIdleTimeout time.Duration
+	RequestTimeout     time.Duration
+	// MaxStreamDuration bounds a whole stream; past it the stream ends
+	// cleanly and Envoy carries on unprocessed (ext_proc.cc onGrpcClose).
+	// Negative: unbounded.
+	MaxStreamDuration time.Duration
 	// OnDecision, if set, receives the time from request headers in to
 	// routing headers out, for each routed request.
 	OnDecision func(time.Duration)
 	Logger     *slog.Logger
 }
 
+// SmallRequestBytes is how much of each request may always use the last
+// quarter of the buffer budget: small requests keep being served while
+// large bodies fill the rest.
+const SmallRequestBytes = 256 << 10
+
 // DefaultConfig matches the GIE reference deployment: full-duplex streamed
-// bodies both ways, 8 MiB bodies (extproc/openai's default limit).
+// bodies both ways, 8 MiB bodies (extproc/openai's default limit), and the
+// stream bounds of config.StreamLimits' defaults.
 var DefaultConfig = Config{
 	MaxBodyBytes:            8 << 20,
 	MaxHeaderCount:          128,
 	MaxHeaderBytes:          64 << 10,
 	AssumedRequestBodyMode:  filterv3.ProcessingMode_FULL_DUPLEX_STREAMED,
 	AssumedResponseBodyMode: filterv3.ProcessingMode_FULL_DUPLEX_STREAMED,
+	BufferBudgetBytes:       64 << 20,
+	MaxOpenStreams:          4096,
+	RequestIdleTimeout:      30 * time.Second,
+	RequestTimeout:          2 * time.Minute,
+	MaxStreamDuration:       time.Hour,
 }
 
 // Server implements envoy.service.ext_proc.v3.ExternalProcessor and the
@@ -65,6 +100,7 @@ type Server struct {
 	log    *slog.Logger
 	health *health.Server
 	c      counters
+	budget *bufferBudget
 
 	mu       sync.Mutex
 	draining bool
@@ -82,8 +118,24 @@ func New(router Router, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("extproc server: nil router")
 	}
 	d := DefaultConfig
-	if cfg.MaxBodyBytes < 0 || cfg.MaxHeaderCount < 0 || cfg.MaxHeaderBytes < 0 {
+	if cfg.MaxBodyBytes < 0 || cfg.MaxHeaderCount < 0 || cfg.MaxHeaderBytes < 0 || cfg.BufferBudgetBytes < 0 ||
+		cfg.MaxOpenStreams < 0 || cfg.RequestIdleTimeout < 0 || cfg.RequestTimeout < 0 {
 		return nil, fmt.Errorf("extproc server: negative limit in config")
+	}
+	if cfg.BufferBudgetBytes == 0 {
+		cfg.BufferBudgetBytes = d.BufferBudgetBytes
+	}
+	if cfg.MaxOpenStreams == 0 {
+		cfg.MaxOpenStreams = d.MaxOpenStreams
+	}
+	if cfg.RequestIdleTimeout == 0 {
+		cfg.RequestIdleTimeout = d.RequestIdleTimeout
+	}
+	if cfg.RequestTimeout == 0 {
+		cfg.RequestTimeout = d.RequestTimeout
+	}
+	if cfg.MaxStreamDuration == 0 {
+		cfg.MaxStreamDuration = d.MaxStreamDuration
 	}
 	if cfg.MaxBodyBytes == 0 {
 		cfg.MaxBodyBytes = d.MaxBodyBytes
@@ -109,7 +161,11 @@ func New(router Router, cfg Config) (*Server, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Server{router: router, cfg: cfg, log: log, health: health.NewServer(), drained: make(chan struct{})}
+	if cfg.BufferBudgetBytes < int64(cfg.MaxBodyBytes) {
+		return nil, fmt.Errorf("extproc server: buffer budget %d is below the body limit %d", cfg.BufferBudgetBytes, cfg.MaxBodyBytes)
+	}
+	s := &Server{router: router, cfg: cfg, log: log, health: health.NewServer(), drained: make(chan struct{}),
+		budget: newBufferBudget(cfg.BufferBudgetBytes)}
 	s.health.SetServingStatus(HealthLiveness, healthpb.HealthCheckResponse_SERVING)
 	s.setReady(healthpb.HealthCheckResponse_NOT_SERVING)
 	return s, nil
@@ -139,18 +195,16 @@ func (s *Server) SetServing() {
 // SetNotServing marks readiness NOT_SERVING; liveness is unaffected.
 func (s *Server) SetNotServing() { s.setReady(healthpb.HealthCheckResponse_NOT_SERVING) }
 
-// Drain marks readiness NOT_SERVING, refuses new streams (UNAVAILABLE) and
-// waits until every stream in flight has ended or ctx is done. It returns
-// ctx's error, with the number of streams still open, if the deadline came
-// first. The caller stops the gRPC server afterwards.
+// Drain marks readiness NOT_SERVING (SetServing is ignored from then on)
+// and waits until every stream in flight has ended or ctx is done. It
+// returns ctx's error, with the number of streams still open, if the
+// deadline came first. New streams are still served: refusing them with
+// UNAVAILABLE on a connection Envoy keeps would fail each request closed.
+// The caller moves Envoy off instead: readiness fails its health checks
+// first, then grpc.Server.GracefulStop sends GOAWAY, after which Envoy opens
+// no new stream on the connection.
 func (s *Server) Drain(ctx context.Context) error {
-	s.mu.Lock()
-	s.draining = true
-	s.setReady(healthpb.HealthCheckResponse_NOT_SERVING)
-	if s.active == 0 {
-		s.once.Do(func() { close(s.drained) })
-	}
-	s.mu.Unlock()
+	s.StartDrain()
 	select {
 	case <-s.drained:
 		return nil
@@ -162,10 +216,22 @@ func (s *Server) Drain(ctx context.Context) error {
 	}
 }
 
+// StartDrain marks readiness NOT_SERVING for good (SetServing is ignored
+// from then on) and returns; Drain also waits for the streams in flight.
+func (s *Server) StartDrain() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.draining = true
+	s.setReady(healthpb.HealthCheckResponse_NOT_SERVING)
+	if s.active == 0 {
+		s.once.Do(func() { close(s.drained) })
+	}
+}
+
 func (s *Server) enter() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.draining {
+	if s.active >= s.cfg.MaxOpenStreams {
 		return false
 	}
 	s.active++
@@ -183,14 +249,21 @@ func (s *Server) leave() {
 	}
 }
 
-// Stats returns a snapshot of the counters.
-func (s *Server) Stats() Stats { return s.c.snapshot() }
-
 // Process serves one ext_proc stream: Envoy opens one per HTTP request.
 func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
 	if !s.enter() {
-		s.c.streamsRejectedDraining.Add(1)
-		return status.Error(codes.Unavailable, "kvgate ext_proc is draining")
+		// A local reply, not a gRPC error: with failure_mode_allow a gRPC
+		// error would let the request through unrouted, and without it the
+		// client would see status_on_error instead of the reason.
+		s.c.refusedOpen.Add(1)
+		r := immediateResponse(http.StatusServiceUnavailable,
+			errorJSON(http.StatusServiceUnavailable, fmt.Sprintf("kvgate is serving its limit of %d requests at once; retry", s.cfg.MaxOpenStreams)),
+			map[string]string{"retry-after": "1"}, "kvgate_too_many_streams")
+		s.c.immediate[http.StatusServiceUnavailable].Add(1)
+		if err := stream.Send(r); err != nil {
+			return status.Errorf(codes.Unavailable, "ext_proc send: %v", err)
+		}
+		return nil
 	}
 	defer s.leave()
 	s.c.streamsStarted.Add(1)

@@ -109,9 +109,13 @@ func startServer(tb testing.TB, r server.Router, cfg server.Config) *env {
 	return &env{srv: srv, conn: conn, addr: lis.Addr().String()}
 }
 
+// testWorkers are the worker cluster's endpoints in these tests (what EDS
+// would deliver), so override_host finds the decisions' endpoints.
+var testWorkers = []string{"10.0.0.1:8000", "10.0.0.2:8000", "[fd00::3]:8000"}
+
 func (e *env) harness(tb testing.TB, cfg envoyharness.Config) *envoyharness.Harness {
 	tb.Helper()
-	h, err := envoyharness.New(e.conn, cfg)
+	h, err := envoyharness.New(e.conn, cfg.WithWorkers(testWorkers...))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -131,6 +135,8 @@ func (e *env) waitIdle(tb testing.TB) {
 	}
 }
 
+// bufferedConfig is envoy.yaml with BUFFERED request and STREAMED
+// response bodies and no trailers, a mode no shipped file uses.
 func bufferedConfig() envoyharness.Config {
 	c := envoyharness.DefaultConfig()
 	c.RequestBodyMode = filterv3.ProcessingMode_BUFFERED

@@ -13,6 +13,8 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/kvgate/kvgate/extproc/envoyaddr"
 )
 
 // errImmediate ends a stream after an ImmediateResponse: Envoy sends the
@@ -35,6 +37,12 @@ type sendError struct{ err error }
 func (e *sendError) Error() string { return "ext_proc send: " + e.err.Error() }
 func (e *sendError) Unwrap() error { return e.err }
 
+// received is one Recv's result, handed from the reader goroutine.
+type received struct {
+	msg *extprocv3.ProcessingRequest
+	err error
+}
+
 // streamState is one HTTP request's ext_proc stream: Envoy's messages in,
 // one Route call, the answer out, then the response path observed for the
 // ticket.
@@ -52,7 +60,7 @@ type streamState struct {
 	req           Request
 	spoofed       []string
 	body          []byte
-	chunkEnds     []int // end offset in body of each received chunk (FULL_DUPLEX)
+	held          reservation // this stream's share of the buffer budget
 	gotBody       bool
 	routed        bool
 
@@ -61,6 +69,10 @@ type streamState struct {
 	debugHeader string
 	finished    bool
 	served      bool
+	// sent maps each endpoint sent to Envoy (canonical) to the router's
+	// spelling of it, so the served endpoint is reported as the router
+	// knows it.
+	sent map[string]string
 
 	// response path
 	resHeaders bool
@@ -71,20 +83,82 @@ type streamState struct {
 
 func (st *streamState) run() error {
 	outcome := OutcomeStreamError
-	defer func() { st.finish(outcome) }()
+	defer func() {
+		st.releaseBody()
+		st.finish(outcome)
+	}()
+	// Recv blocks until Envoy sends or the stream ends, so it runs on its
+	// own goroutine and this one can also watch the deadlines: Envoy bounds
+	// nothing in FULL_DUPLEX_STREAMED mode, kvgate must.
+	msgs := make(chan received)
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		for {
+			m, err := st.grpc.Recv()
+			select {
+			case msgs <- received{m, err}:
+			case <-done:
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	idle := time.NewTimer(st.s.cfg.RequestIdleTimeout)
+	defer idle.Stop()
+	whole := time.NewTimer(st.s.cfg.RequestTimeout)
+	defer whole.Stop()
+	var maxDur <-chan time.Time
+	if d := st.s.cfg.MaxStreamDuration; d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		maxDur = t.C
+	}
+	idleC, wholeC := idle.C, whole.C
 	for {
-		msg, err := st.grpc.Recv()
-		if err != nil {
-			outcome = st.endOutcome(err)
-			if err == io.EOF {
+		var r received
+		select {
+		case r = <-msgs:
+		case <-idleC:
+			st.s.c.limitHits[limitRequestIdle].Add(1)
+			outcome = OutcomeTimeout
+			return st.endWith(st.requestTimeout(fmt.Sprintf("no request data for %s", st.s.cfg.RequestIdleTimeout)))
+		case <-wholeC:
+			st.s.c.limitHits[limitRequestTime].Add(1)
+			outcome = OutcomeTimeout
+			return st.endWith(st.requestTimeout(fmt.Sprintf("the request was not complete within %s", st.s.cfg.RequestTimeout)))
+		case <-maxDur:
+			// Past routing this ends kvgate's part only: a clean close makes
+			// Envoy carry on unprocessed (ext_proc.cc onGrpcClose).
+			st.s.c.limitHits[limitStreamDuration].Add(1)
+			outcome = OutcomeTimeout
+			if !st.routed {
+				return st.endWith(st.requestTimeout(fmt.Sprintf("the stream outlived %s", st.s.cfg.MaxStreamDuration)))
+			}
+			return nil
+		}
+		if r.err != nil {
+			outcome = st.endOutcome(r.err)
+			if r.err == io.EOF {
 				return nil
 			}
-			if _, ok := status.FromError(err); ok {
-				return err
+			if _, ok := status.FromError(r.err); ok {
+				return r.err
 			}
-			return status.Errorf(codes.Unknown, "ext_proc receive: %v", err)
+			return status.Errorf(codes.Unknown, "ext_proc receive: %v", r.err)
 		}
-		err = st.handle(msg)
+		err := st.handle(r.msg)
+		if st.routed && idleC != nil {
+			// The request is routed: what follows is the response, which
+			// may stream for minutes; only MaxStreamDuration bounds it.
+			idle.Stop()
+			whole.Stop()
+			idleC, wholeC = nil, nil
+		} else if idleC != nil {
+			idle.Reset(st.s.cfg.RequestIdleTimeout)
+		}
 		if err == nil {
 			continue
 		}
@@ -114,17 +188,46 @@ func (st *streamState) run() error {
 	}
 }
 
+// endWith turns the error of a deadline's local reply into the stream's
+// end: nil after the reply went out, the send error otherwise.
+func (st *streamState) endWith(err error) error {
+	if err == nil || errors.Is(err, errImmediate) {
+		return nil
+	}
+	return status.Errorf(codes.Unavailable, "%v", err)
+}
+
+// requestTimeout answers a request that did not arrive (or could not be
+// routed) in time. 408 when kvgate was waiting for the client, 504 when
+// it was itself still deciding.
+func (st *streamState) requestTimeout(why string) error {
+	st.releaseBody()
+	code, msg := http.StatusRequestTimeout, "request timed out: "+why
+	return st.immediate(code, errorJSON(code, msg), nil, "kvgate_request_timeout")
+}
+
 // endOutcome classifies how the stream closed before the response was seen
-// to end. A half-close (EOF) with response body mode NONE is the only end
-// signal that mode gives, so it counts as the response's end.
+// to end.
+//
+// Envoy closes its side once no more processing is configured: after the
+// response headers reply when the response body mode is NONE
+// (ext_proc.cc closeGrpcStreamIfLastRespReceived), or, when the response
+// path sends nothing at all (header mode SKIP, body NONE, trailers SKIP),
+// at the upstream's response headers without sending them
+// (ext_proc.cc encodeHeaders, EncodingProcessorState::noExternalProcess).
+// Its close is a half-close followed by a reset (client_impl.cc
+// ExternalProcessorStreamImpl::close), the same as when the client goes
+// away, so in the second case kvgate cannot tell a finished request from a
+// cancelled one and says so (OutcomeUnobserved) instead of guessing.
 func (st *streamState) endOutcome(err error) Outcome {
+	eof := err == io.EOF
+	cancelled := status.Code(err) == codes.Canceled || errors.Is(err, context.Canceled)
 	switch {
-	case err == io.EOF:
-		if st.resHeaders && st.resMode == filterv3.ProcessingMode_NONE {
-			return statusOutcome(st.resStatus)
-		}
-		return OutcomeClientCancel
-	case status.Code(err) == codes.Canceled || errors.Is(err, context.Canceled):
+	case (eof || cancelled) && st.resMode == filterv3.ProcessingMode_NONE && st.resHeaders:
+		return statusOutcome(st.resStatus)
+	case (eof || cancelled) && st.resMode == filterv3.ProcessingMode_NONE && st.routed:
+		return OutcomeUnobserved
+	case eof || cancelled:
 		return OutcomeClientCancel
 	case status.Code(err) == codes.DeadlineExceeded || errors.Is(err, context.DeadlineExceeded):
 		return OutcomeTimeout
@@ -196,10 +299,14 @@ func (st *streamState) onRequestHeaders(msg *extprocv3.ProcessingRequest, h *ext
 	}
 	st.gotReqHeaders = true
 	st.started = time.Now()
-	req, spoofed, err := decodeRequestHeaders(h.GetHeaders(), st.s.cfg.MaxHeaderCount, st.s.cfg.MaxHeaderBytes)
+	req, spoofed, size, err := decodeRequestHeaders(h.GetHeaders(), st.s.cfg.MaxHeaderCount, st.s.cfg.MaxHeaderBytes)
 	if err != nil {
 		st.req.RequestID = req.RequestID
 		return st.immediate(http.StatusRequestHeaderFieldsTooLarge, errorJSON(http.StatusRequestHeaderFieldsTooLarge, err.Error()), nil, "kvgate_headers_too_large")
+	}
+	if !st.s.budget.grow(&st.held, int64(size)) {
+		st.req.RequestID = req.RequestID
+		return st.overBudget()
 	}
 	hint, err := subsetHint(msg.GetMetadataContext())
 	if err != nil {
@@ -228,8 +335,9 @@ func (st *streamState) onRequestHeaders(msg *extprocv3.ProcessingRequest, h *ext
 	switch st.reqMode {
 	case filterv3.ProcessingMode_FULL_DUPLEX_STREAMED:
 		// The headers answer waits for the whole body: routing needs it, and
-		// in full-duplex mode Envoy keeps streaming the body meanwhile. GIE's
-		// EPP does the same (pkg/lwepp/handlers/server.go, headersDeferred).
+		// in full-duplex mode Envoy keeps streaming the body meanwhile
+		// (ext_proc.cc onData sends body chunks while HeadersCallback is
+		// pending in FULL_DUPLEX_STREAMED).
 		st.s.c.fullDuplex.Add(1)
 		return nil
 	case filterv3.ProcessingMode_BUFFERED:
@@ -258,6 +366,9 @@ func (st *streamState) onRequestBody(b *extprocv3.HttpBody) error {
 		if len(b.GetBody()) > limit {
 			return st.tooLarge()
 		}
+		if !st.s.budget.grow(&st.held, int64(len(b.GetBody()))) {
+			return st.overBudget()
+		}
 		d, err := st.decide(b.GetBody())
 		if err != nil {
 			return err
@@ -270,14 +381,16 @@ func (st *streamState) onRequestBody(b *extprocv3.HttpBody) error {
 			return err
 		}
 		st.decided()
+		st.releaseBody()
 		return nil
 	case filterv3.ProcessingMode_FULL_DUPLEX_STREAMED:
 		chunk := b.GetBody()
 		if len(chunk) > limit-len(st.body) {
 			return st.tooLarge()
 		}
-		st.body = appendBounded(st.body, chunk, limit)
-		st.chunkEnds = append(st.chunkEnds, len(st.body))
+		if err := st.appendBody(chunk, limit); err != nil {
+			return err
+		}
 		st.gotBody = true
 		if b.GetEndOfStream() {
 			return st.routeFullDuplex(true)
@@ -287,17 +400,31 @@ func (st *streamState) onRequestBody(b *extprocv3.HttpBody) error {
 	return protoErr("request_body received but request body mode is %s", st.reqMode)
 }
 
-// appendBounded appends without letting capacity grow past limit, so an
-// accepted body never reserves more than the configured bound.
-func appendBounded(dst, src []byte, limit int) []byte {
-	need := len(dst) + len(src)
-	if need > cap(dst) {
-		c := min(max(2*cap(dst), need, 4096), limit)
-		grown := make([]byte, len(dst), max(c, need))
-		copy(grown, dst)
-		dst = grown
+// appendBody adds a chunk to the body, reserving any capacity it grows by
+// from the buffer budget first. Bookkeeping per chunk is O(1): the chunks
+// are not remembered, the body is re-cut at MaxStreamedChunk when it goes
+// back (Envoy accepts M chunks answered by N StreamedBodyResponses in
+// FULL_DUPLEX_STREAMED, processor_state.cc handleDuplexStreamedBodyResponse).
+func (st *streamState) appendBody(chunk []byte, limit int) error {
+	need := len(st.body) + len(chunk)
+	if need > cap(st.body) {
+		c := max(min(max(2*cap(st.body), 4096), limit), need)
+		if !st.s.budget.grow(&st.held, int64(c-cap(st.body))) {
+			return st.overBudget()
+		}
+		grown := make([]byte, len(st.body), c)
+		copy(grown, st.body)
+		st.body = grown
 	}
-	return append(dst, src...)
+	st.body = append(st.body, chunk...)
+	return nil
+}
+
+// releaseBody drops the buffered body and returns the stream's share of
+// the budget.
+func (st *streamState) releaseBody() {
+	st.body, st.req.Body = nil, nil
+	st.s.budget.release(&st.held)
 }
 
 func (st *streamState) onRequestTrailers() error {
@@ -320,8 +447,8 @@ func (st *streamState) onRequestTrailers() error {
 }
 
 // routeFullDuplex answers the deferred headers, then re-emits the body as
-// StreamedBodyResponses: the original chunks, or the mutated body cut at
-// MaxStreamedChunk. end marks the last chunk end_of_stream (false when
+// StreamedBodyResponses cut at MaxStreamedChunk (the mutated body, if the
+// router replaced it). end marks the last chunk end_of_stream (false when
 // trailers follow).
 func (st *streamState) routeFullDuplex(end bool) error {
 	var body []byte
@@ -340,22 +467,22 @@ func (st *streamState) routeFullDuplex(end bool) error {
 		return err
 	}
 	st.decided()
-	var chunks [][]byte
-	if d.MutatedBody != nil {
-		chunks = appendChunks(chunks, d.MutatedBody)
-	} else {
-		start := 0
-		for _, e := range st.chunkEnds {
-			chunks = appendChunks(chunks, st.body[start:e])
-			start = e
-		}
+	if !st.gotBody && d.MutatedBody == nil {
+		// Headers then trailers: Envoy sent no body, so none goes back.
+		st.releaseBody()
+		return nil
 	}
+	out := st.body
+	if d.MutatedBody != nil {
+		out = d.MutatedBody
+	}
+	chunks := appendChunks(nil, out)
 	for i, ch := range chunks {
 		if err := st.send(requestBodyResponse(streamedChunk(ch, end && i == len(chunks)-1), nil)); err != nil {
 			return err
 		}
 	}
-	st.body, st.chunkEnds, st.req.Body = nil, nil, nil
+	st.releaseBody()
 	return nil
 }
 
@@ -363,7 +490,11 @@ func (st *streamState) routeFullDuplex(end bool) error {
 // sent as an ImmediateResponse and returned as errImmediate.
 func (st *streamState) decide(body []byte) (*Decision, error) {
 	st.req.Body = body
-	d, rerr, panicked := st.callRouter()
+	// The router's work is bounded by the request deadline too: Envoy
+	// would wait for it forever in FULL_DUPLEX_STREAMED.
+	ctx, cancel := context.WithDeadline(st.ctx, st.started.Add(st.s.cfg.RequestTimeout))
+	defer cancel()
+	d, rerr, panicked := st.callRouter(ctx)
 	if panicked != nil {
 		st.s.c.routerPanics.Add(1)
 		st.s.log.Error("router panicked", "panic", panicked, "request_id", st.req.RequestID)
@@ -376,6 +507,12 @@ func (st *streamState) decide(body []byte) (*Decision, error) {
 	if err := st.ctx.Err(); err != nil {
 		return nil, err
 	}
+	if ctx.Err() != nil {
+		st.s.c.limitHits[limitRequestTime].Add(1)
+		st.finish(OutcomeTimeout)
+		msg := fmt.Sprintf("kvgate could not route the request within %s", st.s.cfg.RequestTimeout)
+		return nil, st.immediate(http.StatusGatewayTimeout, errorJSON(http.StatusGatewayTimeout, msg), nil, "kvgate_route_timeout")
+	}
 	if rerr != nil {
 		return nil, st.immediate(rerr.Status, rerr.Body, rerr.Headers, "kvgate_route_error")
 	}
@@ -385,17 +522,51 @@ func (st *streamState) decide(body []byte) (*Decision, error) {
 		st.finish(OutcomeStreamError)
 		return nil, st.immediate(http.StatusInternalServerError, errorJSON(http.StatusInternalServerError, "kvgate routing failed"), nil, "kvgate_invalid_decision")
 	}
+	st.canonicalize(d)
 	st.debugHeader = d.DebugHeader
 	return d, nil
 }
 
-func (st *streamState) callRouter() (d *Decision, rerr *RouteError, panicked any) {
+// canonicalize rewrites the decision's endpoints to the spelling Envoy's
+// host map uses (override_host looks hosts up exactly) and remembers the
+// router's own, to report the served endpoint back in it. With
+// SingleDestination the fallbacks are dropped: ORIGINAL_DST would fail to
+// parse a list.
+func (st *streamState) canonicalize(d *Decision) {
+	st.sent = make(map[string]string, 1+len(d.Fallbacks))
+	fix := func(ep string) string {
+		c, err := envoyaddr.Canonical(ep)
+		if err != nil {
+			return ep // validateDecision already refused anything unparsable
+		}
+		if _, dup := st.sent[c]; !dup {
+			st.sent[c] = ep
+		}
+		return c
+	}
+	d.Endpoint = fix(d.Endpoint)
+	if st.s.cfg.SingleDestination {
+		d.Fallbacks = nil
+	}
+	fbs := make([]string, 0, len(d.Fallbacks))
+	for _, f := range d.Fallbacks {
+		fbs = append(fbs, fix(f))
+	}
+	d.Fallbacks = fbs
+	if d.Prefiller != "" {
+		if c, err := envoyaddr.Canonical(d.Prefiller); err == nil {
+			d.Prefiller = c
+		}
+	}
+}
+
+func (st *streamState) callRouter(ctx context.Context) (d *Decision, rerr *RouteError, panicked any) {
 	defer func() {
 		if p := recover(); p != nil {
 			d, rerr, panicked = nil, nil, p
 		}
 	}()
-	d, rerr = st.s.router.Route(st.ctx, &st.req)
+	d, rerr = st.s.router.Route(ctx, &st.req)
 	return d, rerr, nil
 }
 
@@ -410,8 +581,18 @@ func (st *streamState) decided() {
 
 func (st *streamState) tooLarge() error {
 	msg := fmt.Sprintf("request body exceeds the limit of %d bytes", st.s.cfg.MaxBodyBytes)
-	st.body, st.chunkEnds = nil, nil
+	st.releaseBody()
 	return st.immediate(http.StatusRequestEntityTooLarge, errorJSON(http.StatusRequestEntityTooLarge, msg), nil, "kvgate_body_too_large")
+}
+
+// overBudget refuses a request kvgate has no memory left to buffer: the
+// budget is shared by every stream, so this is kvgate's load, not the
+// client's fault (503, retry-after).
+func (st *streamState) overBudget() error {
+	st.s.c.limitHits[limitBuffer].Add(1)
+	st.releaseBody()
+	msg := fmt.Sprintf("kvgate is buffering its limit of %d request bytes; retry shortly", st.s.cfg.BufferBudgetBytes)
+	return st.immediate(http.StatusServiceUnavailable, errorJSON(http.StatusServiceUnavailable, msg), map[string]string{"retry-after": "1"}, "kvgate_buffer_budget")
 }
 
 func (st *streamState) immediate(code int, body []byte, headers map[string]string, details string) error {
@@ -427,11 +608,16 @@ func (st *streamState) reportServed(msg *extprocv3.ProcessingRequest) {
 	if st.ticket == nil || st.served {
 		return
 	}
-	if ep := servedEndpoint(msg.GetMetadataContext()); ep != "" {
-		st.served = true
-		if r, ok := st.ticket.(ServedReporter); ok && !st.finished {
-			r.Served(ep)
-		}
+	ep := servedEndpoint(msg.GetMetadataContext())
+	if ep == "" {
+		return
+	}
+	st.served = true
+	if own, ok := st.sent[ep]; ok {
+		ep = own
+	}
+	if r, ok := st.ticket.(ServedReporter); ok && !st.finished {
+		r.Served(ep)
 	}
 }
 

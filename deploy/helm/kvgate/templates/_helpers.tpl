@@ -175,6 +175,12 @@ extproc.tls the chart relies on the mesh (ISTIO_MUTUAL) and the
 NetworkPolicy (networkPolicy.extprocClients) to protect the port. */ -}}
 {{- $_ := set $extproc "allow_plaintext" true -}}
 {{- end -}}
+{{- /* The Istio and Envoy Gateway wiring routes through an ORIGINAL_DST
+cluster, which parses exactly one ip:port: kvgate must send no fallbacks
+(envoy/envoy-original-dst.yaml). */ -}}
+{{- if and (or .Values.mesh.istio.enabled .Values.mesh.envoyGateway.enabled) (not (hasKey (default dict .Values.config.extproc) "envoy_routing")) -}}
+{{- $_ := set $extproc "envoy_routing" "original_dst" -}}
+{{- end -}}
 {{- $_ := set $c "extproc" (mustMergeOverwrite (deepCopy (default dict .Values.config.extproc)) $extproc) -}}
 {{- /* Without the indexer Deployment no process opens indexer.listen: it
 stays on loopback, needing no token. */ -}}

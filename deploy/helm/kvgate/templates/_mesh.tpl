@@ -1,6 +1,6 @@
 {{/* The ORIGINAL_DST cluster that connects to the worker kvgate chose, read
 from envoy.lb metadata (a client cannot set metadata, so cannot steer itself);
-as in envoy/envoy.yaml. */}}
+as in envoy/envoy-original-dst.yaml. */}}
 {{- define "kvgate.originalDstCluster" -}}
 {{- $o := .Values.mesh.originalDst -}}
 name: {{ $o.clusterName }}
@@ -19,6 +19,18 @@ circuit_breakers:
   - max_connections: {{ int $o.maxRequests }}
     max_pending_requests: {{ int $o.maxRequests }}
     max_requests: {{ int $o.maxRequests }}
+{{- end -}}
+
+{{/* Envoy's active gRPC health check of the extproc replicas; as in
+envoy/envoy.yaml. */}}
+{{- define "kvgate.extprocHealthChecks" -}}
+health_checks:
+- timeout: 1s
+  interval: 1s
+  unhealthy_threshold: 2
+  healthy_threshold: 1
+  grpc_health_check:
+    service_name: envoy.service.ext_proc.v3.ExternalProcessor
 {{- end -}}
 
 {{- define "kvgate.extprocHost" -}}

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/kvgate/kvgate/extproc/envoyharness"
 	"github.com/kvgate/kvgate/extproc/server"
@@ -54,14 +53,18 @@ func (f routerFunc) Route(ctx context.Context, req *server.Request) (*server.Dec
 	return f(ctx, req)
 }
 
-// gateway wires a real kvgate ext_proc server, the harness and a Gateway
-// listening on loopback.
-func gateway(t *testing.T, r server.Router) string {
+// gateway wires a real kvgate ext_proc server and a Proxy playing the
+// shipped Envoy config envoyFile, with workers as its worker cluster's
+// endpoints, listening on loopback.
+func gateway(t *testing.T, r server.Router, envoyFile string, workers ...string) string {
 	t.Helper()
-	srv, err := server.New(r, server.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	cfg := envoyharness.MustShipped(envoyFile)
+	srv, err := server.New(r, server.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		SingleDestination: cfg.Route.Cluster.OriginalDst != nil})
 	if err != nil {
 		t.Fatal(err)
 	}
+	srv.SetServing()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -69,18 +72,20 @@ func gateway(t *testing.T, r server.Router) string {
 	g := grpc.NewServer()
 	srv.Register(g)
 	go func() { _ = g.Serve(lis) }()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	p, err := envoyharness.NewProxy(cfg, envoyharness.ProxyOptions{ExtProc: []string{lis.Addr().String()}, Workers: workers,
+		ChunkSize: 64, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := envoyharness.New(conn, envoyharness.DefaultConfig())
-	if err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+	defer cancel()
+	if err := p.WaitHealthy(ctx); err != nil {
 		t.Fatal(err)
 	}
-	gw := httptest.NewServer(&envoyharness.Gateway{Harness: h, ChunkSize: 64, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	gw := httptest.NewServer(p)
 	t.Cleanup(func() {
 		gw.Close()
-		conn.Close()
+		p.Close()
 		g.Stop()
 	})
 	return gw.URL
@@ -120,7 +125,7 @@ func TestGatewayStreamsSSEThroughProcessor(t *testing.T) {
 	url := gateway(t, routerFunc(func(_ context.Context, req *server.Request) (*server.Decision, *server.RouteError) {
 		routed.Store(string(req.Body))
 		return &server.Decision{Endpoint: ep, Ticket: tk}, nil
-	}))
+	}), "envoy.yaml", ep)
 
 	reqBody := `{"model":"m","prompt":"` + strings.Repeat("p", 500) + `","stream":true}`
 	req, _ := http.NewRequest("POST", url+"/v1/completions", strings.NewReader(reqBody))
@@ -162,7 +167,12 @@ func TestGatewayStreamsSSEThroughProcessor(t *testing.T) {
 	}
 }
 
-func TestGatewayWalksFallbackOnConnectFailure(t *testing.T) {
+// With envoy.yaml (override_host, a retry policy on connect-failure and
+// selected_host_key) a dead primary is skipped for the fallback, and the
+// processor learns which host served. With envoy-original-dst.yaml the
+// request fails (503) and nothing is reported: ORIGINAL_DST has one host
+// and no selected_host_key.
+func TestGatewayFallbackPerConfig(t *testing.T) {
 	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok") }))
 	defer backend.Close()
 	dead, err := net.Listen("tcp", "127.0.0.1:0")
@@ -171,22 +181,32 @@ func TestGatewayWalksFallbackOnConnectFailure(t *testing.T) {
 	}
 	deadAddr := dead.Addr().String()
 	dead.Close()
-	tk := &gwTicket{done: make(chan struct{})}
-	url := gateway(t, routerFunc(func(context.Context, *server.Request) (*server.Decision, *server.RouteError) {
-		return &server.Decision{Endpoint: deadAddr, Fallbacks: []string{hostPort(t, backend.URL)}, Ticket: tk}, nil
-	}))
-	resp, err := http.Get(url + "/v1/models")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 200 || string(b) != "ok" {
-		t.Fatalf("%d %q", resp.StatusCode, b)
-	}
-	tk.wait(t)
-	if tk.served.Load() != hostPort(t, backend.URL) {
-		t.Errorf("served %v", tk.served.Load())
+	live := hostPort(t, backend.URL)
+	for _, c := range []struct {
+		file       string
+		wantStatus int
+		wantServed any
+	}{
+		{"envoy.yaml", 200, live},
+		{"envoy-original-dst.yaml", 503, nil},
+	} {
+		tk := &gwTicket{done: make(chan struct{})}
+		url := gateway(t, routerFunc(func(context.Context, *server.Request) (*server.Decision, *server.RouteError) {
+			return &server.Decision{Endpoint: deadAddr, Fallbacks: []string{live}, Ticket: tk}, nil
+		}), c.file, deadAddr, live)
+		resp, err := http.Get(url + "/v1/models")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != c.wantStatus || (c.wantStatus == 200 && string(b) != "ok") {
+			t.Fatalf("%s: %d %q", c.file, resp.StatusCode, b)
+		}
+		tk.wait(t)
+		if tk.served.Load() != c.wantServed {
+			t.Errorf("%s: served %v, want %v", c.file, tk.served.Load(), c.wantServed)
+		}
 	}
 }
 
@@ -201,7 +221,7 @@ func TestGatewayClientDisconnectFinishesTicket(t *testing.T) {
 	tk := &gwTicket{done: make(chan struct{})}
 	url := gateway(t, routerFunc(func(context.Context, *server.Request) (*server.Decision, *server.RouteError) {
 		return &server.Decision{Endpoint: hostPort(t, backend.URL), Ticket: tk}, nil
-	}))
+	}), "envoy.yaml", hostPort(t, backend.URL))
 	ctx, cancel := context.WithCancel(context.Background())
 	req, _ := http.NewRequestWithContext(ctx, "POST", url+"/v1/completions", strings.NewReader(`{"stream":true}`))
 	resp, err := http.DefaultClient.Do(req)
@@ -223,7 +243,7 @@ func TestGatewayClientDisconnectFinishesTicket(t *testing.T) {
 func TestGatewayRouteErrorReachesClient(t *testing.T) {
 	url := gateway(t, routerFunc(func(context.Context, *server.Request) (*server.Decision, *server.RouteError) {
 		return nil, &server.RouteError{Status: 429, Body: []byte(`{"error":{"message":"busy"}}`)}
-	}))
+	}), "envoy.yaml", "127.0.0.1:1")
 	resp, err := http.Post(url+"/v1/completions", "application/json", strings.NewReader(`{}`))
 	if err != nil {
 		t.Fatal(err)
@@ -274,7 +294,7 @@ func TestGatewayReportsUpstreamAndLocalStatuses(t *testing.T) {
 		tk := &statusTicket{gwTicket: gwTicket{done: make(chan struct{})}}
 		url := gateway(t, routerFunc(func(context.Context, *server.Request) (*server.Decision, *server.RouteError) {
 			return &server.Decision{Endpoint: c.endpoint, Ticket: tk}, nil
-		}))
+		}), "envoy.yaml", c.endpoint)
 		resp, err := http.Get(url + "/v1/models")
 		if err != nil {
 			t.Fatal(err)

@@ -1,0 +1,148 @@
+package config
+
+import (
+	"bytes"
+	"fmt"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// The values of extproc.envoy_routing.
+const (
+	// RoutingOverrideHost: Envoy's override_host load balancer reads
+	// "primary,fallback,…", looks each host up in the cluster and walks the
+	// list on retry (load_balancer.cc getSelectedHosts / getEndpoint).
+	RoutingOverrideHost = "override_host"
+	// RoutingOriginalDst: an ORIGINAL_DST cluster connects to exactly one
+	// ip:port from the metadata or the header.
+	RoutingOriginalDst = "original_dst"
+)
+
+// StreamLimits bounds what ext_proc streams hold. Envoy bounds none of it
+// in FULL_DUPLEX_STREAMED mode: it runs no message timer there
+// (processor_state.cc onStartProcessorCall) and does not apply
+// grpc_service.timeout to the ext_proc stream, so kvgate answers or fails
+// each phase itself. The defaults fit a 2 GiB pod.
+type StreamLimits struct {
+	// BufferBudgetBytes bounds the request headers and bodies held by all
+	// streams together while they wait to be routed. Over it a request
+	// gets 503 (retry-after 1) instead of more memory. Bodies past their
+	// first 256 KiB may take at most three quarters of it, so small
+	// requests keep being served while large ones are refused. The
+	// default, 64 MiB, holds six maximum-size (8 MiB) prompts at once; the
+	// process's memory under a flood of never-ending bodies grew by about
+	// four times the budget (e2e TestNeverEndingStreamsBoundedMemory: 203
+	// MB), which leaves a 2 GiB pod room for the index and tokenizers.
+	BufferBudgetBytes int64 `yaml:"buffer_budget_bytes"`
+	// MaxOpen bounds the streams open at once; more get 503.
+	MaxOpen int `yaml:"max_open"`
+	// RequestIdleTimeout is the longest gap between two request-path
+	// messages before the request is routed (408 past it).
+	RequestIdleTimeout Duration `yaml:"request_idle_timeout"`
+	// RequestTimeout bounds request headers to routing decision (408).
+	RequestTimeout Duration `yaml:"request_timeout"`
+	// MaxDuration bounds a whole stream, response included; past it kvgate
+	// ends the stream cleanly and Envoy carries on with the response
+	// unprocessed (ext_proc.cc onGrpcClose), its load released as a
+	// timeout. Default 1h: longer than any generation, short enough that a
+	// stream whose end was never seen does not hold accounting forever.
+	MaxDuration Duration `yaml:"max_duration"`
+}
+
+func (s *StreamLimits) applyDefaults() {
+	if s.BufferBudgetBytes == 0 {
+		s.BufferBudgetBytes = 64 << 20
+	}
+	if s.MaxOpen == 0 {
+		s.MaxOpen = 4096
+	}
+	if s.RequestIdleTimeout == 0 {
+		s.RequestIdleTimeout = Duration(30 * time.Second)
+	}
+	if s.RequestTimeout == 0 {
+		s.RequestTimeout = Duration(2 * time.Minute)
+	}
+	if s.MaxDuration == 0 {
+		s.MaxDuration = Duration(time.Hour)
+	}
+}
+
+func (s StreamLimits) validate(path string, maxBody int) error {
+	switch {
+	case s.BufferBudgetBytes < int64(maxBody):
+		return fmt.Errorf("%s.buffer_budget_bytes: %d is below extproc.max_body_bytes %d: no body that large could ever be buffered", path, s.BufferBudgetBytes, maxBody)
+	case s.BufferBudgetBytes > 64<<30:
+		return fmt.Errorf("%s.buffer_budget_bytes: must be at most 64 GiB", path)
+	case s.MaxOpen < 1 || s.MaxOpen > 1<<20:
+		return fmt.Errorf("%s.max_open: must be in 1..%d", path, 1<<20)
+	case s.RequestIdleTimeout.D() < 100*time.Millisecond:
+		return fmt.Errorf("%s.request_idle_timeout: must be at least 100ms", path)
+	case s.RequestTimeout.D() < s.RequestIdleTimeout.D():
+		return fmt.Errorf("%s.request_timeout: must be at least request_idle_timeout (%s)", path, s.RequestIdleTimeout.D())
+	case s.MaxDuration.D() < s.RequestTimeout.D():
+		return fmt.Errorf("%s.max_duration: must be at least request_timeout (%s)", path, s.RequestTimeout.D())
+	}
+	return nil
+}
+
+// ExtprocGRPC bounds the ext_proc gRPC server's connections.
+type ExtprocGRPC struct {
+	// MaxConcurrentStreams is advertised per connection
+	// (SETTINGS_MAX_CONCURRENT_STREAMS); Envoy's HTTP/2 pool opens another
+	// connection when one is full.
+	MaxConcurrentStreams uint32 `yaml:"max_concurrent_streams"`
+	// KeepaliveMinTime: a client pinging more often is disconnected
+	// (GOAWAY ENHANCE_YOUR_CALM). grpc-go's default, 5m, would cut off an
+	// Envoy configured with HTTP/2 connection_keepalive.
+	KeepaliveMinTime Duration `yaml:"keepalive_min_time"`
+	// KeepaliveTime: the server pings a connection idle this long ...
+	KeepaliveTime Duration `yaml:"keepalive_time"`
+	// KeepaliveTimeout: ... and closes it if the ping is not answered.
+	KeepaliveTimeout Duration `yaml:"keepalive_timeout"`
+}
+
+func (g *ExtprocGRPC) applyDefaults() {
+	if g.MaxConcurrentStreams == 0 {
+		g.MaxConcurrentStreams = 1000
+	}
+	if g.KeepaliveMinTime == 0 {
+		g.KeepaliveMinTime = Duration(10 * time.Second)
+	}
+	if g.KeepaliveTime == 0 {
+		g.KeepaliveTime = Duration(30 * time.Second)
+	}
+	if g.KeepaliveTimeout == 0 {
+		g.KeepaliveTimeout = Duration(10 * time.Second)
+	}
+}
+
+func (g ExtprocGRPC) validate(path string) error {
+	switch {
+	case g.MaxConcurrentStreams > 1<<20:
+		return fmt.Errorf("%s.max_concurrent_streams: must be at most %d", path, 1<<20)
+	case g.KeepaliveMinTime.D() < time.Second:
+		return fmt.Errorf("%s.keepalive_min_time: must be at least 1s", path)
+	case g.KeepaliveTime.D() < time.Second:
+		return fmt.Errorf("%s.keepalive_time: must be at least 1s", path)
+	case g.KeepaliveTimeout.D() < 100*time.Millisecond:
+		return fmt.Errorf("%s.keepalive_timeout: must be at least 100ms", path)
+	}
+	return nil
+}
+
+// fallbacksSet reports whether the document sets extproc.fallbacks, so
+// that an explicit 0 survives applyDefaults. The document has already
+// been decoded strictly; this second look only asks whether a key is
+// there.
+func fallbacksSet(data []byte) bool {
+	var doc struct {
+		Extproc struct {
+			Fallbacks *int `yaml:"fallbacks"`
+		} `yaml:"extproc"`
+	}
+	if err := yaml.NewDecoder(bytes.NewReader(data)).Decode(&doc); err != nil {
+		return false
+	}
+	return doc.Extproc.Fallbacks != nil
+}
