@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -146,10 +147,21 @@ func TestShippedEnvoyConfigsEndToEnd(t *testing.T) {
 					lateOK++
 				}
 			}
-			after, err := scrape("http://" + admin + "/metrics")
-			if err != nil {
-				t.Fatal(err)
-			}
+			// Each stream's outcome is counted when kvgate sees its end,
+			// which can come after the client has its response (Envoy
+			// half-closes at response headers with response SKIP): wait for
+			// all n outcomes before reading the counters.
+			var after map[string]float64
+			waitFor(t, "every request's outcome counted", 10*time.Second, func() error {
+				var err error
+				if after, err = scrape("http://" + admin + "/metrics"); err != nil {
+					return err
+				}
+				if got := finished(after) - finished(before); got < n {
+					return fmt.Errorf("%v of %d outcomes counted", got, n)
+				}
+				return nil
+			})
 			delta := func(name string) float64 { return after[name] - before[name] }
 			fallbacks := delta("kvgate_extproc_fallbacks_used_total")
 			cancels := delta(`kvgate_extproc_requests_finished_total{outcome="client_cancel"}`)
@@ -188,4 +200,15 @@ func TestShippedEnvoyConfigsEndToEnd(t *testing.T) {
 			}
 		})
 	}
+}
+
+// finished sums kvgate_extproc_requests_finished_total over its outcomes.
+func finished(samples map[string]float64) float64 {
+	var sum float64
+	for k, v := range samples {
+		if strings.HasPrefix(k, "kvgate_extproc_requests_finished_total{") {
+			sum += v
+		}
+	}
+	return sum
 }
