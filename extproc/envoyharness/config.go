@@ -79,6 +79,10 @@ type Cluster struct {
 	// spelling (STATIC/STRICT_DNS load_assignment, or what EDS would
 	// deliver: see WithWorkers). Unused by ORIGINAL_DST.
 	Hosts []string
+	// TLS: the cluster has a transport_socket (or transport_socket_matches):
+	// Envoy speaks TLS to its hosts, which the Proxy does not (it sends
+	// plaintext HTTP).
+	TLS bool
 }
 
 // OriginalDst is an ORIGINAL_DST cluster's original_dst_lb_config.
@@ -138,6 +142,10 @@ type ExtProcCluster struct {
 	// Outlier is its passive outlier detection on connection failures;
 	// nil: none.
 	Outlier *OutlierDetection
+	// TLS: the cluster has a transport_socket (envoy-mtls.yaml): Envoy
+	// dials its hosts with TLS; the Proxy dials with ProxyOptions.DialOptions
+	// (default plaintext).
+	TLS bool
 }
 
 // OutlierDetection is the part of a cluster's outlier_detection that

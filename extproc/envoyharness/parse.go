@@ -224,6 +224,7 @@ func (c *Config) setRoute(ra *routev3.RouteAction, vhRetry *routev3.RetryPolicy)
 // from reads how the cluster picks hosts.
 func (k *Cluster) from(cl *clusterv3.Cluster) error {
 	k.Hosts = clusterHosts(cl)
+	k.TLS = usesTLS(cl)
 	if cl.GetType() == clusterv3.Cluster_ORIGINAL_DST {
 		o := &OriginalDst{}
 		lb := cl.GetOriginalDstLbConfig()
@@ -289,8 +290,16 @@ func clusterHosts(cl *clusterv3.Cluster) []string {
 	return hosts
 }
 
+// usesTLS reports a cluster whose upstream connections carry a transport
+// socket (cluster.proto transport_socket, transport_socket_matches): TLS in
+// every config kvgate ships.
+func usesTLS(cl *clusterv3.Cluster) bool {
+	return cl.GetTransportSocket() != nil || len(cl.GetTransportSocketMatches()) > 0
+}
+
 func (e *ExtProcCluster) from(cl *clusterv3.Cluster) {
 	e.Hosts = clusterHosts(cl)
+	e.TLS = usesTLS(cl)
 	e.healthCheckFrom(cl)
 	if od := cl.GetOutlierDetection(); od != nil {
 		o := &OutlierDetection{Consecutive: 5, BaseEjection: 30 * time.Second, MaxEjectionPercent: 10}
