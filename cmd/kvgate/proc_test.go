@@ -101,4 +101,3 @@ func (p *testProc) stop(grace time.Duration) {
 		<-p.done
 	}
 }
-
