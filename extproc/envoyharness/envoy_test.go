@@ -56,6 +56,11 @@ func TestShippedConfigsParse(t *testing.T) {
 		if !contains(c.ForwardingNamespaces, "envoy.lb.subset_hint") {
 			t.Errorf("%s: envoy.lb.subset_hint not forwarded (%v)", name, c.ForwardingNamespaces)
 		}
+		// Only envoy-mtls.yaml dials kvgate with TLS (its transport_socket);
+		// no shipped file speaks TLS to the workers.
+		if c.ExtProc.TLS != (name == "envoy-mtls.yaml") || c.Route.Cluster.TLS {
+			t.Errorf("%s: ext_proc cluster TLS %v, worker cluster TLS %v", name, c.ExtProc.TLS, c.Route.Cluster.TLS)
+		}
 	}
 }
 
