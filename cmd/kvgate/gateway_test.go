@@ -57,6 +57,8 @@ func TestGatewayUsageErrors(t *testing.T) {
 		{[]string{"--envoy-config", notEnvoy, "--workers", "127.0.0.1:8001"}, "--envoy-config " + notEnvoy + ": "},
 		{[]string{"--envoy-config", "../../envoy/envoy-mtls.yaml", "--workers", "127.0.0.1:8001"}, "cluster kvgate-extproc (ext_proc) has a transport_socket (TLS)"},
 		{[]string{"--envoy-config", "../../envoy/envoy-original-dst.yaml", "--workers", "127.0.0.1:8001"}, "--workers: cluster "},
+		// Istio's ext_proc cluster comes from the mesh: no endpoints in the file.
+		{[]string{"--envoy-config", "../../envoy/istio/envoyfilter.yaml"}, "--extproc: required: the Envoy config's ext_proc cluster "},
 		{[]string{"--config", badKV}, "--config: config " + badKV + ": models[0].block_size"},
 		{[]string{"--config", noEngines}, "--workers: required: --config " + noEngines + " lists no engines"},
 		{[]string{"--config", kv, "--envoy-config", "../../envoy/envoy-original-dst.yaml", "--extproc", "127.0.0.1:9002"}, "does not fit --envoy-config ../../envoy/envoy-original-dst.yaml"},
