@@ -9,6 +9,7 @@ import (
 	"syscall"
 
 	pb "github.com/kvgate/kvgate/kvagent/connector/connectorpb"
+	"github.com/kvgate/kvgate/kvagent/store"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
@@ -154,9 +155,18 @@ func (c *Client) Reserve(ctx context.Context, ns string, hashes []uint64) ([]int
 	return r.GetSlots(), nil
 }
 
-// Commit makes reserved, written slots resident under blocks' keys.
+// Commit makes reserved, written slots resident under blocks' keys; the
+// agent checksums each slot.
 func (c *Client) Commit(ctx context.Context, ns string, blocks []Block, slots []int32) error {
-	req := &pb.CommitRequest{Namespace: ns, Slots: slots, Blocks: make([]*pb.BlockMeta, len(blocks))}
+	return c.CommitSummed(ctx, ns, blocks, slots, nil)
+}
+
+// CommitSummed is Commit with each slot's checksum (store.BlockSum of the
+// bytes written, parallel to blocks) computed by the engine while it
+// copied them in (store.CopySum), sparing the agent a pass over every
+// slot. nil sums: the agent computes them.
+func (c *Client) CommitSummed(ctx context.Context, ns string, blocks []Block, slots []int32, sums []uint64) error {
+	req := &pb.CommitRequest{Namespace: ns, Slots: slots, Blocks: make([]*pb.BlockMeta, len(blocks)), Sums: sums}
 	for i, b := range blocks {
 		req.Blocks[i] = &pb.BlockMeta{Hash: b.Hash, Parent: b.Parent, HasParent: b.HasParent, TokenIds: b.TokenIDs, LoraName: b.LoRAName}
 	}
@@ -200,8 +210,9 @@ func (c *Client) Stats(ctx context.Context) (*pb.StatsResponse, error) {
 	return c.rpc.Stats(ctx, &pb.StatsRequest{})
 }
 
-// Offload stores blocks: Reserve, copy each block's Data into its slot,
-// Commit (Abort on any failure after Reserve).
+// Offload stores blocks: Reserve, copy each block's Data into its slot
+// (checksumming it on the way, store.CopySum), CommitSummed (Abort on any
+// failure after Reserve).
 func (c *Client) Offload(ctx context.Context, ns string, blocks []Block) error {
 	if len(blocks) == 0 {
 		return nil
@@ -217,11 +228,14 @@ func (c *Client) Offload(ctx context.Context, ns string, blocks []Block) error {
 	if err != nil {
 		return err
 	}
+	// One pass over each block: copied into its slot and checksummed
+	// from cache as it goes, so the agent need not read the slots again.
+	sums := make([]uint64, len(slots))
 	for i, s := range slots {
 		dst, _ := c.Slot(s) // checked by Reserve
-		copy(dst, blocks[i].Data)
+		sums[i] = store.CopySum(dst, blocks[i].Data)
 	}
-	if err := c.Commit(ctx, ns, blocks, slots); err != nil {
+	if err := c.CommitSummed(ctx, ns, blocks, slots, sums); err != nil {
 		return errors.Join(err, c.Abort(context.WithoutCancel(ctx), slots))
 	}
 	return nil

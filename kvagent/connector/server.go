@@ -326,7 +326,13 @@ func (s *Server) Commit(ctx context.Context, r *pb.CommitRequest) (*pb.CommitRes
 		ks[i] = store.Key{Namespace: r.GetNamespace(), Hash: b.GetHash()}
 		metas[i] = metaFromPB(b)
 	}
-	if err := s.st.Commit(ks, metas, slots); err != nil {
+	commit := s.st.Commit
+	if sums := r.GetSums(); len(sums) > 0 { // checkCommit: one per block
+		commit = func(ks []store.Key, metas []store.Meta, slots []store.Slot) error {
+			return s.st.CommitSummed(ks, metas, slots, sums)
+		}
+	}
+	if err := commit(ks, metas, slots); err != nil {
 		s.l.putReserved(id, slots)
 		return nil, status.Errorf(codes.InvalidArgument, "commit: %v", err)
 	}

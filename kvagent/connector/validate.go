@@ -128,6 +128,9 @@ func checkCommit(r *pb.CommitRequest, l Limits) error {
 	if err := checkSlots("slots", r.GetSlots(), l, true); err != nil {
 		return err
 	}
+	if n := len(r.GetSums()); n != 0 && n != len(bs) {
+		return fmt.Errorf("sums: %d sums for %d blocks (one per block, or none)", n, len(bs))
+	}
 	seen := make(map[uint64]int, len(bs))
 	tokens := -1
 	for i, b := range bs {

@@ -483,10 +483,16 @@ func (x *BlockMeta) GetLoraName() string {
 }
 
 type CommitRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	Blocks        []*BlockMeta           `protobuf:"bytes,2,rep,name=blocks,proto3" json:"blocks,omitempty"`
-	Slots         []int32                `protobuf:"varint,3,rep,packed,name=slots,proto3" json:"slots,omitempty"` // parallel to blocks; from Reserve
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Blocks    []*BlockMeta           `protobuf:"bytes,2,rep,name=blocks,proto3" json:"blocks,omitempty"`
+	Slots     []int32                `protobuf:"varint,3,rep,packed,name=slots,proto3" json:"slots,omitempty"` // parallel to blocks; from Reserve
+	// sums, when set, is parallel to blocks: each block's checksum as the
+	// engine wrote it (chunked XXH3-64, kvagent/store BlockSum), computed
+	// while copying it into its slot, so the agent need not read every slot
+	// again. Empty: the agent computes them. A wrong sum only makes that
+	// block fail verification, where blocks are verified, and be dropped.
+	Sums          []uint64 `protobuf:"fixed64,4,rep,packed,name=sums,proto3" json:"sums,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -538,6 +544,13 @@ func (x *CommitRequest) GetBlocks() []*BlockMeta {
 func (x *CommitRequest) GetSlots() []int32 {
 	if x != nil {
 		return x.Slots
+	}
+	return nil
+}
+
+func (x *CommitRequest) GetSums() []uint64 {
+	if x != nil {
+		return x.Sums
 	}
 	return nil
 }
@@ -1207,11 +1220,12 @@ const file_connector_proto_rawDesc = "" +
 	"\n" +
 	"has_parent\x18\x03 \x01(\bR\thasParent\x12\x1b\n" +
 	"\ttoken_ids\x18\x04 \x03(\rR\btokenIds\x12\x1b\n" +
-	"\tlora_name\x18\x05 \x01(\tR\bloraName\"y\n" +
+	"\tlora_name\x18\x05 \x01(\tR\bloraName\"\x8d\x01\n" +
 	"\rCommitRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x124\n" +
 	"\x06blocks\x18\x02 \x03(\v2\x1c.kvgate.kvagent.v1.BlockMetaR\x06blocks\x12\x14\n" +
-	"\x05slots\x18\x03 \x03(\x05R\x05slots\"\x10\n" +
+	"\x05slots\x18\x03 \x03(\x05R\x05slots\x12\x12\n" +
+	"\x04sums\x18\x04 \x03(\x06R\x04sums\"\x10\n" +
 	"\x0eCommitResponse\"$\n" +
 	"\fAbortRequest\x12\x14\n" +
 	"\x05slots\x18\x01 \x03(\x05R\x05slots\"\x0f\n" +
