@@ -13,7 +13,9 @@ import (
 // The TCP backend's wire format. Every message is one frame:
 //
 //	length  u32  bytes after this field: 30 + len(payload)
-//	crc32c  u32  Castagnoli CRC of length, the fields below and the payload
+//	sum     u32  checksum of length, the fields below and the payload:
+//	             CRC-32C in protocol version 2, chunked XXH3 in version 3
+//	             (frame_sum.go); hello frames always version 2's
 //	type    u8   frameType
 //	flags   u8   flagError on WRITE_ACK / NOTIF_ACK, else 0
 //	xfer    u64  wire transfer id (one per post), 0 for connection frames
@@ -58,12 +60,20 @@ const (
 
 const flagError uint8 = 1
 
-// protocolVersion is carried in hello frames; a peer speaking another
-// version is refused with a clear error. Version 2 added the grant to
+// protocolVersion is the newest version this agent speaks; it speaks
+// every version from minProtocolVersion. The initiator's HELLO offers its
+// newest, the target's HELLO_ACK names the one both speak (the lower of
+// the two), and the connection's frames after the hellos use it. A target
+// that speaks neither refuses with an ERROR frame; an initiator whose
+// offer a version-2 target refused that way dials again offering 2
+// (version-2 agents accept exactly 2). Version 2 added the grant to
 // READ_REQ (version 1 peers read without one, which a target with
 // ReadAccess cannot allow, so they are refused at the hello rather than
-// on every read).
-const protocolVersion = 2
+// on every read); version 3 changed the frame checksum (frame_sum.go).
+const (
+	protocolVersion    = 3
+	minProtocolVersion = 2
+)
 
 // readRequest is the payload of READ_REQ.
 type readRequest struct {
@@ -117,10 +127,14 @@ type frameReader struct {
 	r          io.Reader
 	maxPayload int
 	hdr        [frameHeadLen]byte
-	crc        uint32 // computed so far
-	want       uint32 // from the header
+	sum        frameSum // computed so far
+	want       uint32   // from the header
 	scratch    []byte
+	version    uint8 // agreed at the hellos (0 before)
 }
+
+// useVersion sets the checksum of the frames after the hellos.
+func (fr *frameReader) useVersion(v uint8) { fr.version, fr.sum.v3 = v, v >= 3 }
 
 func newFrameReader(r io.Reader, maxPayload int) *frameReader {
 	return &frameReader{r: r, maxPayload: maxPayload}
@@ -152,19 +166,21 @@ func (fr *frameReader) next() (frameHeader, error) {
 		return frameHeader{}, withReason(reasonProtocol, fmt.Errorf("%s frame with flags %#x", h.typ, h.flags))
 	}
 	fr.want = binary.BigEndian.Uint32(b[4:])
-	fr.crc = crc32.Update(crc32.Update(0, castagnoli, b[:4]), castagnoli, b[8:])
+	fr.sum.start(b)
 	return h, nil
 }
 
 // payloadInto reads the payload into dst (len(dst) == h.n) and checks the
 // CRC. On a checksum error dst holds the bytes received.
 func (fr *frameReader) payloadInto(dst []byte) error {
-	// The CRC follows each read, over bytes the kernel just copied and
-	// that are still in cache, instead of a second pass over the payload.
+	// The checksum follows the reads, over bytes the kernel just copied
+	// and that are still in cache, instead of a second pass over the
+	// payload.
+	summed := 0
 	for got := 0; got < len(dst); {
 		n, err := fr.r.Read(dst[got:])
-		fr.crc = crc32.Update(fr.crc, castagnoli, dst[got:got+n])
 		got += n
+		summed = fr.sum.add(dst, summed, got, got == len(dst))
 		if err != nil && got < len(dst) {
 			return unexpectedEOF(err)
 		}
@@ -190,15 +206,16 @@ func (fr *frameReader) discard(h frameHeader) error {
 		if _, err := io.ReadFull(fr.r, fr.scratch[:c]); err != nil {
 			return unexpectedEOF(err)
 		}
-		fr.crc = crc32.Update(fr.crc, castagnoli, fr.scratch[:c])
+		// The scratch buffer holds whole chunks (64 KiB) but for the last.
+		fr.sum.add(fr.scratch, 0, c, true)
 		n -= c
 	}
 	return fr.check()
 }
 
 func (fr *frameReader) check() error {
-	if fr.want != fr.crc {
-		return withReason(reasonChecksum, fmt.Errorf("%w: frame says %08x, computed %08x", errChecksum, fr.want, fr.crc))
+	if got := fr.sum.sum(); fr.want != got {
+		return withReason(reasonChecksum, fmt.Errorf("%w: frame says %08x, computed %08x", errChecksum, fr.want, got))
 	}
 	return nil
 }
@@ -239,7 +256,11 @@ type frameWriter struct {
 	bw   *bufio.Writer
 	hdr  [frameHeadLen]byte
 	vec  [2][]byte
+	sum  frameSum
 }
+
+// useVersion sets the checksum of the frames after the hellos.
+func (fw *frameWriter) useVersion(v uint8) { fw.sum.v3 = v >= 3 }
 
 func newFrameWriter(conn io.Writer) *frameWriter {
 	return &frameWriter{conn: conn, bw: bufio.NewWriterSize(conn, 64<<10)}
@@ -256,8 +277,9 @@ func (fw *frameWriter) write(h frameHeader, payload []byte) error {
 	binary.BigEndian.PutUint32(b[18:], h.desc)
 	binary.BigEndian.PutUint32(b[22:], h.region)
 	binary.BigEndian.PutUint64(b[26:], h.offset)
-	crc := crc32.Update(crc32.Update(0, castagnoli, b[:4]), castagnoli, b[8:])
-	binary.BigEndian.PutUint32(b[4:], crc32.Update(crc, castagnoli, payload))
+	fw.sum.start(b)
+	fw.sum.add(payload, 0, len(payload), true)
+	binary.BigEndian.PutUint32(b[4:], fw.sum.sum())
 	if len(payload) < bigPayload {
 		fw.bw.Write(b)
 		_, err := fw.bw.Write(payload)
@@ -291,13 +313,23 @@ func (h hello) encode() []byte {
 	return append(p, h.name...)
 }
 
-func decodeHello(p []byte) (hello, error) {
+// versionRange names the versions an agent speaks, for errors.
+func versionRange(lo, hi uint8) string {
+	if lo == hi {
+		return fmt.Sprint(lo)
+	}
+	return fmt.Sprintf("%d to %d", lo, hi)
+}
+
+// decodeHello parses a hello whose version must lie in [minVersion,
+// maxVersion].
+func decodeHello(p []byte, minVersion, maxVersion uint8) (hello, error) {
 	if len(p) < 6 || len(p) > 5+maxNameLen {
 		return hello{}, withReason(reasonProtocol, fmt.Errorf("hello payload of %d bytes, want 6..%d", len(p), 5+maxNameLen))
 	}
 	h := hello{version: p[0], maxPayload: binary.BigEndian.Uint32(p[1:]), name: string(p[5:])}
-	if h.version != protocolVersion {
-		return hello{}, withReason(reasonProtocol, fmt.Errorf("peer speaks protocol version %d, this agent %d", h.version, protocolVersion))
+	if h.version < minVersion || h.version > maxVersion {
+		return hello{}, withReason(reasonProtocol, fmt.Errorf("peer speaks protocol version %d, this agent %s", h.version, versionRange(minVersion, maxVersion)))
 	}
 	if h.maxPayload < minMessageBytes || h.maxPayload > maxMessageBytes {
 		return hello{}, withReason(reasonProtocol, fmt.Errorf("peer max message %d bytes outside [%d, %d]", h.maxPayload, minMessageBytes, maxMessageBytes))

@@ -101,7 +101,7 @@ func FuzzReadFrame(f *testing.F) {
 			t.Fatalf("re-encoded frame differs from the input")
 		}
 		if fr.typ == frameHello || fr.typ == frameHelloAck {
-			decodeHello(fr.payload) // must not panic
+			decodeHello(fr.payload, minProtocolVersion, protocolVersion) // must not panic
 		}
 	})
 }

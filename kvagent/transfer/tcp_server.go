@@ -111,7 +111,7 @@ func (a *tcpAgent) serve(raw net.Conn) {
 	if f.typ != frameHello {
 		err = fmt.Errorf("%s frame before HELLO", f.typ)
 	} else {
-		h, err = decodeHello(f.payload)
+		h, err = decodeHello(f.payload, minProtocolVersion, a.cfg.version())
 	}
 	if err != nil {
 		a.metrics.rejected()
@@ -119,10 +119,14 @@ func (a *tcpAgent) serve(raw net.Conn) {
 		return
 	}
 	sc.peerName, sc.sendMax = h.name, int(h.maxPayload)
-	sc.fw.write(frameHeader{typ: frameHelloAck}, hello{version: protocolVersion, maxPayload: uint32(a.cfg.MaxMessageBytes), name: a.cfg.Name}.encode())
+	// The newest version both speak; every frame after the hellos uses it.
+	version := min(h.version, a.cfg.version())
+	sc.fw.write(frameHeader{typ: frameHelloAck}, hello{version: version, maxPayload: uint32(a.cfg.MaxMessageBytes), name: a.cfg.Name}.encode())
 	if err := sc.fw.flush(); err != nil {
 		return
 	}
+	sc.fr.useVersion(version)
+	sc.fw.useVersion(version)
 	conn.SetDeadline(time.Time{})
 	var unflushedSince time.Time
 	for {
