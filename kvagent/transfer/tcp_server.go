@@ -128,6 +128,9 @@ func (a *tcpAgent) serve(raw net.Conn) {
 	sc.fr.useVersion(version)
 	sc.fw.useVersion(version)
 	conn.SetDeadline(time.Time{})
+	// Frames queued for a vectored write hold pins (ReadAccess) until
+	// sent; a connection that ends lets them go.
+	defer sc.fw.dropQueued()
 	var unflushedSince time.Time
 	for {
 		// Idle between frames is fine; a frame started must finish.
@@ -154,15 +157,16 @@ func (a *tcpAgent) serve(raw net.Conn) {
 			return
 		}
 		conn.SetReadDeadline(time.Time{})
-		// Answers go out when there is nothing more to read right away,
-		// so a burst of small requests gets one write, and never wait
-		// longer than answerDelay behind a steady stream of input.
+		// Answers go out when no whole request is waiting to be read,
+		// so a burst of requests gets one write (a vectored one for
+		// their DATA frames), and never wait longer than answerDelay
+		// behind a steady stream of input.
 		if sc.fw.buffered() > 0 {
 			now := time.Now()
 			if unflushedSince.IsZero() {
 				unflushedSince = now
 			}
-			if br.Buffered() == 0 || now.Sub(unflushedSince) > answerDelay {
+			if br.Buffered() < frameHeadLen+readRequestLen || now.Sub(unflushedSince) > answerDelay {
 				conn.SetWriteDeadline(now.Add(a.cfg.IOTimeout))
 				if err := sc.fw.flush(); err != nil {
 					return
@@ -236,10 +240,7 @@ func (sc *serverConn) handle(h frameHeader) error {
 			a.metrics.rejected()
 			return sc.fw.write(frameHeader{typ: frameReadErr, xfer: h.xfer, desc: h.desc, region: h.region, offset: h.offset}, sc.reason(err))
 		}
-		if release != nil {
-			defer release()
-		}
-		return sc.serveRead(h, r, int64(n))
+		return sc.serveRead(h, r, int64(n), release)
 	case frameWriteData:
 		key := [2]uint64{h.xfer, uint64(h.desc)}
 		if _, failed := sc.writeErrs[key]; failed {
@@ -321,23 +322,41 @@ func (sc *serverConn) recordWriteErr(key [2]uint64, err error) error {
 }
 
 // serveRead answers a READ_REQ with DATA frames, in order; a FILE read
-// failure midway ends the item with READ_ERR.
-func (sc *serverConn) serveRead(h frameHeader, r *region, n int64) error {
+// failure midway ends the item with READ_ERR. A DRAM region's frames are
+// queued (sent with the next ones in one vectored write); release, when
+// not nil, runs once they have left.
+func (sc *serverConn) serveRead(h frameHeader, r *region, n int64, release func()) error {
 	chunk := int64(sc.sendMax)
+	if r.kind == DRAM {
+		for off := int64(0); off < n; off += chunk {
+			c := min(chunk, n-off)
+			at := int64(h.offset) + off
+			var sent func()
+			if off+c == n {
+				sent, release = release, nil
+			}
+			sc.conn.SetWriteDeadline(time.Now().Add(sc.a.cfg.IOTimeout))
+			if err := sc.fw.queue(frameHeader{typ: frameData, xfer: h.xfer, desc: h.desc, region: h.region, offset: uint64(at)}, r.mem[at:at+c], sent); err != nil {
+				return err
+			}
+		}
+		if release != nil { // n == 0
+			release()
+		}
+		return nil
+	}
+	if release != nil {
+		defer release()
+	}
 	for off := int64(0); off < n; off += chunk {
 		c := min(chunk, n-off)
 		at := int64(h.offset) + off
-		var payload []byte
-		if r.kind == DRAM {
-			payload = r.mem[at : at+c]
-		} else {
-			if len(sc.bounce) < int(c) {
-				sc.bounce = alignedBuffer(int(chunk))
-			}
-			payload = sc.bounce[:c]
-			if err := r.readAt(payload, at); err != nil {
-				return sc.fw.write(frameHeader{typ: frameReadErr, xfer: h.xfer, desc: h.desc, region: h.region, offset: uint64(at)}, sc.reason(err))
-			}
+		if len(sc.bounce) < int(c) {
+			sc.bounce = alignedBuffer(int(chunk))
+		}
+		payload := sc.bounce[:c]
+		if err := r.readAt(payload, at); err != nil {
+			return sc.fw.write(frameHeader{typ: frameReadErr, xfer: h.xfer, desc: h.desc, region: h.region, offset: uint64(at)}, sc.reason(err))
 		}
 		sc.conn.SetWriteDeadline(time.Now().Add(sc.a.cfg.IOTimeout))
 		if err := sc.fw.write(frameHeader{typ: frameData, xfer: h.xfer, desc: h.desc, region: h.region, offset: uint64(at)}, payload); err != nil {
