@@ -32,6 +32,10 @@ type Client struct {
 	blockBytes int
 	slots      int
 	maxChain   int
+
+	// Onboard's Releases wait here to ride on the next Acquire
+	// (onboard_release.go).
+	rel releaseQueue
 }
 
 // Block is one block to offload: its engine hash, meta and KV bytes.
@@ -98,10 +102,11 @@ func mapArena(path string, size int) ([]byte, error) {
 	return b, nil
 }
 
-// Close unmaps the arena and closes the connection; the agent gives back
-// any slot still held.
+// Close sends the Release of onboarded slots still waiting for one,
+// unmaps the arena and closes the connection; the agent gives back any
+// slot still held.
 func (c *Client) Close() error {
-	var errs []error
+	errs := []error{c.ReleaseOnboarded(context.Background())}
 	if c.arena != nil {
 		errs = append(errs, syscall.Munmap(c.arena))
 		c.arena = nil
@@ -185,7 +190,12 @@ func (c *Client) Abort(ctx context.Context, slots []int32) error {
 
 // Acquire pins the resident prefix of chain and returns its slots.
 func (c *Client) Acquire(ctx context.Context, ns string, chain []uint64) ([]int32, error) {
-	r, err := c.rpc.Acquire(ctx, &pb.AcquireRequest{Namespace: ns, Chain: chain})
+	return c.acquire(ctx, ns, chain, nil)
+}
+
+// acquire is Acquire releasing slots first (AcquireRequest.release).
+func (c *Client) acquire(ctx context.Context, ns string, chain []uint64, release []int32) ([]int32, error) {
+	r, err := c.rpc.Acquire(ctx, &pb.AcquireRequest{Namespace: ns, Chain: chain, Release: release})
 	if err != nil {
 		return nil, err
 	}
@@ -243,9 +253,17 @@ func (c *Client) Offload(ctx context.Context, ns string, blocks []Block) error {
 
 // Onboard copies the resident prefix of chain into dst (one BlockBytes
 // buffer per block, len(dst) >= len(chain)) and returns how many blocks it
-// copied: Acquire, copy, Release.
+// copied: Acquire, copy, Release. The Release rides on the next Onboard's
+// Acquire, or goes alone within onboardReleaseDelay (onboard_release.go).
 func (c *Client) Onboard(ctx context.Context, ns string, chain []uint64, dst [][]byte) (int, error) {
-	slots, err := c.Acquire(ctx, ns, chain)
+	release := c.rel.take()
+	slots, err := c.acquire(ctx, ns, chain, release)
+	if err != nil && len(release) > 0 {
+		if !c.releaseFailed(release, err) {
+			return 0, err
+		}
+		slots, err = c.acquire(ctx, ns, chain, nil)
+	}
 	if err != nil {
 		return 0, err
 	}
@@ -253,7 +271,8 @@ func (c *Client) Onboard(ctx context.Context, ns string, chain []uint64, dst [][
 		src, _ := c.Slot(s)
 		copy(dst[i], src)
 	}
-	return len(slots), c.Release(context.WithoutCancel(ctx), slots)
+	c.rel.add(slots, c.releaseNow)
+	return len(slots), nil
 }
 
 func (c *Client) checkSlots(slots []int32) error {

@@ -122,6 +122,9 @@ func TestOffloadThenOnboardReturnsTheBytes(t *testing.T) {
 	if _, m, err := f.st.Get(store.Key{Namespace: "m", Hash: 101}, got); err != nil || !bytes.Equal(got, blocks[1].Data) || m.Parent != 100 || !m.HasParent {
 		t.Errorf("store copy of block 101: err %v, equal %v, meta %+v", err, bytes.Equal(got, blocks[1].Data), m)
 	}
+	if err := c.ReleaseOnboarded(ctx); err != nil {
+		t.Fatal(err)
+	}
 	if r, a := f.srv.Pinned(); r != 0 || a != 0 {
 		t.Errorf("after offload and onboard: %d reserved, %d acquired slots still held", r, a)
 	}

@@ -36,6 +36,9 @@ func validateRequest(req proto.Message, l Limits) error {
 		err = checkChain("chain", r.GetNamespace(), r.GetChain(), l, false)
 	case *pb.AcquireRequest:
 		err = checkChain("chain", r.GetNamespace(), r.GetChain(), l, false)
+		if err == nil && len(r.GetRelease()) > 0 {
+			err = checkSlots("release", r.GetRelease(), l, false) // as ReleaseRequest's
+		}
 	case *pb.ReserveRequest:
 		err = checkChain("hashes", r.GetNamespace(), r.GetHashes(), l, true)
 	case *pb.CommitRequest:

@@ -677,7 +677,13 @@ type AcquireRequest struct {
 	Chain     []uint64               `protobuf:"varint,2,rep,packed,name=chain,proto3" json:"chain,omitempty"`
 	// with_meta also returns each block's meta (a peer fetch commits the
 	// blocks into its own store under the same meta).
-	WithMeta      bool `protobuf:"varint,3,opt,name=with_meta,json=withMeta,proto3" json:"with_meta,omitempty"`
+	WithMeta bool `protobuf:"varint,3,opt,name=with_meta,json=withMeta,proto3" json:"with_meta,omitempty"`
+	// release: slots of earlier Acquires this connection is done with,
+	// released (as by Release) before the chain is acquired, so that an
+	// onboard's Release rides on the next one's Acquire, one round trip
+	// fewer, and the quota sees them gone first. If they cannot be released
+	// the request fails (FAILED_PRECONDITION) and acquires nothing.
+	Release       []int32 `protobuf:"varint,4,rep,packed,name=release,proto3" json:"release,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -731,6 +737,13 @@ func (x *AcquireRequest) GetWithMeta() bool {
 		return x.WithMeta
 	}
 	return false
+}
+
+func (x *AcquireRequest) GetRelease() []int32 {
+	if x != nil {
+		return x.Release
+	}
+	return nil
 }
 
 type AcquireResponse struct {
@@ -1229,11 +1242,12 @@ const file_connector_proto_rawDesc = "" +
 	"\x0eCommitResponse\"$\n" +
 	"\fAbortRequest\x12\x14\n" +
 	"\x05slots\x18\x01 \x03(\x05R\x05slots\"\x0f\n" +
-	"\rAbortResponse\"a\n" +
+	"\rAbortResponse\"{\n" +
 	"\x0eAcquireRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
 	"\x05chain\x18\x02 \x03(\x04R\x05chain\x12\x1b\n" +
-	"\twith_meta\x18\x03 \x01(\bR\bwithMeta\"{\n" +
+	"\twith_meta\x18\x03 \x01(\bR\bwithMeta\x12\x18\n" +
+	"\arelease\x18\x04 \x03(\x05R\arelease\"{\n" +
 	"\x0fAcquireResponse\x12\x14\n" +
 	"\x05slots\x18\x01 \x03(\x05R\x05slots\x122\n" +
 	"\x05metas\x18\x02 \x03(\v2\x1c.kvgate.kvagent.v1.BlockMetaR\x05metas\x12\x1e\n" +
