@@ -18,7 +18,7 @@ import (
 func init() { registerBench("kvagent-store", benchKVAgentStore) }
 
 // benchKVAgentStore measures the kvagent's host tier (Put / Get through the
-// shared-memory arena, CRC-32C included) against a plain copy() of the same
+// shared-memory arena, chunked XXH3 checksum included) against a plain copy() of the same
 // bytes, and its disk tier (queued slot writes, verified slot reads)
 // against a dd-style sequential write / read of the same bytes with the
 // same flags on the same filesystem. Store and baseline alternate in half
