@@ -15,7 +15,7 @@ import (
 func BenchmarkTCPRead(b *testing.B) {
 	const total = 64 << 20
 	for _, streams := range []int{1, 4} {
-		for _, block := range []int{64 << 10, 1 << 20} {
+		for _, block := range []int{64 << 10, 256 << 10, 1 << 20} {
 			b.Run(fmt.Sprintf("streams=%d/block=%dKiB", streams, block>>10), func(b *testing.B) {
 				src, err := newTCP(TCPConfig{Name: "src"})
 				if err != nil {
