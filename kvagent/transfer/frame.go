@@ -133,8 +133,10 @@ type frameReader struct {
 	version    uint8 // agreed at the hellos (0 before)
 }
 
-// useVersion sets the checksum of the frames after the hellos.
-func (fr *frameReader) useVersion(v uint8) { fr.version, fr.sum.v3 = v, v >= 3 }
+// useVersion sets the checksum of the frames after the hellos, for
+// protocol version v on a connection that is (overTLS) or is not
+// encrypted.
+func (fr *frameReader) useVersion(v uint8, overTLS bool) { fr.version = v; fr.sum.use(v, overTLS) }
 
 func newFrameReader(r io.Reader, maxPayload int) *frameReader {
 	return &frameReader{r: r, maxPayload: maxPayload}
@@ -283,8 +285,9 @@ func newFrameWriter(conn io.Writer) *frameWriter {
 	return &frameWriter{conn: conn, bw: bufio.NewWriterSize(conn, 64<<10)}
 }
 
-// useVersion sets the checksum of the frames after the hellos.
-func (fw *frameWriter) useVersion(v uint8) { fw.sum.v3 = v >= 3 }
+// useVersion sets the checksum of the frames after the hellos (as
+// frameReader's).
+func (fw *frameWriter) useVersion(v uint8, overTLS bool) { fw.sum.use(v, overTLS) }
 
 // header encodes h for payload into fw.hdr, checksum included.
 func (fw *frameWriter) header(h frameHeader, payload []byte) []byte {

@@ -14,7 +14,12 @@ import (
 //	v2  CRC-32C of length, the fixed fields and the payload.
 //	v3  the low 32 bits of XXH3-64 over a list of little-endian XXH3-64
 //	    sums: the first of length and the fixed fields (30 bytes), then
-//	    one per sumChunk bytes of the payload, in order.
+//	    one per sumChunk bytes of the payload, in order. Over TLS, 0 and
+//	    nothing computed: TLS's AEAD (crypto/tls: AES-GCM or
+//	    ChaCha20-Poly1305) already authenticates every byte of every
+//	    record, header and payload, over the same span the checksum
+//	    covers (the sender's memory to the receiver's), and a record that
+//	    fails ends the connection as a bad checksum does.
 //
 // Why v3: both ends pass over every payload byte to checksum it, and on
 // the loopback benchmark CRC-32C (hash/crc32's SSE4.2 path) took about a
@@ -28,13 +33,24 @@ const sumChunk = 32 << 10
 // frameSum is the running checksum of one frame being read or written.
 type frameSum struct {
 	v3   bool
+	none bool   // v3 over TLS: no checksum (the field is 0)
 	crc  uint32 // v2
 	sums []byte // v3: chunk sums so far (header first)
+}
+
+// use sets the checksum for protocol version v on a connection that is
+// (overTLS) or is not encrypted.
+func (s *frameSum) use(v uint8, overTLS bool) {
+	s.v3 = v >= 3
+	s.none = s.v3 && overTLS
 }
 
 // start begins a frame's checksum with its header b (frameHeadLen bytes;
 // the checksum field b[4:8] is not covered).
 func (s *frameSum) start(b []byte) {
+	if s.none {
+		return
+	}
 	if !s.v3 {
 		s.crc = crc32.Update(crc32.Update(0, castagnoli, b[:4]), castagnoli, b[8:frameHeadLen])
 		return
@@ -51,6 +67,9 @@ func (s *frameSum) start(b []byte) {
 // (to is the payload's end), the short last one, and leaves a partial
 // chunk for a later call with more bytes.
 func (s *frameSum) add(p []byte, from, to int, final bool) int {
+	if s.none {
+		return to
+	}
 	if !s.v3 {
 		s.crc = crc32.Update(s.crc, castagnoli, p[from:to])
 		return to
@@ -65,6 +84,9 @@ func (s *frameSum) add(p []byte, from, to int, final bool) int {
 
 // sum is the frame's checksum once every payload byte was added.
 func (s *frameSum) sum() uint32 {
+	if s.none {
+		return 0
+	}
 	if !s.v3 {
 		return s.crc
 	}

@@ -112,7 +112,7 @@ func FuzzReadFrame(f *testing.F) {
 func TestFrameWriterQueue(t *testing.T) {
 	var w bytes.Buffer
 	fw := newFrameWriter(&w)
-	fw.useVersion(3)
+	fw.useVersion(3, false)
 	sent := 0
 	var order []frameHeader
 	big := pattern(4, 100<<10)
@@ -143,7 +143,7 @@ func TestFrameWriterQueue(t *testing.T) {
 		t.Fatal(err)
 	}
 	fr := newFrameReader(bytes.NewReader(w.Bytes()), 1<<20)
-	fr.useVersion(3)
+	fr.useVersion(3, false)
 	for i, want := range order {
 		f, err := readFrameFrom(fr)
 		if err != nil {

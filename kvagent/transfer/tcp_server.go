@@ -125,8 +125,8 @@ func (a *tcpAgent) serve(raw net.Conn) {
 	if err := sc.fw.flush(); err != nil {
 		return
 	}
-	sc.fr.useVersion(version)
-	sc.fw.useVersion(version)
+	sc.fr.useVersion(version, a.serverTLS != nil)
+	sc.fw.useVersion(version, a.serverTLS != nil)
 	conn.SetDeadline(time.Time{})
 	// Frames queued for a vectored write hold pins (ReadAccess) until
 	// sent; a connection that ends lets them go.

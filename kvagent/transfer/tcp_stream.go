@@ -533,8 +533,8 @@ func (a *tcpAgent) dialOffering(p *peer, offer uint8) (net.Conn, *frameReader, *
 		return nil, nil, nil, 0, fmt.Errorf("handshake: %w", err)
 	}
 	conn.SetDeadline(time.Time{})
-	fr.useVersion(h.version)
-	fw.useVersion(h.version)
+	fr.useVersion(h.version, a.clientTLS != nil)
+	fw.useVersion(h.version, a.clientTLS != nil)
 	return conn, fr, fw, int(h.maxPayload), nil
 }
 

@@ -126,8 +126,8 @@ func dialRaw(t *testing.T, addr, name string) *rawConn {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r.fr.useVersion(h.version)
-		r.fw.useVersion(h.version)
+		r.fr.useVersion(h.version, false)
+		r.fw.useVersion(h.version, false)
 	}
 	return r
 }
@@ -282,8 +282,8 @@ func fakePeer(t *testing.T, name string, after func(r *rawConn, req frame)) (md 
 				}
 				r.fw.write(frameHeader{typ: frameHelloAck}, hello{version: h.version, maxPayload: minMessageBytes, name: name}.encode())
 				r.fw.flush()
-				r.fr.useVersion(h.version)
-				r.fw.useVersion(h.version)
+				r.fr.useVersion(h.version, false)
+				r.fw.useVersion(h.version, false)
 				for {
 					f, err := readFrameFrom(r.fr)
 					if err != nil {

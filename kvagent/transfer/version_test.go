@@ -2,6 +2,8 @@ package transfer
 
 import (
 	"bytes"
+	"crypto/tls"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"testing"
@@ -34,18 +36,29 @@ func streamVersions(t *testing.T, a *tcpAgent, peer string) []uint8 {
 // this code capped at 2 (TCPConfig.maxVersion), which on the wire accepts
 // and offers exactly what the version-2 code did: HELLO version 2 only,
 // CRC-32C frames.
+//
+// Over TLS as well, where version 3 frames carry no checksum of their own.
 func TestTCPProtocolVersionsInteroperate(t *testing.T) {
+	ca := newTestCA(t, "kvgate test CA")
 	for _, c := range []struct {
 		initiator, target, want uint8
+		tls                     bool
 	}{
-		{3, 3, 3},
-		{3, 2, 2},
-		{2, 3, 2},
-		{2, 2, 2},
+		{3, 3, 3, false},
+		{3, 2, 2, false},
+		{2, 3, 2, false},
+		{2, 2, 2, false},
+		{3, 3, 3, true},
+		{3, 2, 2, true},
+		{2, 3, 2, true},
 	} {
-		t.Run(fmt.Sprintf("v%d to v%d", c.initiator, c.target), func(t *testing.T) {
-			a, _ := newTestAgent(t, TCPConfig{Name: "a", Streams: 2, maxVersion: c.initiator, InboundWrites: true})
-			b, _ := newTestAgent(t, TCPConfig{Name: "b", maxVersion: c.target, InboundWrites: true})
+		t.Run(fmt.Sprintf("v%d to v%d, TLS %v", c.initiator, c.target, c.tls), func(t *testing.T) {
+			var atls, btls *tls.Config
+			if c.tls {
+				atls, btls = mutualTLS(ca.issue(t, "a"), ca.pool), mutualTLS(ca.issue(t, "b"), ca.pool)
+			}
+			a, _ := newTestAgent(t, TCPConfig{Name: "a", Streams: 2, maxVersion: c.initiator, InboundWrites: true, TLS: atls})
+			b, _ := newTestAgent(t, TCPConfig{Name: "b", maxVersion: c.target, InboundWrites: true, TLS: btls})
 			// Frames of several checksum chunks and a short last one.
 			const n = 3*sumChunk + 1234
 			remote := pattern(7, 4*n)
@@ -91,7 +104,7 @@ func TestFrameSumV3(t *testing.T) {
 	b := encodeFrameVersion(t, 3, frameHeader{typ: frameData, xfer: 1, region: 1}, p)
 	for _, piece := range []int{1, 1000, sumChunk - 1, sumChunk, len(b)} {
 		fr := newFrameReader(&pieces{b: b, n: piece}, 1<<20)
-		fr.useVersion(3)
+		fr.useVersion(3, false)
 		if _, err := readFrameFrom(fr); err != nil {
 			t.Fatalf("read in pieces of %d: %v", piece, err)
 		}
@@ -100,7 +113,7 @@ func TestFrameSumV3(t *testing.T) {
 		bad := bytes.Clone(b)
 		bad[i] ^= 0x04
 		fr := newFrameReader(bytes.NewReader(bad), 1<<20)
-		fr.useVersion(3)
+		fr.useVersion(3, false)
 		if _, err := readFrameFrom(fr); err == nil {
 			t.Fatalf("bit flipped at byte %d: read without error", i)
 		}
@@ -112,10 +125,37 @@ func TestFrameSumV3(t *testing.T) {
 	}
 }
 
+// Version-3 frames over TLS carry 0 in the checksum field and nothing is
+// computed; each end's reader accepts them only so configured.
+func TestFrameSumOverTLS(t *testing.T) {
+	p := pattern(6, sumChunk+5)
+	var buf bytes.Buffer
+	fw := newFrameWriter(&buf)
+	fw.useVersion(3, true)
+	if err := fw.write(frameHeader{typ: frameData, xfer: 1, region: 1}, p); err != nil {
+		t.Fatal(err)
+	}
+	fw.flush()
+	b := buf.Bytes()
+	if got := binary.BigEndian.Uint32(b[4:]); got != 0 {
+		t.Fatalf("checksum field %#x over TLS, want 0", got)
+	}
+	fr := newFrameReader(bytes.NewReader(b), 1<<20)
+	fr.useVersion(3, true)
+	if f, err := readFrameFrom(fr); err != nil || !bytes.Equal(f.payload, p) {
+		t.Fatalf("reading it back over TLS: %v", err)
+	}
+	fr = newFrameReader(bytes.NewReader(b), 1<<20)
+	fr.useVersion(3, false)
+	if _, err := readFrameFrom(fr); err == nil {
+		t.Fatal("a plaintext version-3 reader accepted a frame without a checksum")
+	}
+}
+
 func encodeFrameVersion(t *testing.T, v uint8, h frameHeader, p []byte) []byte {
 	var buf bytes.Buffer
 	fw := newFrameWriter(&buf)
-	fw.useVersion(v)
+	fw.useVersion(v, false)
 	if err := fw.write(h, p); err != nil {
 		t.Fatal(err)
 	}
