@@ -257,6 +257,12 @@ func (c *Client) Offload(ctx context.Context, ns string, blocks []Block) error {
 // Acquire, or goes alone within onboardReleaseDelay (onboard_release.go).
 func (c *Client) Onboard(ctx context.Context, ns string, chain []uint64, dst [][]byte) (int, error) {
 	release := c.rel.take()
+	if len(release) > c.maxChain { // more than one request may name
+		if err := c.releaseChunked(ctx, release); err != nil {
+			c.rel.fail(err)
+		}
+		release = nil
+	}
 	slots, err := c.acquire(ctx, ns, chain, release)
 	if err != nil && len(release) > 0 {
 		if !c.releaseFailed(release, err) {

@@ -79,9 +79,23 @@ func (c *Client) releaseNow() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := c.Release(ctx, slots); err != nil {
-		c.rel.fail(fmt.Errorf("connector: release of %d onboarded slots: %w", len(slots), err))
+	if err := c.releaseChunked(ctx, slots); err != nil {
+		c.rel.fail(err)
 	}
+}
+
+// releaseChunked releases onboarded slots in requests of at most MaxChain
+// slots (the agent's bound on one request).
+func (c *Client) releaseChunked(ctx context.Context, slots []int32) error {
+	var errs []error
+	for len(slots) > 0 {
+		n := min(len(slots), max(c.maxChain, 1))
+		if err := c.Release(ctx, slots[:n]); err != nil {
+			errs = append(errs, fmt.Errorf("connector: release of %d onboarded slots: %w", n, err))
+		}
+		slots = slots[n:]
+	}
+	return errors.Join(errs...)
 }
 
 // ReleaseOnboarded sends now the Release of onboarded slots still waiting
@@ -90,7 +104,7 @@ func (c *Client) releaseNow() {
 func (c *Client) ReleaseOnboarded(ctx context.Context) error {
 	var err error
 	if slots := c.rel.take(); len(slots) > 0 {
-		err = c.Release(ctx, slots)
+		err = c.releaseChunked(ctx, slots)
 	}
 	c.rel.sending.Wait()
 	c.rel.mu.Lock()
@@ -99,16 +113,26 @@ func (c *Client) ReleaseOnboarded(ctx context.Context) error {
 	return err
 }
 
-// releaseFailed handles an Acquire that failed while carrying release:
-// true when the agent refused the release itself (nothing was acquired;
-// the slots were not held any more, e.g. given back at their hold
-// timeout), so the Acquire should be tried again alone; false otherwise.
-// When the request may not have reached the agent the slots are queued
-// again; otherwise the agent applied the release before failing.
+// releaseFailed handles an Acquire that failed while carrying release,
+// and reports whether to try the Acquire again alone. The agent validates
+// a request (INVALID_ARGUMENT) and then applies its release
+// (FAILED_PRECONDITION: those slots were not held any more, e.g. given
+// back at their hold timeout) before acquiring anything, so after either
+// nothing was acquired: a refused release is reported, an unvalidated one
+// is sent again on its own, and the Acquire is retried alone. When the
+// request may not have reached the agent the slots are queued again;
+// after any other failure the agent had applied the release.
 func (c *Client) releaseFailed(release []int32, err error) bool {
 	switch status.Code(err) {
 	case codes.FailedPrecondition:
 		c.rel.fail(fmt.Errorf("connector: release of %d onboarded slots: %w", len(release), err))
+		return true
+	case codes.InvalidArgument:
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if rerr := c.releaseChunked(ctx, release); rerr != nil {
+			c.rel.fail(rerr)
+		}
 		return true
 	case codes.Canceled, codes.DeadlineExceeded, codes.Unavailable:
 		c.rel.add(release, c.releaseNow)

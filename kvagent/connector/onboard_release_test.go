@@ -67,3 +67,36 @@ func TestOnboardWithAStaleQueuedRelease(t *testing.T) {
 		t.Fatalf("second ReleaseOnboarded: %v, want the error reported once", err)
 	}
 }
+
+// More queued releases than one request may name (max_chain) go out on
+// their own, in requests the agent accepts, and the onboard still works.
+func TestOnboardReleasesMoreThanMaxChain(t *testing.T) {
+	f := startServer(t, 16, false) // max chain 8
+	c := dial(t, f)
+	ctx := context.Background()
+	blocks := chainBlocks(3, 100)
+	if err := c.Offload(ctx, "m", blocks); err != nil {
+		t.Fatal(err)
+	}
+	var held []int32
+	for range 4 {
+		slots, err := c.Acquire(ctx, "m", []uint64{100, 101, 102})
+		if err != nil || len(slots) != 3 {
+			t.Fatalf("acquire: %v, %v", slots, err)
+		}
+		held = append(held, slots...)
+	}
+	c.rel.mu.Lock()
+	c.rel.pending = held // 12 slots, as if from 4 onboards
+	c.rel.mu.Unlock()
+	dst := [][]byte{make([]byte, testBlockBytes), make([]byte, testBlockBytes), make([]byte, testBlockBytes)}
+	if n, err := c.Onboard(ctx, "m", []uint64{100, 101, 102}, dst); err != nil || n != 3 {
+		t.Fatalf("onboard with 12 queued releases (max chain 8): %d, %v", n, err)
+	}
+	if err := c.ReleaseOnboarded(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r, a := f.srv.Pinned(); r != 0 || a != 0 {
+		t.Fatalf("after ReleaseOnboarded: %d reserved, %d acquired held", r, a)
+	}
+}
