@@ -178,3 +178,26 @@ func TestFrameWriterQueueSendsWhenFull(t *testing.T) {
 		t.Fatalf("after %d bytes queued: %d written, %d buffered", maxQueuedBytes, w.Len(), fw.buffered())
 	}
 }
+
+type failingWriter struct{}
+
+func (failingWriter) Write([]byte) (int, error) { return 0, io.ErrClosedPipe }
+
+// Frames queued on a connection that fails still run their callbacks
+// (they hold ReadAccess pins), once.
+func TestFrameWriterQueueFailureRunsCallbacks(t *testing.T) {
+	fw := newFrameWriter(failingWriter{})
+	runs := 0
+	for i := range 3 {
+		if err := fw.queue(frameHeader{typ: frameData, xfer: 1, desc: uint32(i), region: 1}, pattern(9, 1000), func() { runs++ }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := fw.flush(); err == nil {
+		t.Fatal("flush to a failing connection: no error")
+	}
+	fw.dropQueued()
+	if runs != 3 || fw.buffered() != 0 {
+		t.Fatalf("%d callbacks after the failed send (want 3), %d bytes still buffered", runs, fw.buffered())
+	}
+}

@@ -337,6 +337,9 @@ func (sc *serverConn) serveRead(h frameHeader, r *region, n int64, release func(
 			}
 			sc.conn.SetWriteDeadline(time.Now().Add(sc.a.cfg.IOTimeout))
 			if err := sc.fw.queue(frameHeader{typ: frameData, xfer: h.xfer, desc: h.desc, region: h.region, offset: uint64(at)}, r.mem[at:at+c], sent); err != nil {
+				if release != nil { // not handed to the queue yet
+					release()
+				}
 				return err
 			}
 		}
