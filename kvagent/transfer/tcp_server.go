@@ -127,6 +127,7 @@ func (a *tcpAgent) serve(raw net.Conn) {
 	}
 	sc.fr.useVersion(version, a.serverTLS != nil)
 	sc.fw.useVersion(version, a.serverTLS != nil)
+	a.metrics.connected("target", version)
 	conn.SetDeadline(time.Time{})
 	// Frames queued for a vectored write hold pins (ReadAccess) until
 	// sent; a connection that ends lets them go.

@@ -535,6 +535,7 @@ func (a *tcpAgent) dialOffering(p *peer, offer uint8) (net.Conn, *frameReader, *
 	conn.SetDeadline(time.Time{})
 	fr.useVersion(h.version, a.clientTLS != nil)
 	fw.useVersion(h.version, a.clientTLS != nil)
+	a.metrics.connected("initiator", h.version)
 	return conn, fr, fw, int(h.maxPayload), nil
 }
 

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // streamVersions reports the protocol version of each open stream from a
@@ -92,6 +94,13 @@ func TestTCPProtocolVersionsInteroperate(t *testing.T) {
 				if v != c.want {
 					t.Fatalf("stream %d speaks version %d, want %d", i, v, c.want)
 				}
+			}
+			want := fmt.Sprint(c.want)
+			if got := testutil.ToFloat64(a.metrics.connections.WithLabelValues("initiator", want)); got != float64(len(vs)) {
+				t.Fatalf("initiator connections{version=%s} = %v, want %d", want, got, len(vs))
+			}
+			if got := testutil.ToFloat64(b.metrics.connections.WithLabelValues("target", want)); got != float64(len(vs)) {
+				t.Fatalf("target connections{version=%s} = %v, want %d", want, got, len(vs))
 			}
 		})
 	}
