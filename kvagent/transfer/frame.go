@@ -15,7 +15,8 @@ import (
 //	length  u32  bytes after this field: 30 + len(payload)
 //	sum     u32  checksum of length, the fields below and the payload:
 //	             CRC-32C in protocol version 2, chunked XXH3 in version 3
-//	             (frame_sum.go); hello frames always version 2's
+//	             (0 inside TLS; frame_sum.go); hello frames always
+//	             version 2's
 //	type    u8   frameType
 //	flags   u8   flagError on WRITE_ACK / NOTIF_ACK, else 0
 //	xfer    u64  wire transfer id (one per post), 0 for connection frames
@@ -173,7 +174,7 @@ func (fr *frameReader) next() (frameHeader, error) {
 }
 
 // payloadInto reads the payload into dst (len(dst) == h.n) and checks the
-// CRC. On a checksum error dst holds the bytes received.
+// checksum. On a checksum error dst holds the bytes received.
 func (fr *frameReader) payloadInto(dst []byte) error {
 	// The checksum follows the reads, over bytes the kernel just copied
 	// and that are still in cache, instead of a second pass over the
@@ -270,11 +271,11 @@ type frameWriter struct {
 	sent    []func() // called once the queued frames left (or failed)
 }
 
-// A queue of frames goes out once it holds this many bytes or frames:
-// on loopback, 64 KiB frames sent one writev each cost about a quarter
-// more CPU per byte than a raw copy (BENCHMARKS.md, kvagent peer
-// transfer); a megabyte per call is past where the system call's cost
-// matters, and small enough that the receiver never waits long for the
+// A queue of frames goes out once it holds this many bytes or frames.
+// One writev per DATA frame made the 64 KiB rows the slowest (50 % of a
+// raw copy before issue 19, BENCHMARKS.md, kvagent peer transfer); a
+// megabyte per call makes the system calls' fixed cost small next to the
+// copy, and is small enough that the receiver never waits long for the
 // first bytes.
 const (
 	maxQueuedBytes  = 1 << 20
