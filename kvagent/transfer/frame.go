@@ -26,13 +26,13 @@ import (
 //	payload      at most the receiver's MaxMessageBytes
 //
 // Big-endian throughout. A receiver checks the length against its bound
-// before it reads (or allocates) anything, and the CRC before it acts on a
-// frame; a frame that fails either ends the connection. The CRC sits in
+// before it reads (or allocates) anything, and the checksum before it acts on a
+// frame; a frame that fails either ends the connection. The checksum sits in
 // the header, not after the payload, because the sender has the whole
 // payload in memory anyway: the receiver then needs no extra read for a
 // trailer, one system call less per frame.
 const (
-	frameHeadLen  = 4 + 4 + 26 // length, CRC, fixed fields
+	frameHeadLen  = 4 + 4 + 26 // length, checksum, fixed fields
 	frameFixedLen = 4 + 26     // what length counts besides the payload
 	// bigPayload: payloads this large skip the bufio copy and go out with
 	// one writev (header, payload) straight from the region's memory.
@@ -123,7 +123,7 @@ var errChecksum = errors.New("frame checksum mismatch")
 
 // frameReader reads frames from a connection: next reads and checks the
 // header, then exactly one of payloadInto, payload or discard consumes the
-// payload and verifies the CRC.
+// payload and verifies the checksum.
 type frameReader struct {
 	r          io.Reader
 	maxPayload int

@@ -22,7 +22,7 @@ const (
 	reasonHandshake  = "handshake"   // the peer answered, but not as the agent we loaded
 	reasonTimeout    = "timeout"     // nothing arrived within IOTimeout
 	reasonPeerClosed = "peer_closed" // the connection ended (peer died or closed)
-	reasonChecksum   = "checksum"    // a frame's CRC32C did not match
+	reasonChecksum   = "checksum"    // a frame's checksum did not match
 	reasonProtocol   = "protocol"    // a frame that breaks the protocol
 	reasonRemote     = "remote"      // the peer refused or failed our request
 	reasonLocalIO    = "local_io"    // reading or writing a local FILE region failed
