@@ -25,8 +25,9 @@ import (
 // the loopback benchmark CRC-32C (hash/crc32's SSE4.2 path) took about a
 // third of the transfer's CPU time (BENCHMARKS.md, kvagent peer
 // transfer). zeebo/xxh3's one-shot Hash of a whole chunk takes its
-// AVX2/AVX-512 path, measured about twice as fast as CRC-32C on the
-// bench machine; fixed chunks let the receiver hash each one as soon as
+// AVX2/AVX-512 path, measured 1.7× as fast as CRC-32C on the bench
+// machine (256 KiB from cache, 10.8 against 6.2 GB/s under load); fixed
+// chunks let the receiver hash each one as soon as
 // it has arrived, from cache, whatever sizes the socket reads return.
 const sumChunk = 32 << 10
 
