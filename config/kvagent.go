@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"net"
 	"path/filepath"
 	"strings"
 )
@@ -26,6 +27,7 @@ import (
 //	    engine: {per_connection: 0, per_process: 0, hold_timeout: 60s}
 //	    peer: {per_connection: 0, per_peer: 0, total: 0, hold_timeout: 30s}
 //	  peer: {listen: 10.0.0.11:5700, transfer_listen: 10.0.0.11:5701, streams: 4,
+//	         advertise_host: 10.0.0.11,
 //	         tls: {cert_file: /etc/kvgate/peer/tls.crt, key_file: /etc/kvgate/peer/tls.key, ca_file: /etc/kvgate/peer/ca.crt},
 //	         namespaces: [{peer: node-b.gpu.internal, allow: [qwen3, "qwen3/*"]}]}
 //	  peers: [{name: node-b, addr: 10.0.0.12:5700}]
@@ -123,7 +125,15 @@ type KvagentPeer struct {
 	Addr   string `yaml:"addr"`
 	// TransferListen is the TCP transfer engine's listen address.
 	TransferListen string `yaml:"transfer_listen"`
-	Streams        int    `yaml:"streams"`
+	// AdvertiseHost (kvagent.peer only) is the host, an IP or DNS name
+	// without a port, that peers dial for this agent's transfer engine (at
+	// transfer_listen's port); it travels in the metadata PeerInfo
+	// returns. Default: transfer_listen's host, which will not do when
+	// that listens on every address (":5701", "0.0.0.0:5701", "[::]:5701"):
+	// the agent then refuses to start without it. `kvgate kvagent
+	// --advertise-host` overrides it (the Helm chart passes the pod IP).
+	AdvertiseHost string `yaml:"advertise_host"`
+	Streams       int    `yaml:"streams"`
 	// TLS (kvagent.peer only) is mutual TLS on both peer channels, the
 	// control gRPC service and the transfer engine: every agent presents
 	// its certificate and accepts only peers signed by ca_file. Required
@@ -289,6 +299,14 @@ func (x *Kvagent) validate(path string) error {
 	if (p.Listen == "") != (p.TransferListen == "") {
 		return fmt.Errorf("%s.peer: listen and transfer_listen go together", path)
 	}
+	if p.AdvertiseHost != "" {
+		if p.Listen == "" {
+			return fmt.Errorf("%s.peer.advertise_host: set without %s.peer.listen", path, path)
+		}
+		if err := CheckAdvertiseHost(p.AdvertiseHost); err != nil {
+			return fmt.Errorf("%s.peer.advertise_host: %w", path, err)
+		}
+	}
 	if p.Listen != "" {
 		if err := checkHostPort(p.Listen); err != nil {
 			return fmt.Errorf("%s.peer.listen: %w", path, err)
@@ -378,6 +396,26 @@ func (q *KvagentQuotas) validate(path string, hostBlocks int) error {
 		if b.d.D() < 100e6 || b.d.D() > 3600e9 {
 			return fmt.Errorf("%s.%s: %s: want 100ms..1h", path, b.key, b.d.D())
 		}
+	}
+	return nil
+}
+
+// CheckAdvertiseHost accepts an IP address or a DNS name, without a port.
+func CheckAdvertiseHost(h string) error {
+	if net.ParseIP(h) != nil {
+		return nil
+	}
+	if _, _, err := net.SplitHostPort(h); err == nil {
+		return fmt.Errorf("%q: want a host without a port (the port is transfer_listen's)", h)
+	}
+	bad := len(h) == 0 || len(h) > 253 || h[0] == '.' || h[0] == '-'
+	for _, r := range h {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '-') {
+			bad = true
+		}
+	}
+	if bad {
+		return fmt.Errorf("%q: want an IP address or a DNS name", h)
 	}
 	return nil
 }

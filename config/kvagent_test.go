@@ -67,6 +67,9 @@ func TestKvagentErrorsNameTheKey(t *testing.T) {
 		{"transfer_listen: 127.0.0.1:5701}", "transfer_listen: 0.0.0.0:5701}", `kvagent.peer.tls: required: kvagent.peer.transfer_listen "0.0.0.0:5701"`},
 		{"transfer_listen: 127.0.0.1:5701}", "transfer_listen: \":5701\"}", `kvagent.peer.transfer_listen ":5701" is not a loopback address`},
 		{"transfer_listen: 127.0.0.1:5701}", "transfer_listen: 127.0.0.1:5701, namespaces: [{peer: node-b, allow: [m]}]}", "kvagent.peer.namespaces: needs kvagent.peer.tls"},
+		{"transfer_listen: 127.0.0.1:5701}", "transfer_listen: 127.0.0.1:5701, advertise_host: \"127.0.0.1:5701\"}", `kvagent.peer.advertise_host: "127.0.0.1:5701": want a host without a port`},
+		{"transfer_listen: 127.0.0.1:5701}", "transfer_listen: 127.0.0.1:5701, advertise_host: \"$(POD_IP)\"}", `kvagent.peer.advertise_host: "$(POD_IP)": want an IP address or a DNS name`},
+		{"peer: {listen: 127.0.0.1:5700, transfer_listen: 127.0.0.1:5701}", "peer: {advertise_host: 10.0.0.1}", "kvagent.peer.advertise_host: set without kvagent.peer.listen"},
 		// Quotas.
 		{"host_blocks: 1024", "host_blocks: 1024\n  quotas: {engine: {per_connection: 1025}}", "kvagent.quotas.engine.per_connection: 1025: want 1..1024"},
 		{"host_blocks: 1024", "host_blocks: 1024\n  quotas: {peer: {total: -1}}", "kvagent.quotas.peer.total: -1"},

@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -129,5 +130,38 @@ func TestKvagentNetworkPolicyDefaultsToNothing(t *testing.T) {
 		"config": map[string]any{"kvagent": map[string]any{"peer": map[string]any{"listen": ":5700", "transfer_listen": ":5701"}}}})
 	if err == nil || !strings.Contains(err.Error(), "kvagent.peerTLS.secretName: required") {
 		t.Fatalf("peers without kvagent.peerTLS: %v, want a render failure naming it", err)
+	}
+}
+
+// With peers the kvagent advertises its transfer engine at the pod IP
+// (its listener is on every address, which peers cannot dial), or at
+// kvagent.advertiseHost when set.
+func TestKvagentAdvertisesThePodIP(t *testing.T) {
+	for _, c := range []struct {
+		values map[string]any
+		want   string
+	}{
+		{nil, "--advertise-host=$(POD_IP)"},
+		{map[string]any{"kvagent": map[string]any{"advertiseHost": "node-a.gpu.internal"}}, "--advertise-host=node-a.gpu.internal"},
+	} {
+		tmpl, _ := kvagentPolicy(t, decodeAll(t, mustRender(t, "testdata/values-full.yaml", c.values)))
+		ctr := tmpl.Spec.Containers[0]
+		if !slices.Contains(ctr.Args, c.want) {
+			t.Errorf("values %v: kvagent args %v, want %s", c.values, ctr.Args, c.want)
+		}
+		podIP := false
+		for _, e := range ctr.Env {
+			podIP = podIP || (e.Name == "POD_IP" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "status.podIP")
+		}
+		if !podIP {
+			t.Errorf("values %v: no POD_IP from status.podIP in %v", c.values, ctr.Env)
+		}
+	}
+	// Without peers there is nothing to advertise.
+	tmpl, _ := kvagentPolicy(t, decodeAll(t, mustRender(t, "", map[string]any{"kvagent": map[string]any{"enabled": true}})))
+	for _, a := range tmpl.Spec.Containers[0].Args {
+		if strings.HasPrefix(a, "--advertise-host") {
+			t.Errorf("kvagent without peers: args %v", tmpl.Spec.Containers[0].Args)
+		}
 	}
 }

@@ -143,6 +143,28 @@ func (a *Agent) serve(s *connector.Server, l net.Listener) {
 	}()
 }
 
+// listenTransfer opens kvagent.peer.transfer_listen and returns the
+// address peers are to dial for it: advertise_host (or the listen host) at
+// the bound port. A listener on every address (":5701", "0.0.0.0:…",
+// "[::]:…") names no address a peer could dial, so it needs
+// advertise_host.
+func listenTransfer(p config.KvagentPeer) (net.Listener, string, error) {
+	host, _, err := net.SplitHostPort(p.TransferListen)
+	if err != nil {
+		return nil, "", fmt.Errorf("kvagent.peer.transfer_listen %q: %w", p.TransferListen, err)
+	}
+	if p.AdvertiseHost != "" {
+		host = p.AdvertiseHost
+	} else if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		return nil, "", fmt.Errorf("kvagent.peer.transfer_listen %q listens on every address, which peers cannot dial: set kvagent.peer.advertise_host (or --advertise-host) to this node's address (the Helm chart passes the pod IP)", p.TransferListen)
+	}
+	l, err := net.Listen("tcp", p.TransferListen)
+	if err != nil {
+		return nil, "", fmt.Errorf("kvagent: transfer listen %s: %w", p.TransferListen, err)
+	}
+	return l, net.JoinHostPort(host, fmt.Sprint(l.Addr().(*net.TCPAddr).Port)), nil
+}
+
 // startPeer maps the arena for the transfer engine, starts it, and serves
 // the peer subset of the connector on kvagent.peer.listen.
 func (a *Agent) startPeer(reg prometheus.Registerer, m *connector.Metrics, limits connector.Limits) error {
@@ -156,9 +178,14 @@ func (a *Agent) startPeer(reg prometheus.Registerer, m *connector.Metrics, limit
 	if err != nil {
 		return fmt.Errorf("kvagent: peer: map arena: %w", err)
 	}
+	xl, advertise, err := listenTransfer(a.cfg.Peer)
+	if err != nil {
+		return err
+	}
 	if a.xfer, err = transfer.NewTCP(transfer.TCPConfig{
 		Name:       a.cfg.Name,
-		Listen:     a.cfg.Peer.TransferListen,
+		Listener:   xl,
+		Advertise:  advertise,
 		Streams:    a.cfg.Peer.Streams,
 		TLS:        a.peerTLS,
 		ReadAccess: a.authorizeRead,
@@ -170,6 +197,7 @@ func (a *Agent) startPeer(reg prometheus.Registerer, m *connector.Metrics, limit
 		Registerer:    reg,
 		Logger:        a.log.With("part", "transfer"),
 	}); err != nil {
+		xl.Close()
 		return fmt.Errorf("kvagent: peer transfer engine: %w", err)
 	}
 	if a.region, err = a.xfer.RegisterMem(transfer.Region{Kind: transfer.DRAM, Addr: a.arena}); err != nil {

@@ -18,7 +18,7 @@ import (
 func init() { registerBench("kvagent-store", benchKVAgentStore) }
 
 // benchKVAgentStore measures the kvagent's host tier (Put / Get through the
-// shared-memory arena, CRC-32C included) against a plain copy() of the same
+// shared-memory arena, chunked XXH3 checksum included) against a plain copy() of the same
 // bytes, and its disk tier (queued slot writes, verified slot reads)
 // against a dd-style sequential write / read of the same bytes with the
 // same flags on the same filesystem. Store and baseline alternate in half
@@ -108,14 +108,8 @@ func processCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// alternate is alternateCPU in wall-clock GB/s (bench_kvagent_connector.go
-// uses it too).
-func alternate(phase time.Duration, a, b func(time.Duration) (int64, time.Duration, error)) (float64, float64, error) {
-	ta, tb, err := alternateCPU(phase, a, b)
-	return ta.gbps(), tb.gbps(), err
-}
-
-// alternateCPU runs a and b in turn, in alternationRounds slices of phase
+// alternateCPU runs a and b in turn (bench_kvagent_connector.go uses it
+// too), in alternationRounds slices of phase
 // each. Short interleaved slices spread bursts of load from other
 // processes over both sides; CPU time is kept too, because on a
 // contended machine wall-clock time mostly measures waiting for a CPU.

@@ -26,6 +26,7 @@ func runKvagent(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("kvgate kvagent", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfgPath := fs.String("config", "", "configuration file (YAML) with a kvagent section")
+	advertise := fs.String("advertise-host", "", "host (IP or DNS name) peers dial for this agent's transfer engine; overrides kvagent.peer.advertise_host (a DaemonSet passes its pod IP)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -41,6 +42,17 @@ func runKvagent(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	if !cfg.Kvagent.Enabled() {
 		fmt.Fprintf(stderr, "kvgate kvagent: %s: kvagent.socket: required\n", *cfgPath)
 		return 2
+	}
+	if *advertise != "" {
+		if err := config.CheckAdvertiseHost(*advertise); err != nil {
+			fmt.Fprintf(stderr, "kvgate kvagent: --advertise-host: %v\n", err)
+			return 2
+		}
+		if cfg.Kvagent.Peer.Listen == "" {
+			fmt.Fprintln(stderr, "kvgate kvagent: --advertise-host: the config has no kvagent.peer")
+			return 2
+		}
+		cfg.Kvagent.Peer.AdvertiseHost = *advertise
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)

@@ -9,6 +9,7 @@ import (
 	"syscall"
 
 	pb "github.com/kvgate/kvgate/kvagent/connector/connectorpb"
+	"github.com/kvgate/kvgate/kvagent/store"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
@@ -31,6 +32,10 @@ type Client struct {
 	blockBytes int
 	slots      int
 	maxChain   int
+
+	// Onboard's Releases wait here to ride on the next Acquire
+	// (onboard_release.go).
+	rel releaseQueue
 }
 
 // Block is one block to offload: its engine hash, meta and KV bytes.
@@ -97,10 +102,11 @@ func mapArena(path string, size int) ([]byte, error) {
 	return b, nil
 }
 
-// Close unmaps the arena and closes the connection; the agent gives back
-// any slot still held.
+// Close sends the Release of onboarded slots still waiting for one,
+// unmaps the arena and closes the connection; the agent gives back any
+// slot still held.
 func (c *Client) Close() error {
-	var errs []error
+	errs := []error{c.ReleaseOnboarded(context.Background())}
 	if c.arena != nil {
 		errs = append(errs, syscall.Munmap(c.arena))
 		c.arena = nil
@@ -154,9 +160,18 @@ func (c *Client) Reserve(ctx context.Context, ns string, hashes []uint64) ([]int
 	return r.GetSlots(), nil
 }
 
-// Commit makes reserved, written slots resident under blocks' keys.
+// Commit makes reserved, written slots resident under blocks' keys; the
+// agent checksums each slot.
 func (c *Client) Commit(ctx context.Context, ns string, blocks []Block, slots []int32) error {
-	req := &pb.CommitRequest{Namespace: ns, Slots: slots, Blocks: make([]*pb.BlockMeta, len(blocks))}
+	return c.CommitSummed(ctx, ns, blocks, slots, nil)
+}
+
+// CommitSummed is Commit with each slot's checksum (store.BlockSum of the
+// bytes written, parallel to blocks) computed by the engine while it
+// copied them in (store.CopySum), sparing the agent a pass over every
+// slot. nil sums: the agent computes them.
+func (c *Client) CommitSummed(ctx context.Context, ns string, blocks []Block, slots []int32, sums []uint64) error {
+	req := &pb.CommitRequest{Namespace: ns, Slots: slots, Blocks: make([]*pb.BlockMeta, len(blocks)), Sums: sums}
 	for i, b := range blocks {
 		req.Blocks[i] = &pb.BlockMeta{Hash: b.Hash, Parent: b.Parent, HasParent: b.HasParent, TokenIds: b.TokenIDs, LoraName: b.LoRAName}
 	}
@@ -175,7 +190,12 @@ func (c *Client) Abort(ctx context.Context, slots []int32) error {
 
 // Acquire pins the resident prefix of chain and returns its slots.
 func (c *Client) Acquire(ctx context.Context, ns string, chain []uint64) ([]int32, error) {
-	r, err := c.rpc.Acquire(ctx, &pb.AcquireRequest{Namespace: ns, Chain: chain})
+	return c.acquire(ctx, ns, chain, nil)
+}
+
+// acquire is Acquire releasing slots first (AcquireRequest.release).
+func (c *Client) acquire(ctx context.Context, ns string, chain []uint64, release []int32) ([]int32, error) {
+	r, err := c.rpc.Acquire(ctx, &pb.AcquireRequest{Namespace: ns, Chain: chain, Release: release})
 	if err != nil {
 		return nil, err
 	}
@@ -200,8 +220,9 @@ func (c *Client) Stats(ctx context.Context) (*pb.StatsResponse, error) {
 	return c.rpc.Stats(ctx, &pb.StatsRequest{})
 }
 
-// Offload stores blocks: Reserve, copy each block's Data into its slot,
-// Commit (Abort on any failure after Reserve).
+// Offload stores blocks: Reserve, copy each block's Data into its slot
+// (checksumming it on the way, store.CopySum), CommitSummed (Abort on any
+// failure after Reserve).
 func (c *Client) Offload(ctx context.Context, ns string, blocks []Block) error {
 	if len(blocks) == 0 {
 		return nil
@@ -217,11 +238,14 @@ func (c *Client) Offload(ctx context.Context, ns string, blocks []Block) error {
 	if err != nil {
 		return err
 	}
+	// One pass over each block: copied into its slot and checksummed
+	// from cache as it goes, so the agent need not read the slots again.
+	sums := make([]uint64, len(slots))
 	for i, s := range slots {
 		dst, _ := c.Slot(s) // checked by Reserve
-		copy(dst, blocks[i].Data)
+		sums[i] = store.CopySum(dst, blocks[i].Data)
 	}
-	if err := c.Commit(ctx, ns, blocks, slots); err != nil {
+	if err := c.CommitSummed(ctx, ns, blocks, slots, sums); err != nil {
 		return errors.Join(err, c.Abort(context.WithoutCancel(ctx), slots))
 	}
 	return nil
@@ -229,9 +253,23 @@ func (c *Client) Offload(ctx context.Context, ns string, blocks []Block) error {
 
 // Onboard copies the resident prefix of chain into dst (one BlockBytes
 // buffer per block, len(dst) >= len(chain)) and returns how many blocks it
-// copied: Acquire, copy, Release.
+// copied: Acquire, copy, Release. The Release rides on the next Onboard's
+// Acquire, or goes alone within onboardReleaseDelay (onboard_release.go).
 func (c *Client) Onboard(ctx context.Context, ns string, chain []uint64, dst [][]byte) (int, error) {
-	slots, err := c.Acquire(ctx, ns, chain)
+	release := c.rel.take()
+	if len(release) > c.maxChain { // more than one request may name
+		if err := c.releaseChunked(ctx, release); err != nil {
+			c.rel.fail(err)
+		}
+		release = nil
+	}
+	slots, err := c.acquire(ctx, ns, chain, release)
+	if err != nil && len(release) > 0 {
+		if !c.releaseFailed(release, err) {
+			return 0, err
+		}
+		slots, err = c.acquire(ctx, ns, chain, nil)
+	}
 	if err != nil {
 		return 0, err
 	}
@@ -239,7 +277,8 @@ func (c *Client) Onboard(ctx context.Context, ns string, chain []uint64, dst [][
 		src, _ := c.Slot(s)
 		copy(dst[i], src)
 	}
-	return len(slots), c.Release(context.WithoutCancel(ctx), slots)
+	c.rel.add(slots, c.releaseNow)
+	return len(slots), nil
 }
 
 func (c *Client) checkSlots(slots []int32) error {

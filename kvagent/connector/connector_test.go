@@ -122,6 +122,9 @@ func TestOffloadThenOnboardReturnsTheBytes(t *testing.T) {
 	if _, m, err := f.st.Get(store.Key{Namespace: "m", Hash: 101}, got); err != nil || !bytes.Equal(got, blocks[1].Data) || m.Parent != 100 || !m.HasParent {
 		t.Errorf("store copy of block 101: err %v, equal %v, meta %+v", err, bytes.Equal(got, blocks[1].Data), m)
 	}
+	if err := c.ReleaseOnboarded(ctx); err != nil {
+		t.Fatal(err)
+	}
 	if r, a := f.srv.Pinned(); r != 0 || a != 0 {
 		t.Errorf("after offload and onboard: %d reserved, %d acquired slots still held", r, a)
 	}
@@ -131,6 +134,47 @@ func TestOffloadThenOnboardReturnsTheBytes(t *testing.T) {
 	}
 	if st.GetTiers()[0].GetBlocks() != 3 || st.GetSlotCount() != 16 {
 		t.Errorf("stats: %v", st)
+	}
+}
+
+// Offload sends the sums it computed while copying (CommitSummed): the
+// store keeps them, so the blocks pass the peer path's verification; a
+// block committed under a wrong sum is dropped there, not served.
+func TestCommitSummedSumsAreTheStores(t *testing.T) {
+	f := startServer(t, 16, false)
+	c := dial(t, f)
+	ctx := context.Background()
+	blocks := chainBlocks(3, 100)
+	if err := c.Offload(ctx, "m", blocks); err != nil {
+		t.Fatal(err)
+	}
+	got, err := f.st.AcquireVerified("m", []uint64{100, 101, 102})
+	if err != nil || len(got) != 3 {
+		t.Fatalf("AcquireVerified of offloaded blocks: %v, %v; want all 3", got, err)
+	}
+	f.st.Release(got)
+
+	wrong := chainBlocks(2, 200)
+	slots, err := c.Reserve(ctx, "m", []uint64{200, 201})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sums := make([]uint64, 2)
+	for i, s := range slots {
+		dst, _ := c.Slot(s)
+		sums[i] = store.CopySum(dst, wrong[i].Data)
+	}
+	sums[1]++
+	if err := c.CommitSummed(ctx, "m", wrong, slots, sums); err != nil {
+		t.Fatal(err)
+	}
+	got, err = f.st.AcquireVerified("m", []uint64{200, 201})
+	if err != nil || len(got) != 1 {
+		t.Fatalf("AcquireVerified over a wrong sum: %v, %v; want the 1 block before it", got, err)
+	}
+	f.st.Release(got)
+	if st := f.st.Stats(); st.Host.CorruptBlocks != 1 {
+		t.Fatalf("corrupt blocks %d, want 1", st.Host.CorruptBlocks)
 	}
 }
 
@@ -160,6 +204,14 @@ func TestBadRequestsAreRefusedNamingTheField(t *testing.T) {
 		{"commit of slots not reserved", func() error {
 			return c.Commit(ctx, "m", chainBlocks(1, 1), []int32{0})
 		}, codes.FailedPrecondition, "slot 0 is not reserved by this connection"},
+		{"sums count mismatch", func() error {
+			slots, err := c.Reserve(ctx, "m", []uint64{7, 8})
+			if err != nil {
+				return err
+			}
+			defer c.Abort(ctx, slots)
+			return c.CommitSummed(ctx, "m", chainBlocks(2, 7), slots, []uint64{1})
+		}, codes.InvalidArgument, "sums: 1 sums for 2 blocks"},
 		{"release of slots not acquired", func() error { return c.Release(ctx, []int32{1}) }, codes.FailedPrecondition, "slot 1 is not acquired"},
 		{"commit without tokens", func() error {
 			slots, err := c.Reserve(ctx, "m", []uint64{9})

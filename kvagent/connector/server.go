@@ -326,7 +326,13 @@ func (s *Server) Commit(ctx context.Context, r *pb.CommitRequest) (*pb.CommitRes
 		ks[i] = store.Key{Namespace: r.GetNamespace(), Hash: b.GetHash()}
 		metas[i] = metaFromPB(b)
 	}
-	if err := s.st.Commit(ks, metas, slots); err != nil {
+	commit := s.st.Commit
+	if sums := r.GetSums(); len(sums) > 0 { // checkCommit: one per block
+		commit = func(ks []store.Key, metas []store.Meta, slots []store.Slot) error {
+			return s.st.CommitSummed(ks, metas, slots, sums)
+		}
+	}
+	if err := commit(ks, metas, slots); err != nil {
 		s.l.putReserved(id, slots)
 		return nil, status.Errorf(codes.InvalidArgument, "commit: %v", err)
 	}
@@ -344,6 +350,14 @@ func (s *Server) Abort(ctx context.Context, r *pb.AbortRequest) (*pb.AbortRespon
 
 func (s *Server) Acquire(ctx context.Context, r *pb.AcquireRequest) (*pb.AcquireResponse, error) {
 	id := connID(ctx)
+	if rel := slotsFromPB(r.GetRelease()); len(rel) > 0 {
+		// An earlier onboard's Release riding on this Acquire: applied
+		// first, so the quota below no longer counts those slots.
+		if bad, ok := s.l.take(id, rel, true); !ok {
+			return nil, status.Errorf(codes.FailedPrecondition, "release: slot %d is not acquired by this connection%s", bad, s.expiryHint())
+		}
+		s.st.Release(rel)
+	}
 	chain := r.GetChain()
 	// The prefix ends where the quota does: fewer blocks onboarded, the
 	// rest recomputed, never a stall.

@@ -36,6 +36,9 @@ func validateRequest(req proto.Message, l Limits) error {
 		err = checkChain("chain", r.GetNamespace(), r.GetChain(), l, false)
 	case *pb.AcquireRequest:
 		err = checkChain("chain", r.GetNamespace(), r.GetChain(), l, false)
+		if err == nil && len(r.GetRelease()) > 0 {
+			err = checkSlots("release", r.GetRelease(), l, false) // as ReleaseRequest's
+		}
 	case *pb.ReserveRequest:
 		err = checkChain("hashes", r.GetNamespace(), r.GetHashes(), l, true)
 	case *pb.CommitRequest:
@@ -127,6 +130,9 @@ func checkCommit(r *pb.CommitRequest, l Limits) error {
 	}
 	if err := checkSlots("slots", r.GetSlots(), l, true); err != nil {
 		return err
+	}
+	if n := len(r.GetSums()); n != 0 && n != len(bs) {
+		return fmt.Errorf("sums: %d sums for %d blocks (one per block, or none)", n, len(bs))
 	}
 	seen := make(map[uint64]int, len(bs))
 	tokens := -1

@@ -42,6 +42,27 @@ func (s *Store) Reserve(ks []Key) ([]Slot, error) {
 // has written them: each block's checksum is computed from the slot, the
 // slot is unpinned, and an admitted block is queued for disk.
 func (s *Store) Commit(ks []Key, metas []Meta, slots []Slot) error {
+	return s.commit(ks, metas, slots, nil)
+}
+
+// CommitSummed is Commit with each block's checksum (BlockSum) given by
+// the writer, which computed it while copying the block into its slot
+// (CopySum), so the store does not read every slot again — a second pass
+// over the bytes that cost more than the copy itself on the offload path
+// (BENCHMARKS.md, kvagent engine connector). The sum is trusted as far as
+// the bytes are: the writer could write any bytes anyway. A wrong sum
+// only makes its block fail where blocks are verified (Get, AcquireVerified
+// before a peer is served, disk reads and recovery), which drops it; it
+// is never served on.
+func (s *Store) CommitSummed(ks []Key, metas []Meta, slots []Slot, sums []uint64) error {
+	if len(sums) != len(ks) {
+		return fmt.Errorf("commit: %d sums for %d keys: want one per block", len(sums), len(ks))
+	}
+	return s.commit(ks, metas, slots, sums)
+}
+
+// commit is Commit; sums nil means compute them from the slots.
+func (s *Store) commit(ks []Key, metas []Meta, slots []Slot, sums []uint64) error {
 	if len(ks) != len(metas) || len(ks) != len(slots) {
 		return fmt.Errorf("commit: %d keys, %d metas, %d slots: want equal counts", len(ks), len(metas), len(slots))
 	}
@@ -65,9 +86,11 @@ func (s *Store) Commit(ks []Key, metas []Meta, slots []Slot) error {
 	s.mu.Unlock()
 	defer s.inflight.Done()
 
-	sums := make([]uint64, len(slots))
-	for i, sl := range slots {
-		sums[i] = blockSum(s.arena.slot(int32(sl)))
+	if sums == nil {
+		sums = make([]uint64, len(slots))
+		for i, sl := range slots {
+			sums[i] = blockSum(s.arena.slot(int32(sl)))
+		}
 	}
 
 	s.mu.Lock()

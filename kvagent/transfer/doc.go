@@ -14,8 +14,12 @@
 //   - NewTCP (default, pure Go): every agent listens; an initiator opens
 //     TCPConfig.Streams connections per peer and stripes descriptors (and
 //     4 MiB stripes of long descriptors) over them. Frames are
-//     length-prefixed, bounded by MaxMessageBytes and carry a CRC32C
-//     (frame.go has the layout). The target checks every descriptor
+//     length-prefixed, bounded by MaxMessageBytes and carry a checksum
+//     (frame.go has the layout, frame_sum.go the checksum: CRC-32C in
+//     protocol version 2, chunked XXH3 in version 3, none inside TLS in
+//     version 3; the two ends agree on the newest version both speak).
+//     A target sends a DRAM read's frames, and the next reads', with one
+//     vectored write of up to 1 MiB. The target checks every descriptor
 //     against what it has registered, whatever the initiator's metadata
 //     said, and answers out-of-bounds or unknown regions with an error,
 //     never bytes. A connection that breaks, times out (IOTimeout) or
@@ -44,6 +48,8 @@
 // Commits, and tells the peer to Release (a connector call).
 //
 // Metrics (on the Registerer in the config): kvgate_kvagent_transfer_bytes_total{direction},
-// kvgate_kvagent_transfers_total{result}, kvgate_kvagent_transfer_errors_total{reason};
-// see metrics.go for the reasons.
+// kvgate_kvagent_transfers_total{result}, kvgate_kvagent_transfer_errors_total{reason},
+// kvgate_kvagent_transfer_connections_total{side,version} (which protocol
+// versions are still in use during an upgrade); see metrics.go for the
+// reasons.
 package transfer

@@ -13,7 +13,10 @@ import (
 // The TCP backend's wire format. Every message is one frame:
 //
 //	length  u32  bytes after this field: 30 + len(payload)
-//	crc32c  u32  Castagnoli CRC of length, the fields below and the payload
+//	sum     u32  checksum of length, the fields below and the payload:
+//	             CRC-32C in protocol version 2, chunked XXH3 in version 3
+//	             (0 inside TLS; frame_sum.go); hello frames always
+//	             version 2's
 //	type    u8   frameType
 //	flags   u8   flagError on WRITE_ACK / NOTIF_ACK, else 0
 //	xfer    u64  wire transfer id (one per post), 0 for connection frames
@@ -23,13 +26,13 @@ import (
 //	payload      at most the receiver's MaxMessageBytes
 //
 // Big-endian throughout. A receiver checks the length against its bound
-// before it reads (or allocates) anything, and the CRC before it acts on a
-// frame; a frame that fails either ends the connection. The CRC sits in
+// before it reads (or allocates) anything, and the checksum before it acts on a
+// frame; a frame that fails either ends the connection. The checksum sits in
 // the header, not after the payload, because the sender has the whole
 // payload in memory anyway: the receiver then needs no extra read for a
 // trailer, one system call less per frame.
 const (
-	frameHeadLen  = 4 + 4 + 26 // length, CRC, fixed fields
+	frameHeadLen  = 4 + 4 + 26 // length, checksum, fixed fields
 	frameFixedLen = 4 + 26     // what length counts besides the payload
 	// bigPayload: payloads this large skip the bufio copy and go out with
 	// one writev (header, payload) straight from the region's memory.
@@ -58,12 +61,20 @@ const (
 
 const flagError uint8 = 1
 
-// protocolVersion is carried in hello frames; a peer speaking another
-// version is refused with a clear error. Version 2 added the grant to
+// protocolVersion is the newest version this agent speaks; it speaks
+// every version from minProtocolVersion. The initiator's HELLO offers its
+// newest, the target's HELLO_ACK names the one both speak (the lower of
+// the two), and the connection's frames after the hellos use it. A target
+// that speaks neither refuses with an ERROR frame; an initiator whose
+// offer a version-2 target refused that way dials again offering 2
+// (version-2 agents accept exactly 2). Version 2 added the grant to
 // READ_REQ (version 1 peers read without one, which a target with
 // ReadAccess cannot allow, so they are refused at the hello rather than
-// on every read).
-const protocolVersion = 2
+// on every read); version 3 changed the frame checksum (frame_sum.go).
+const (
+	protocolVersion    = 3
+	minProtocolVersion = 2
+)
 
 // readRequest is the payload of READ_REQ.
 type readRequest struct {
@@ -112,15 +123,21 @@ var errChecksum = errors.New("frame checksum mismatch")
 
 // frameReader reads frames from a connection: next reads and checks the
 // header, then exactly one of payloadInto, payload or discard consumes the
-// payload and verifies the CRC.
+// payload and verifies the checksum.
 type frameReader struct {
 	r          io.Reader
 	maxPayload int
 	hdr        [frameHeadLen]byte
-	crc        uint32 // computed so far
-	want       uint32 // from the header
+	sum        frameSum // computed so far
+	want       uint32   // from the header
 	scratch    []byte
+	version    uint8 // agreed at the hellos (0 before)
 }
+
+// useVersion sets the checksum of the frames after the hellos, for
+// protocol version v on a connection that is (overTLS) or is not
+// encrypted.
+func (fr *frameReader) useVersion(v uint8, overTLS bool) { fr.version = v; fr.sum.use(v, overTLS) }
 
 func newFrameReader(r io.Reader, maxPayload int) *frameReader {
 	return &frameReader{r: r, maxPayload: maxPayload}
@@ -152,19 +169,21 @@ func (fr *frameReader) next() (frameHeader, error) {
 		return frameHeader{}, withReason(reasonProtocol, fmt.Errorf("%s frame with flags %#x", h.typ, h.flags))
 	}
 	fr.want = binary.BigEndian.Uint32(b[4:])
-	fr.crc = crc32.Update(crc32.Update(0, castagnoli, b[:4]), castagnoli, b[8:])
+	fr.sum.start(b)
 	return h, nil
 }
 
 // payloadInto reads the payload into dst (len(dst) == h.n) and checks the
-// CRC. On a checksum error dst holds the bytes received.
+// checksum. On a checksum error dst holds the bytes received.
 func (fr *frameReader) payloadInto(dst []byte) error {
-	// The CRC follows each read, over bytes the kernel just copied and
-	// that are still in cache, instead of a second pass over the payload.
+	// The checksum follows the reads, over bytes the kernel just copied
+	// and that are still in cache, instead of a second pass over the
+	// payload.
+	summed := 0
 	for got := 0; got < len(dst); {
 		n, err := fr.r.Read(dst[got:])
-		fr.crc = crc32.Update(fr.crc, castagnoli, dst[got:got+n])
 		got += n
+		summed = fr.sum.add(dst, summed, got, got == len(dst))
 		if err != nil && got < len(dst) {
 			return unexpectedEOF(err)
 		}
@@ -190,15 +209,16 @@ func (fr *frameReader) discard(h frameHeader) error {
 		if _, err := io.ReadFull(fr.r, fr.scratch[:c]); err != nil {
 			return unexpectedEOF(err)
 		}
-		fr.crc = crc32.Update(fr.crc, castagnoli, fr.scratch[:c])
+		// The scratch buffer holds whole chunks (64 KiB) but for the last.
+		fr.sum.add(fr.scratch, 0, c, true)
 		n -= c
 	}
 	return fr.check()
 }
 
 func (fr *frameReader) check() error {
-	if fr.want != fr.crc {
-		return withReason(reasonChecksum, fmt.Errorf("%w: frame says %08x, computed %08x", errChecksum, fr.want, fr.crc))
+	if got := fr.sum.sum(); fr.want != got {
+		return withReason(reasonChecksum, fmt.Errorf("%w: frame says %08x, computed %08x", errChecksum, fr.want, got))
 	}
 	return nil
 }
@@ -233,21 +253,45 @@ func readFrame(r io.Reader, maxPayload int) (frame, error) {
 
 // frameWriter writes frames to a connection: small frames through a
 // buffer (flushed by the caller when it has nothing more to send), big
-// payloads with one vectored write and no copy.
+// payloads with one vectored write and no copy; queue holds frames whose
+// payloads stay put until they are sent, so that several go out in one
+// vectored write.
 type frameWriter struct {
 	conn io.Writer
 	bw   *bufio.Writer
 	hdr  [frameHeadLen]byte
 	vec  [2][]byte
+	sum  frameSum
+	// Queued frames, sent by one writev: header, payload, header, ...
+	// Their headers live in heads (capacity for maxQueuedFrames, so
+	// appending never moves them). bw is empty while frames are queued.
+	queued  net.Buffers
+	heads   []byte
+	queuedN int
+	sent    []func() // called once the queued frames left (or failed)
 }
+
+// A queue of frames goes out once it holds this many bytes or frames.
+// One writev per DATA frame made the 64 KiB rows the slowest (50 % of a
+// raw copy before issue 19, BENCHMARKS.md, kvagent peer transfer); a
+// megabyte per call makes the system calls' fixed cost small next to the
+// copy, and is small enough that the receiver never waits long for the
+// first bytes.
+const (
+	maxQueuedBytes  = 1 << 20
+	maxQueuedFrames = 64
+)
 
 func newFrameWriter(conn io.Writer) *frameWriter {
 	return &frameWriter{conn: conn, bw: bufio.NewWriterSize(conn, 64<<10)}
 }
 
-func (fw *frameWriter) write(h frameHeader, payload []byte) error {
-	payload = wireCopy(payload)
-	wireRelease()
+// useVersion sets the checksum of the frames after the hellos (as
+// frameReader's).
+func (fw *frameWriter) useVersion(v uint8, overTLS bool) { fw.sum.use(v, overTLS) }
+
+// header encodes h for payload into fw.hdr, checksum included.
+func (fw *frameWriter) header(h frameHeader, payload []byte) []byte {
 	b := fw.hdr[:]
 	binary.BigEndian.PutUint32(b[0:], uint32(frameFixedLen+len(payload)))
 	b[8] = byte(h.typ)
@@ -256,8 +300,20 @@ func (fw *frameWriter) write(h frameHeader, payload []byte) error {
 	binary.BigEndian.PutUint32(b[18:], h.desc)
 	binary.BigEndian.PutUint32(b[22:], h.region)
 	binary.BigEndian.PutUint64(b[26:], h.offset)
-	crc := crc32.Update(crc32.Update(0, castagnoli, b[:4]), castagnoli, b[8:])
-	binary.BigEndian.PutUint32(b[4:], crc32.Update(crc, castagnoli, payload))
+	fw.sum.start(b)
+	fw.sum.add(payload, 0, len(payload), true)
+	binary.BigEndian.PutUint32(b[4:], fw.sum.sum())
+	return b
+}
+
+// write sends a frame after those queued, or buffers a small one.
+func (fw *frameWriter) write(h frameHeader, payload []byte) error {
+	payload = wireCopy(payload)
+	wireRelease()
+	if err := fw.sendQueued(); err != nil {
+		return err
+	}
+	b := fw.header(h, payload)
 	if len(payload) < bigPayload {
 		fw.bw.Write(b)
 		_, err := fw.bw.Write(payload)
@@ -273,9 +329,62 @@ func (fw *frameWriter) write(h frameHeader, payload []byte) error {
 	return err
 }
 
-func (fw *frameWriter) flush() error { return fw.bw.Flush() }
+// queue adds a frame whose payload the caller leaves unchanged until sent
+// (sent, when not nil, is called then, or when sending fails); the queue
+// goes out when full, before any write, or at flush.
+func (fw *frameWriter) queue(h frameHeader, payload []byte, sent func()) error {
+	payload = wireCopy(payload)
+	wireRelease()
+	if sent != nil {
+		fw.sent = append(fw.sent, sent)
+	}
+	if err := fw.bw.Flush(); err != nil {
+		fw.dropQueued()
+		return err
+	}
+	if fw.heads == nil {
+		fw.heads = make([]byte, 0, maxQueuedFrames*frameHeadLen)
+	}
+	fw.heads = append(fw.heads, fw.header(h, payload)...)
+	fw.queued = append(fw.queued, fw.heads[len(fw.heads)-frameHeadLen:], payload)
+	fw.queuedN += frameHeadLen + len(payload)
+	if fw.queuedN >= maxQueuedBytes || len(fw.queued) >= 2*maxQueuedFrames {
+		return fw.sendQueued()
+	}
+	return nil
+}
 
-func (fw *frameWriter) buffered() int { return fw.bw.Buffered() }
+// sendQueued writes the queued frames with one vectored write.
+func (fw *frameWriter) sendQueued() error {
+	if len(fw.queued) == 0 {
+		return nil
+	}
+	bufs := fw.queued // WriteTo consumes its receiver
+	_, err := bufs.WriteTo(fw.conn)
+	fw.dropQueued()
+	return err
+}
+
+// dropQueued forgets the queued frames (sent or not) and runs their
+// callbacks; a connection that ends calls it for what it never sent.
+func (fw *frameWriter) dropQueued() {
+	clear(fw.queued)
+	fw.queued, fw.heads, fw.queuedN = fw.queued[:0], fw.heads[:0], 0
+	for _, f := range fw.sent {
+		f()
+	}
+	clear(fw.sent)
+	fw.sent = fw.sent[:0]
+}
+
+func (fw *frameWriter) flush() error {
+	if err := fw.sendQueued(); err != nil {
+		return err
+	}
+	return fw.bw.Flush()
+}
+
+func (fw *frameWriter) buffered() int { return fw.bw.Buffered() + fw.queuedN }
 
 // hello is the payload of HELLO and HELLO_ACK.
 type hello struct {
@@ -291,13 +400,23 @@ func (h hello) encode() []byte {
 	return append(p, h.name...)
 }
 
-func decodeHello(p []byte) (hello, error) {
+// versionRange names the versions an agent speaks, for errors.
+func versionRange(lo, hi uint8) string {
+	if lo == hi {
+		return fmt.Sprint(lo)
+	}
+	return fmt.Sprintf("%d to %d", lo, hi)
+}
+
+// decodeHello parses a hello whose version must lie in [minVersion,
+// maxVersion].
+func decodeHello(p []byte, minVersion, maxVersion uint8) (hello, error) {
 	if len(p) < 6 || len(p) > 5+maxNameLen {
 		return hello{}, withReason(reasonProtocol, fmt.Errorf("hello payload of %d bytes, want 6..%d", len(p), 5+maxNameLen))
 	}
 	h := hello{version: p[0], maxPayload: binary.BigEndian.Uint32(p[1:]), name: string(p[5:])}
-	if h.version != protocolVersion {
-		return hello{}, withReason(reasonProtocol, fmt.Errorf("peer speaks protocol version %d, this agent %d", h.version, protocolVersion))
+	if h.version < minVersion || h.version > maxVersion {
+		return hello{}, withReason(reasonProtocol, fmt.Errorf("peer speaks protocol version %d, this agent %s", h.version, versionRange(minVersion, maxVersion)))
 	}
 	if h.maxPayload < minMessageBytes || h.maxPayload > maxMessageBytes {
 		return hello{}, withReason(reasonProtocol, fmt.Errorf("peer max message %d bytes outside [%d, %d]", h.maxPayload, minMessageBytes, maxMessageBytes))

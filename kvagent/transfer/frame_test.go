@@ -101,7 +101,103 @@ func FuzzReadFrame(f *testing.F) {
 			t.Fatalf("re-encoded frame differs from the input")
 		}
 		if fr.typ == frameHello || fr.typ == frameHelloAck {
-			decodeHello(fr.payload) // must not panic
+			decodeHello(fr.payload, minProtocolVersion, protocolVersion) // must not panic
 		}
 	})
+}
+
+// Queued frames go out in order with written ones, each once, their
+// callbacks after they were handed to the connection; a queue dropped
+// unsent still runs its callbacks.
+func TestFrameWriterQueue(t *testing.T) {
+	var w bytes.Buffer
+	fw := newFrameWriter(&w)
+	fw.useVersion(3, false)
+	sent := 0
+	var order []frameHeader
+	big := pattern(4, 100<<10)
+	for i := range 3 {
+		h := frameHeader{typ: frameData, xfer: 1, desc: uint32(i), region: 1, offset: uint64(i)}
+		order = append(order, h)
+		if err := fw.queue(h, big[i*1000:i*1000+5000], func() { sent++ }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if w.Len() != 0 || sent != 0 || fw.buffered() != 3*(frameHeadLen+5000) {
+		t.Fatalf("queued frames: %d bytes written, %d callbacks, %d buffered; want nothing sent yet", w.Len(), sent, fw.buffered())
+	}
+	ack := frameHeader{typ: frameWriteAck, xfer: 2}
+	order = append(order, ack)
+	if err := fw.write(ack, nil); err != nil { // sends the queue first
+		t.Fatal(err)
+	}
+	if sent != 3 {
+		t.Fatalf("%d callbacks after the queue went out, want 3", sent)
+	}
+	h := frameHeader{typ: frameData, xfer: 3, region: 1}
+	order = append(order, h)
+	if err := fw.queue(h, big, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := fw.flush(); err != nil {
+		t.Fatal(err)
+	}
+	fr := newFrameReader(bytes.NewReader(w.Bytes()), 1<<20)
+	fr.useVersion(3, false)
+	for i, want := range order {
+		f, err := readFrameFrom(fr)
+		if err != nil {
+			t.Fatalf("frame %d: %v", i, err)
+		}
+		if f.typ != want.typ || f.xfer != want.xfer || f.desc != want.desc || f.offset != want.offset {
+			t.Fatalf("frame %d is %+v, want %+v", i, f.frameHeader, want)
+		}
+	}
+	if _, err := readFrameFrom(fr); !errors.Is(err, io.EOF) {
+		t.Fatalf("after the frames: %v, want EOF", err)
+	}
+	dropped := false
+	fw.queue(frameHeader{typ: frameData, xfer: 4, region: 1}, big, func() { dropped = true })
+	fw.dropQueued()
+	if !dropped || fw.buffered() != 0 {
+		t.Fatalf("dropQueued: callback run %v, %d bytes still buffered", dropped, fw.buffered())
+	}
+}
+
+// Enough queued bytes go out without waiting for a flush.
+func TestFrameWriterQueueSendsWhenFull(t *testing.T) {
+	var w bytes.Buffer
+	fw := newFrameWriter(&w)
+	p := pattern(5, 64<<10)
+	for i := 0; i*len(p) < maxQueuedBytes; i++ {
+		if err := fw.queue(frameHeader{typ: frameData, xfer: 1, desc: uint32(i), region: 1}, p, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if w.Len() < maxQueuedBytes || fw.buffered() != 0 {
+		t.Fatalf("after %d bytes queued: %d written, %d buffered", maxQueuedBytes, w.Len(), fw.buffered())
+	}
+}
+
+type failingWriter struct{}
+
+func (failingWriter) Write([]byte) (int, error) { return 0, io.ErrClosedPipe }
+
+// Frames queued on a connection that fails still run their callbacks
+// (they hold ReadAccess pins), once.
+func TestFrameWriterQueueFailureRunsCallbacks(t *testing.T) {
+	fw := newFrameWriter(failingWriter{})
+	runs := 0
+	for i := range 3 {
+		if err := fw.queue(frameHeader{typ: frameData, xfer: 1, desc: uint32(i), region: 1}, pattern(9, 1000), func() { runs++ }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := fw.flush(); err == nil {
+		t.Fatal("flush to a failing connection: no error")
+	}
+	fw.dropQueued()
+	if runs != 3 || fw.buffered() != 0 {
+		t.Fatalf("%d callbacks after the failed send (want 3), %d bytes still buffered", runs, fw.buffered())
+	}
 }

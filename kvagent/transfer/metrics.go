@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strconv"
 	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,7 +22,7 @@ const (
 	reasonHandshake  = "handshake"   // the peer answered, but not as the agent we loaded
 	reasonTimeout    = "timeout"     // nothing arrived within IOTimeout
 	reasonPeerClosed = "peer_closed" // the connection ended (peer died or closed)
-	reasonChecksum   = "checksum"    // a frame's CRC32C did not match
+	reasonChecksum   = "checksum"    // a frame's checksum did not match
 	reasonProtocol   = "protocol"    // a frame that breaks the protocol
 	reasonRemote     = "remote"      // the peer refused or failed our request
 	reasonLocalIO    = "local_io"    // reading or writing a local FILE region failed
@@ -78,9 +79,10 @@ func reasonOf(err error) string {
 }
 
 type metrics struct {
-	bytes     *prometheus.CounterVec
-	transfers *prometheus.CounterVec
-	errors    *prometheus.CounterVec
+	bytes       *prometheus.CounterVec
+	transfers   *prometheus.CounterVec
+	errors      *prometheus.CounterVec
+	connections *prometheus.CounterVec
 	// per-frame counters, resolved once: a label lookup per frame shows
 	// in profiles
 	readBytes, writeBytes prometheus.Counter
@@ -97,9 +99,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Transfers this agent initiated, by how they ended."}, []string{"result"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvgate_kvagent_transfer_errors_total",
 			Help: "Transfer errors by reason: connect, tls, handshake, timeout, peer_closed, checksum, protocol, remote, local_io, canceled, closed (failed transfers this agent initiated), rejected (peer requests this agent refused)."}, []string{"reason"}),
+		connections: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvgate_kvagent_transfer_connections_total",
+			Help: "Connections past the handshake, by side (initiator: opened by this agent; target: accepted) and the protocol version the two ends agreed on."}, []string{"side", "version"}),
 	}
 	if reg != nil {
-		for _, c := range []**prometheus.CounterVec{&m.bytes, &m.transfers, &m.errors} {
+		for _, c := range []**prometheus.CounterVec{&m.bytes, &m.transfers, &m.errors, &m.connections} {
 			if err := reg.Register(*c); err != nil {
 				var are prometheus.AlreadyRegisteredError
 				if !errors.As(err, &are) {
@@ -139,6 +143,12 @@ func (m *metrics) finished(err error) {
 }
 
 func (m *metrics) rejected() { m.errors.WithLabelValues(reasonRejected).Inc() }
+
+// connected counts a connection past its handshake (side: initiator or
+// target).
+func (m *metrics) connected(side string, version uint8) {
+	m.connections.WithLabelValues(side, strconv.Itoa(int(version))).Inc()
+}
 
 // isTLSAlert reports an alert the peer sent: crypto/tls returns it as a
 // *net.OpError with Op "remote error".

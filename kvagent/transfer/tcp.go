@@ -95,6 +95,19 @@ type TCPConfig struct {
 	Registerer prometheus.Registerer
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+
+	// maxVersion, when set, caps the protocol versions this agent speaks
+	// (tests: an agent capped at 2 behaves on the wire as a version-2
+	// agent does, refusing any other hello).
+	maxVersion uint8
+}
+
+// version is the newest protocol version the agent speaks.
+func (c *TCPConfig) version() uint8 {
+	if c.maxVersion != 0 {
+		return c.maxVersion
+	}
+	return protocolVersion
 }
 
 func (c *TCPConfig) applyDefaults() error {
@@ -294,7 +307,7 @@ func (a *tcpAgent) LoadRemoteMetadata(md []byte) (string, error) {
 		a.mu.Unlock()
 		return m.name, nil
 	}
-	a.peers[m.name] = &peer{agent: a, name: m.name, addr: m.addr, maxPayload: int(m.maxPayload), regions: regions, streams: make([]*stream, a.cfg.Streams)}
+	a.peers[m.name] = &peer{agent: a, name: m.name, addr: m.addr, maxPayload: int(m.maxPayload), regions: regions, streams: make([]*stream, a.cfg.Streams), offer: a.cfg.version()}
 	a.mu.Unlock()
 	if old != nil {
 		old.shutdown(fmt.Errorf("kvagent/transfer: peer %q moved from %s to %s", m.name, old.addr, m.addr))

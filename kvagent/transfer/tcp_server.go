@@ -111,7 +111,7 @@ func (a *tcpAgent) serve(raw net.Conn) {
 	if f.typ != frameHello {
 		err = fmt.Errorf("%s frame before HELLO", f.typ)
 	} else {
-		h, err = decodeHello(f.payload)
+		h, err = decodeHello(f.payload, minProtocolVersion, a.cfg.version())
 	}
 	if err != nil {
 		a.metrics.rejected()
@@ -119,11 +119,19 @@ func (a *tcpAgent) serve(raw net.Conn) {
 		return
 	}
 	sc.peerName, sc.sendMax = h.name, int(h.maxPayload)
-	sc.fw.write(frameHeader{typ: frameHelloAck}, hello{version: protocolVersion, maxPayload: uint32(a.cfg.MaxMessageBytes), name: a.cfg.Name}.encode())
+	// The newest version both speak; every frame after the hellos uses it.
+	version := min(h.version, a.cfg.version())
+	sc.fw.write(frameHeader{typ: frameHelloAck}, hello{version: version, maxPayload: uint32(a.cfg.MaxMessageBytes), name: a.cfg.Name}.encode())
 	if err := sc.fw.flush(); err != nil {
 		return
 	}
+	sc.fr.useVersion(version, a.serverTLS != nil)
+	sc.fw.useVersion(version, a.serverTLS != nil)
+	a.metrics.connected("target", version)
 	conn.SetDeadline(time.Time{})
+	// Frames queued for a vectored write hold pins (ReadAccess) until
+	// sent; a connection that ends lets them go.
+	defer sc.fw.dropQueued()
 	var unflushedSince time.Time
 	for {
 		// Idle between frames is fine; a frame started must finish.
@@ -150,15 +158,16 @@ func (a *tcpAgent) serve(raw net.Conn) {
 			return
 		}
 		conn.SetReadDeadline(time.Time{})
-		// Answers go out when there is nothing more to read right away,
-		// so a burst of small requests gets one write, and never wait
-		// longer than answerDelay behind a steady stream of input.
+		// Answers go out when no whole request is waiting to be read,
+		// so a burst of requests gets one write (a vectored one for
+		// their DATA frames), and never wait longer than answerDelay
+		// behind a steady stream of input.
 		if sc.fw.buffered() > 0 {
 			now := time.Now()
 			if unflushedSince.IsZero() {
 				unflushedSince = now
 			}
-			if br.Buffered() == 0 || now.Sub(unflushedSince) > answerDelay {
+			if br.Buffered() < frameHeadLen+readRequestLen || now.Sub(unflushedSince) > answerDelay {
 				conn.SetWriteDeadline(now.Add(a.cfg.IOTimeout))
 				if err := sc.fw.flush(); err != nil {
 					return
@@ -232,10 +241,7 @@ func (sc *serverConn) handle(h frameHeader) error {
 			a.metrics.rejected()
 			return sc.fw.write(frameHeader{typ: frameReadErr, xfer: h.xfer, desc: h.desc, region: h.region, offset: h.offset}, sc.reason(err))
 		}
-		if release != nil {
-			defer release()
-		}
-		return sc.serveRead(h, r, int64(n))
+		return sc.serveRead(h, r, int64(n), release)
 	case frameWriteData:
 		key := [2]uint64{h.xfer, uint64(h.desc)}
 		if _, failed := sc.writeErrs[key]; failed {
@@ -317,23 +323,44 @@ func (sc *serverConn) recordWriteErr(key [2]uint64, err error) error {
 }
 
 // serveRead answers a READ_REQ with DATA frames, in order; a FILE read
-// failure midway ends the item with READ_ERR.
-func (sc *serverConn) serveRead(h frameHeader, r *region, n int64) error {
+// failure midway ends the item with READ_ERR. A DRAM region's frames are
+// queued (sent with the next ones in one vectored write); release, when
+// not nil, runs once they have left.
+func (sc *serverConn) serveRead(h frameHeader, r *region, n int64, release func()) error {
 	chunk := int64(sc.sendMax)
+	if r.kind == DRAM {
+		for off := int64(0); off < n; off += chunk {
+			c := min(chunk, n-off)
+			at := int64(h.offset) + off
+			var sent func()
+			if off+c == n {
+				sent, release = release, nil
+			}
+			sc.conn.SetWriteDeadline(time.Now().Add(sc.a.cfg.IOTimeout))
+			if err := sc.fw.queue(frameHeader{typ: frameData, xfer: h.xfer, desc: h.desc, region: h.region, offset: uint64(at)}, r.mem[at:at+c], sent); err != nil {
+				if release != nil { // not handed to the queue yet
+					release()
+				}
+				return err
+			}
+		}
+		if release != nil { // n == 0
+			release()
+		}
+		return nil
+	}
+	if release != nil {
+		defer release()
+	}
 	for off := int64(0); off < n; off += chunk {
 		c := min(chunk, n-off)
 		at := int64(h.offset) + off
-		var payload []byte
-		if r.kind == DRAM {
-			payload = r.mem[at : at+c]
-		} else {
-			if len(sc.bounce) < int(c) {
-				sc.bounce = alignedBuffer(int(chunk))
-			}
-			payload = sc.bounce[:c]
-			if err := r.readAt(payload, at); err != nil {
-				return sc.fw.write(frameHeader{typ: frameReadErr, xfer: h.xfer, desc: h.desc, region: h.region, offset: uint64(at)}, sc.reason(err))
-			}
+		if len(sc.bounce) < int(c) {
+			sc.bounce = alignedBuffer(int(chunk))
+		}
+		payload := sc.bounce[:c]
+		if err := r.readAt(payload, at); err != nil {
+			return sc.fw.write(frameHeader{typ: frameReadErr, xfer: h.xfer, desc: h.desc, region: h.region, offset: uint64(at)}, sc.reason(err))
 		}
 		sc.conn.SetWriteDeadline(time.Now().Add(sc.a.cfg.IOTimeout))
 		if err := sc.fw.write(frameHeader{typ: frameData, xfer: h.xfer, desc: h.desc, region: h.region, offset: uint64(at)}, payload); err != nil {

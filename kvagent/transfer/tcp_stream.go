@@ -3,8 +3,10 @@ package transfer
 import (
 	"bufio"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"time"
 )
@@ -21,7 +23,8 @@ type peer struct {
 	mu      sync.Mutex
 	closed  error
 	streams []*stream
-	next    int // rotates the first stream of each striping
+	next    int   // rotates the first stream of each striping
+	offer   uint8 // the protocol version new connections offer
 }
 
 // dispatch spreads items over the peer's streams, each to the stream with
@@ -148,7 +151,8 @@ type stream struct {
 	expect  []*item // sent, awaiting answers, in order
 	err     error   // set once: the stream is dead
 	conn    net.Conn
-	sendMax int // the peer's max payload, from its hello
+	sendMax int   // the peer's max payload, from its hello
+	version uint8 // the protocol version agreed at the hellos
 }
 
 func (s *stream) dead() bool {
@@ -212,7 +216,7 @@ func (s *stream) run() {
 		conn.Close()
 		return
 	}
-	s.conn, s.sendMax = conn, sendMax
+	s.conn, s.sendMax, s.version = conn, sendMax, fr.version
 	s.mu.Unlock()
 	s.agent.wg.Add(1)
 	go s.readLoop(conn, fr)
@@ -451,8 +455,26 @@ func alignedBuffer(n int) []byte {
 }
 
 // dial connects to p, runs TLS when configured, and exchanges hellos. It
-// returns the peer's max payload.
+// returns the peer's max payload. A peer that refuses the version offered
+// (a version-2 agent refuses any other) is dialed again offering
+// minProtocolVersion, and offered that from then on.
 func (a *tcpAgent) dial(p *peer) (net.Conn, *frameReader, *frameWriter, int, error) {
+	p.mu.Lock()
+	offer := p.offer
+	p.mu.Unlock()
+	conn, fr, fw, sendMax, err := a.dialOffering(p, offer)
+	var re *RemoteError
+	if err != nil && offer > minProtocolVersion && errors.As(err, &re) && strings.Contains(re.Msg, "protocol version") {
+		a.log.Info("transfer peer speaks an older protocol; falling back", "peer", p.name, "offered", offer, "now", minProtocolVersion, "refusal", re.Msg)
+		p.mu.Lock()
+		p.offer = minProtocolVersion
+		p.mu.Unlock()
+		return a.dialOffering(p, minProtocolVersion)
+	}
+	return conn, fr, fw, sendMax, err
+}
+
+func (a *tcpAgent) dialOffering(p *peer, offer uint8) (net.Conn, *frameReader, *frameWriter, int, error) {
 	deadline := time.Now().Add(a.cfg.DialTimeout)
 	d := net.Dialer{Deadline: deadline, KeepAlive: 15 * time.Second}
 	raw, err := d.DialContext(a.ctx, "tcp", p.addr)
@@ -479,7 +501,7 @@ func (a *tcpAgent) dial(p *peer) (net.Conn, *frameReader, *frameWriter, int, err
 	}
 	fw := newFrameWriter(conn)
 	fr := newFrameReader(bufio.NewReaderSize(conn, readBufferBytes), a.cfg.MaxMessageBytes)
-	err = fw.write(frameHeader{typ: frameHello}, hello{version: protocolVersion, maxPayload: uint32(a.cfg.MaxMessageBytes), name: a.cfg.Name}.encode())
+	err = fw.write(frameHeader{typ: frameHello}, hello{version: offer, maxPayload: uint32(a.cfg.MaxMessageBytes), name: a.cfg.Name}.encode())
 	if err == nil {
 		err = fw.flush()
 	}
@@ -494,7 +516,8 @@ func (a *tcpAgent) dial(p *peer) (net.Conn, *frameReader, *frameWriter, int, err
 	}
 	var h hello
 	if err == nil {
-		h, err = decodeHello(f.payload)
+		// The target answers with a version of those offered.
+		h, err = decodeHello(f.payload, minProtocolVersion, offer)
 	}
 	if err == nil && h.name != p.name {
 		err = withReason(reasonHandshake, fmt.Errorf("agent %q answered at %s, expected %q (stale metadata?)", h.name, p.addr, p.name))
@@ -510,6 +533,9 @@ func (a *tcpAgent) dial(p *peer) (net.Conn, *frameReader, *frameWriter, int, err
 		return nil, nil, nil, 0, fmt.Errorf("handshake: %w", err)
 	}
 	conn.SetDeadline(time.Time{})
+	fr.useVersion(h.version, a.clientTLS != nil)
+	fw.useVersion(h.version, a.clientTLS != nil)
+	a.metrics.connected("initiator", h.version)
 	return conn, fr, fw, int(h.maxPayload), nil
 }
 

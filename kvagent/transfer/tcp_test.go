@@ -118,9 +118,16 @@ func dialRaw(t *testing.T, addr, name string) *rawConn {
 	r := &rawConn{t: t, conn: c, fw: newFrameWriter(c), fr: newFrameReader(bufio.NewReader(c), maxMessageBytes)}
 	if name != "" {
 		r.send(frameHeader{typ: frameHello}, hello{version: protocolVersion, maxPayload: minMessageBytes, name: name}.encode())
-		if f := r.recv(); f.typ != frameHelloAck {
+		f := r.recv()
+		if f.typ != frameHelloAck {
 			t.Fatalf("answer to HELLO: %s", f.typ)
 		}
+		h, err := decodeHello(f.payload, minProtocolVersion, protocolVersion)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.fr.useVersion(h.version, false)
+		r.fw.useVersion(h.version, false)
 	}
 	return r
 }
@@ -269,8 +276,14 @@ func fakePeer(t *testing.T, name string, after func(r *rawConn, req frame)) (md 
 				if err != nil || f.typ != frameHello {
 					return
 				}
-				r.fw.write(frameHeader{typ: frameHelloAck}, hello{version: protocolVersion, maxPayload: minMessageBytes, name: name}.encode())
+				h, err := decodeHello(f.payload, minProtocolVersion, protocolVersion)
+				if err != nil {
+					return
+				}
+				r.fw.write(frameHeader{typ: frameHelloAck}, hello{version: h.version, maxPayload: minMessageBytes, name: name}.encode())
 				r.fw.flush()
+				r.fr.useVersion(h.version, false)
+				r.fw.useVersion(h.version, false)
 				for {
 					f, err := readFrameFrom(r.fr)
 					if err != nil {

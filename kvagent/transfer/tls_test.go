@@ -22,7 +22,7 @@ type testCA struct {
 	pool *x509.CertPool
 }
 
-func newTestCA(t *testing.T, name string) *testCA {
+func newTestCA(t testing.TB, name string) *testCA {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -51,7 +51,7 @@ func newTestCA(t *testing.T, name string) *testCA {
 }
 
 // issue makes a certificate for 127.0.0.1 usable as server and client.
-func (ca *testCA) issue(t *testing.T, name string) tls.Certificate {
+func (ca *testCA) issue(t testing.TB, name string) tls.Certificate {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {

@@ -483,10 +483,16 @@ func (x *BlockMeta) GetLoraName() string {
 }
 
 type CommitRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	Blocks        []*BlockMeta           `protobuf:"bytes,2,rep,name=blocks,proto3" json:"blocks,omitempty"`
-	Slots         []int32                `protobuf:"varint,3,rep,packed,name=slots,proto3" json:"slots,omitempty"` // parallel to blocks; from Reserve
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Blocks    []*BlockMeta           `protobuf:"bytes,2,rep,name=blocks,proto3" json:"blocks,omitempty"`
+	Slots     []int32                `protobuf:"varint,3,rep,packed,name=slots,proto3" json:"slots,omitempty"` // parallel to blocks; from Reserve
+	// sums, when set, is parallel to blocks: each block's checksum as the
+	// engine wrote it (chunked XXH3-64, kvagent/store BlockSum), computed
+	// while copying it into its slot, so the agent need not read every slot
+	// again. Empty: the agent computes them. A wrong sum only makes that
+	// block fail verification, where blocks are verified, and be dropped.
+	Sums          []uint64 `protobuf:"fixed64,4,rep,packed,name=sums,proto3" json:"sums,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -538,6 +544,13 @@ func (x *CommitRequest) GetBlocks() []*BlockMeta {
 func (x *CommitRequest) GetSlots() []int32 {
 	if x != nil {
 		return x.Slots
+	}
+	return nil
+}
+
+func (x *CommitRequest) GetSums() []uint64 {
+	if x != nil {
+		return x.Sums
 	}
 	return nil
 }
@@ -664,7 +677,13 @@ type AcquireRequest struct {
 	Chain     []uint64               `protobuf:"varint,2,rep,packed,name=chain,proto3" json:"chain,omitempty"`
 	// with_meta also returns each block's meta (a peer fetch commits the
 	// blocks into its own store under the same meta).
-	WithMeta      bool `protobuf:"varint,3,opt,name=with_meta,json=withMeta,proto3" json:"with_meta,omitempty"`
+	WithMeta bool `protobuf:"varint,3,opt,name=with_meta,json=withMeta,proto3" json:"with_meta,omitempty"`
+	// release: slots of earlier Acquires this connection is done with,
+	// released (as by Release) before the chain is acquired, so that an
+	// onboard's Release rides on the next one's Acquire, one round trip
+	// fewer, and the quota sees them gone first. If they cannot be released
+	// the request fails (FAILED_PRECONDITION) and acquires nothing.
+	Release       []int32 `protobuf:"varint,4,rep,packed,name=release,proto3" json:"release,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -718,6 +737,13 @@ func (x *AcquireRequest) GetWithMeta() bool {
 		return x.WithMeta
 	}
 	return false
+}
+
+func (x *AcquireRequest) GetRelease() []int32 {
+	if x != nil {
+		return x.Release
+	}
+	return nil
 }
 
 type AcquireResponse struct {
@@ -1207,19 +1233,21 @@ const file_connector_proto_rawDesc = "" +
 	"\n" +
 	"has_parent\x18\x03 \x01(\bR\thasParent\x12\x1b\n" +
 	"\ttoken_ids\x18\x04 \x03(\rR\btokenIds\x12\x1b\n" +
-	"\tlora_name\x18\x05 \x01(\tR\bloraName\"y\n" +
+	"\tlora_name\x18\x05 \x01(\tR\bloraName\"\x8d\x01\n" +
 	"\rCommitRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x124\n" +
 	"\x06blocks\x18\x02 \x03(\v2\x1c.kvgate.kvagent.v1.BlockMetaR\x06blocks\x12\x14\n" +
-	"\x05slots\x18\x03 \x03(\x05R\x05slots\"\x10\n" +
+	"\x05slots\x18\x03 \x03(\x05R\x05slots\x12\x12\n" +
+	"\x04sums\x18\x04 \x03(\x06R\x04sums\"\x10\n" +
 	"\x0eCommitResponse\"$\n" +
 	"\fAbortRequest\x12\x14\n" +
 	"\x05slots\x18\x01 \x03(\x05R\x05slots\"\x0f\n" +
-	"\rAbortResponse\"a\n" +
+	"\rAbortResponse\"{\n" +
 	"\x0eAcquireRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
 	"\x05chain\x18\x02 \x03(\x04R\x05chain\x12\x1b\n" +
-	"\twith_meta\x18\x03 \x01(\bR\bwithMeta\"{\n" +
+	"\twith_meta\x18\x03 \x01(\bR\bwithMeta\x12\x18\n" +
+	"\arelease\x18\x04 \x03(\x05R\arelease\"{\n" +
 	"\x0fAcquireResponse\x12\x14\n" +
 	"\x05slots\x18\x01 \x03(\x05R\x05slots\x122\n" +
 	"\x05metas\x18\x02 \x03(\v2\x1c.kvgate.kvagent.v1.BlockMetaR\x05metas\x12\x1e\n" +
