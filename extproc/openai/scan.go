@@ -282,10 +282,11 @@ func (s *scanner) readString() (string, *Error) {
 	start := s.pos
 	b := s.buf
 	// Fast path: no escapes, ASCII or valid UTF-8.
-	ascii := true
-	for s.pos < len(b) {
-		c := b[s.pos]
-		if c == '"' {
+	n, ascii := plainRun(b[start:])
+	s.pos = start + n
+	if s.pos < len(b) {
+		switch c := b[s.pos]; {
+		case c == '"':
 			raw := b[start:s.pos]
 			if len(raw) > s.lim.MaxStringBytes {
 				return "", tooLarge("", "string longer than %d bytes", s.lim.MaxStringBytes)
@@ -295,17 +296,9 @@ func (s *scanner) readString() (string, *Error) {
 			}
 			s.pos++
 			return bytesToString(raw), nil
-		}
-		if c == '\\' {
-			break
-		}
-		if c < 0x20 {
+		case c < 0x20:
 			return "", s.syntax("control character in string")
 		}
-		if c >= 0x80 {
-			ascii = false
-		}
-		s.pos++
 	}
 	if s.pos >= len(b) {
 		return "", s.syntax("unterminated string")
@@ -325,7 +318,8 @@ func (s *scanner) readString() (string, *Error) {
 				return "", s.badUTF8(start, b[start:s.pos])
 			}
 			s.pos++
-			return string(out), nil
+			// out is this string's own buffer and is not written again.
+			return bytesToString(out), nil
 		case c < 0x20:
 			return "", s.syntax("control character in string")
 		case c == '\\':
@@ -372,11 +366,12 @@ func (s *scanner) readString() (string, *Error) {
 				return "", s.syntaxAt(escStart, "invalid escape '\\%c'", e)
 			}
 		default:
-			if c >= 0x80 {
-				ascii = false
-			}
-			out = append(out, c)
-			s.pos++
+			// A run of plain bytes up to the next escape or the closing
+			// quote, copied at once.
+			n, runASCII := plainRun(b[s.pos:])
+			ascii = ascii && runASCII
+			out = append(out, b[s.pos:s.pos+n]...)
+			s.pos += n
 		}
 		if len(out) > s.lim.MaxStringBytes {
 			return "", tooLarge("", "string longer than %d bytes", s.lim.MaxStringBytes)

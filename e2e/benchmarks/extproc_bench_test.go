@@ -1,0 +1,146 @@
+package benchmarks
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/kvgate/kvgate/config"
+	"github.com/kvgate/kvgate/extproc"
+	"github.com/kvgate/kvgate/extproc/envoyharness"
+	"github.com/kvgate/kvgate/extproc/modelfiles"
+	"github.com/kvgate/kvgate/extproc/openai"
+	"github.com/kvgate/kvgate/extproc/preprocess"
+	"github.com/kvgate/kvgate/extproc/server"
+	"github.com/kvgate/kvgate/indexer/index"
+)
+
+// decisionRig is the decision-overhead bench's request path (same config,
+// same prompts as Extproc) for go test benchmarks and pprof.
+type decisionRig struct {
+	router *extproc.Router
+	prompt map[string][]byte
+}
+
+func newDecisionRig(tb testing.TB) *decisionRig {
+	tb.Helper()
+	dir, err := modelfiles.Model("qwen3")
+	if err != nil {
+		tb.Fatalf("qwen3 tokenizer: %v", err)
+	}
+	cfg := config.Default()
+	cfg.Extproc.MaxBodyBytes = 8 << 20
+	cfg.Models = []config.Model{{Name: "qwen3", BlockSize: 16, Tokenizer: dir}}
+	for i := 0; i < 16; i++ {
+		cfg.Engines = append(cfg.Engines, config.Engine{Endpoint: fmt.Sprintf("10.1.0.%d:8000", i+1), Model: "qwen3", DPRanks: 1, Role: "both", Events: "tcp://127.0.0.1:1"})
+	}
+	reg, err := preprocess.New(cfg.Models, preprocess.Options{Limits: openai.Limits{MaxBodyBytes: cfg.Extproc.MaxBodyBytes}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	idx := index.NewMemory(index.MemoryConfig{})
+	router, err := extproc.NewRouter(cfg, reg, idx, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	rnd := rand.New(rand.NewPCG(3, 5))
+	d := &decisionRig{router: router, prompt: map[string][]byte{}}
+	for _, c := range []struct {
+		name         string
+		msgs, tokens int
+	}{{"1k", 4, 1000}, {"8k", 16, 8000}, {"32k", 40, 32000}} {
+		var msgs []string
+		for i := 0; i < c.msgs; i++ {
+			msgs = append(msgs, text(rnd, c.tokens*4/c.msgs))
+		}
+		body := chatBody("qwen3", msgs)
+		res, err := reg.Chat(body)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if err := idx.Store(context.Background(), index.WorkerID{Endpoint: "10.1.0.3:8000"}, index.TierDevice, res.Sequence); err != nil {
+			tb.Fatal(err)
+		}
+		d.prompt[c.name] = body
+	}
+	return d
+}
+
+// BenchmarkRoute is Router.Route alone (parse → template → tokenize → hash
+// → match → pick) on the bench's prompts: what pprof should look at.
+func BenchmarkRoute(b *testing.B) {
+	d := newDecisionRig(b)
+	for _, size := range []string{"1k", "8k", "32k"} {
+		b.Run(size, func(b *testing.B) {
+			req := &server.Request{Method: "POST", Path: "/v1/chat/completions", Body: d.prompt[size],
+				Headers: map[string]string{"content-type": "application/json"}}
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				dec, rerr := d.router.Route(ctx, req)
+				if rerr != nil {
+					b.Fatalf("route: %d %s", rerr.Status, rerr.Body)
+				}
+				if dec.Endpoint != "10.1.0.3:8000" {
+					b.Fatalf("routed to %s, want the prefix holder", dec.Endpoint)
+				}
+				if dec.Ticket != nil {
+					dec.Ticket.Finish(server.OutcomeOK)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkDecisionExtproc is one decision through the ext_proc gRPC
+// stream, as Extproc measures it (headers sent → routing headers back).
+func BenchmarkDecisionExtproc(b *testing.B) {
+	d := newDecisionRig(b)
+	srv, err := server.New(d.router, server.Config{MaxBodyBytes: 8 << 20, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	srv.Register(gs)
+	go gs.Serve(ln)
+	defer gs.Stop()
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	h, err := envoyharness.New(conn, envoyharness.DefaultConfig())
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, size := range []string{"1k", "8k", "32k"} {
+		b.Run(size, func(b *testing.B) {
+			req := &envoyharness.Request{Method: "POST", Path: "/v1/chat/completions", Body: d.prompt[size],
+				Headers: []envoyharness.Header{{Name: "content-type", Value: "application/json"}}}
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				x, err := h.Start(ctx, req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if x.Forward == nil {
+					b.Fatalf("not routed: %+v", x.Local)
+				}
+				x.Cancel()
+				<-x.Done()
+			}
+		})
+	}
+}

@@ -1,0 +1,72 @@
+package openai
+
+import "testing"
+
+// plainRunBytewise is plainRun's definition, one byte at a time.
+func plainRunBytewise(b []byte) (int, bool) {
+	ascii := true
+	for i, c := range b {
+		if c == '"' || c == '\\' || c < 0x20 {
+			return i, ascii
+		}
+		if c >= 0x80 {
+			ascii = false
+		}
+	}
+	return len(b), ascii
+}
+
+// Every byte value at every position of a word (and past the last full
+// word), after ASCII and non-ASCII filler: the word-at-a-time scan stops
+// exactly where the bytewise one does and agrees on ASCII-ness.
+func TestPlainRunMatchesBytewise(t *testing.T) {
+	for _, filler := range []byte{'a', 0x7f, 0xc3, 0xff, ' '} {
+		for size := 0; size <= 19; size++ {
+			for at := 0; at < size; at++ {
+				for c := 0; c < 256; c++ {
+					b := make([]byte, size)
+					for i := range b {
+						b[i] = filler
+					}
+					b[at] = byte(c)
+					gotN, gotASCII := plainRun(b)
+					wantN, wantASCII := plainRunBytewise(b)
+					if gotN != wantN || gotASCII != wantASCII {
+						t.Fatalf("filler %#x size %d byte %#x at %d: got (%d, %v), want (%d, %v)", filler, size, c, at, gotN, gotASCII, wantN, wantASCII)
+					}
+				}
+			}
+		}
+	}
+}
+
+// Strings with escapes between plain runs decode as encoding/json does.
+func TestReadStringRunsAroundEscapes(t *testing.T) {
+	for in, want := range map[string]string{
+		`"plain text that is longer than a word"`: "plain text that is longer than a word",
+		`"a\nb"`: "a\nb",
+		`"func f() {\n\treturn x * 2\n}\n more words"`: "func f() {\n\treturn x * 2\n}\n more words",
+		`"caf\u00e9 and café, \"quoted\" \\ end"`:      "café and café, \"quoted\" \\ end",
+		`"ends with escape\n"`:                         "ends with escape\n",
+		`"\u4e16\u754c long enough to take a word"`:    "世界 long enough to take a word",
+	} {
+		s := &scanner{buf: []byte(in), lim: DefaultLimits}
+		got, err := s.readString()
+		if err != nil {
+			t.Errorf("%s: %v", in, err)
+			continue
+		}
+		if got != want {
+			t.Errorf("%s: got %q, want %q", in, got, want)
+		}
+		if s.pos != len(in) {
+			t.Errorf("%s: stopped at %d of %d", in, s.pos, len(in))
+		}
+	}
+	for _, in := range []string{"\"eight by\x01tes\"", "\"no end here, longer than a word", "\"bad \xff utf8 in a long string\"", "\"bad \xff then\\n escape\"", "\"ctl after\\n esc\x1f\""} {
+		s := &scanner{buf: []byte(in), lim: DefaultLimits}
+		if got, err := s.readString(); err == nil {
+			t.Errorf("%q: accepted as %q", in, got)
+		}
+	}
+}
