@@ -835,6 +835,10 @@ func (e *evaluator) evalBinary(n *binExpr) (Value, error) {
 		return e.evalExpr(n.right)
 	}
 
+	if n.op == "+" {
+		return e.evalAddChain(n)
+	}
+
 	left, err := e.evalExpr(n.left)
 	if err != nil {
 		return Undefined(), err
