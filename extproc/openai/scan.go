@@ -303,8 +303,11 @@ func (s *scanner) readString() (string, *Error) {
 	if s.pos >= len(b) {
 		return "", s.syntax("unterminated string")
 	}
-	// Slow path: escapes present.
-	out := make([]byte, 0, s.pos-start+16)
+	// Slow path: escapes present. Every escape decodes to no more bytes
+	// than it takes (\uXXXX: six for at most three), so the raw length up to
+	// the closing quote bounds the decoded one: find it first, allocate
+	// once, and append without regrowing a 30 KB prompt a dozen times.
+	out := make([]byte, 0, rawStringEnd(b, s.pos)-start)
 	out = append(out, b[start:s.pos]...)
 	for {
 		if s.pos >= len(b) {

@@ -44,3 +44,19 @@ func plainRun(b []byte) (n int, ascii bool) {
 	}
 	return n, high&lanes80 == 0
 }
+
+// rawStringEnd returns where the JSON string whose contents continue at
+// b[i:] ends: the index of its closing quote, or of the first control
+// character, or len(b). Escapes are stepped over, not checked (the decoder
+// checks them); it only bounds the decoded size.
+func rawStringEnd(b []byte, i int) int {
+	for i < len(b) {
+		n, _ := plainRun(b[i:])
+		i += n
+		if i >= len(b) || b[i] != '\\' {
+			return i
+		}
+		i += 2
+	}
+	return len(b)
+}

@@ -70,3 +70,21 @@ func TestReadStringRunsAroundEscapes(t *testing.T) {
 		}
 	}
 }
+
+// rawStringEnd bounds the decoded string: it stops at the closing quote,
+// after stepping over escaped quotes and backslashes.
+func TestRawStringEnd(t *testing.T) {
+	for in, want := range map[string]int{
+		`abc"`:                       3,
+		`a\"b\\"rest"`:               6,
+		`a\"b\\`:                     6,
+		`\`:                          1,
+		"ends at a control\x01 char": 17,
+		`no quote at all`:            15,
+		`long enough to take more than one word \n\t and then" x`: 52,
+	} {
+		if got := rawStringEnd([]byte(in), 0); got != want {
+			t.Errorf("%q: got %d, want %d", in, got, want)
+		}
+	}
+}
