@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -147,7 +148,7 @@ func BenchmarkDecisionExtproc(b *testing.B) {
 	for _, size := range []string{"1k", "8k", "32k"} {
 		b.Run(size, func(b *testing.B) {
 			req := &envoyharness.Request{Method: "POST", Path: "/v1/chat/completions", Body: d.prompt[size],
-				Headers: []envoyharness.Header{{Name: "content-type", Value: "application/json"}}}
+				Headers: []envoyharness.Header{{Name: "content-type", Value: "application/json"}, {Name: "content-length", Value: strconv.Itoa(len(d.prompt[size]))}}}
 			ctx := context.Background()
 			b.ReportAllocs()
 			cpu := processCPU(b)
