@@ -1,6 +1,7 @@
 package openai
 
 import (
+	"bytes"
 	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -307,7 +308,12 @@ func (s *scanner) readString() (string, *Error) {
 	// than it takes (\uXXXX: six for at most three), so the raw length up to
 	// the closing quote bounds the decoded one: find it first, allocate
 	// once, and append without regrowing a 30 KB prompt a dozen times.
-	out := make([]byte, 0, rawStringEnd(b, s.pos)-start)
+	// The same scan tells where the escapes are: b[s.pos:end] holds only
+	// plain bytes and escapes, so the runs between escapes are found with
+	// bytes.IndexByte rather than rescanned for quotes and control bytes.
+	end, endASCII := rawStringEnd(b, s.pos)
+	ascii = ascii && endASCII
+	out := make([]byte, 0, end-start)
 	out = append(out, b[start:s.pos]...)
 	for {
 		if s.pos >= len(b) {
@@ -371,8 +377,16 @@ func (s *scanner) readString() (string, *Error) {
 		default:
 			// A run of plain bytes up to the next escape or the closing
 			// quote, copied at once.
-			n, runASCII := plainRun(b[s.pos:])
-			ascii = ascii && runASCII
+			var n int
+			if s.pos < end {
+				if n = bytes.IndexByte(b[s.pos:end], '\\'); n < 0 {
+					n = end - s.pos
+				}
+			} else { // not reached: escapes end inside b[:end]; kept safe
+				var runASCII bool
+				n, runASCII = plainRun(b[s.pos:])
+				ascii = ascii && runASCII
+			}
 			out = append(out, b[s.pos:s.pos+n]...)
 			s.pos += n
 		}

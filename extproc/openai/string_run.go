@@ -47,16 +47,18 @@ func plainRun(b []byte) (n int, ascii bool) {
 
 // rawStringEnd returns where the JSON string whose contents continue at
 // b[i:] ends: the index of its closing quote, or of the first control
-// character, or len(b). Escapes are stepped over, not checked (the decoder
-// checks them); it only bounds the decoded size.
-func rawStringEnd(b []byte, i int) int {
+// character, or len(b); and whether the plain bytes before it are all
+// ASCII. Escapes are stepped over, not checked (the decoder checks them).
+func rawStringEnd(b []byte, i int) (end int, ascii bool) {
+	ascii = true
 	for i < len(b) {
-		n, _ := plainRun(b[i:])
+		n, runASCII := plainRun(b[i:])
+		ascii = ascii && runASCII
 		i += n
 		if i >= len(b) || b[i] != '\\' {
-			return i
+			return i, ascii
 		}
 		i += 2
 	}
-	return len(b)
+	return len(b), ascii
 }

@@ -1,6 +1,11 @@
 package openai
 
-import "testing"
+import (
+	"encoding/json"
+	"math/rand/v2"
+	"strings"
+	"testing"
+)
 
 // plainRunBytewise is plainRun's definition, one byte at a time.
 func plainRunBytewise(b []byte) (int, bool) {
@@ -83,8 +88,45 @@ func TestRawStringEnd(t *testing.T) {
 		`no quote at all`:            15,
 		`long enough to take more than one word \n\t and then" x`: 52,
 	} {
-		if got := rawStringEnd([]byte(in), 0); got != want {
+		if got, _ := rawStringEnd([]byte(in), 0); got != want {
 			t.Errorf("%q: got %d, want %d", in, got, want)
+		}
+	}
+}
+
+// readString agrees with encoding/json on strings built from plain runs of
+// every length, multi-byte UTF-8 and every escape kind, and rejects what it
+// rejects (control characters, bad escapes, a missing closing quote).
+func TestReadStringMatchesEncodingJSON(t *testing.T) {
+	pieces := []string{"a", "abcdefghijklmnopq", "é", "世界", " ", `\n`, `\t`, `\"`, `\\`, `\/`, `\b`, `\f`, `\r`,
+		`\u00e9`, `\u4e16`, `\ud83d\ude00`, `\u0041`}
+	bad := []string{"\x01", "\x1f", `\x`, `\u12`, "\n"}
+	rnd := rand.New(rand.NewPCG(19, 1))
+	for i := 0; i < 20000; i++ {
+		var sb strings.Builder
+		sb.WriteByte('"')
+		for n := rnd.IntN(12); n > 0; n-- {
+			sb.WriteString(pieces[rnd.IntN(len(pieces))])
+		}
+		if rnd.IntN(8) == 0 {
+			sb.WriteString(bad[rnd.IntN(len(bad))])
+		}
+		for n := rnd.IntN(4); n > 0; n-- {
+			sb.WriteString(pieces[rnd.IntN(len(pieces))])
+		}
+		if rnd.IntN(16) != 0 {
+			sb.WriteByte('"')
+		}
+		in := sb.String()
+		var want string
+		wantErr := json.Unmarshal([]byte(in), &want)
+		s := &scanner{buf: []byte(in), lim: DefaultLimits}
+		got, err := s.readString()
+		if (err != nil) != (wantErr != nil) {
+			t.Fatalf("%q: readString error %v, encoding/json error %v", in, err, wantErr)
+		}
+		if err == nil && (got != want || s.pos != len(in)) {
+			t.Fatalf("%q: got %q (stopped at %d of %d), want %q", in, got, s.pos, len(in), want)
 		}
 	}
 }
