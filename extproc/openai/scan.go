@@ -1,7 +1,6 @@
 package openai
 
 import (
-	"bytes"
 	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -18,6 +17,13 @@ type scanner struct {
 	depth int
 	lim   Limits
 	kept  int // Values built so far, bounded by lim.MaxKeptValues
+	// arena holds the decoded strings that had escapes, one after another:
+	// made once, at the first such string, with room for the rest of the
+	// body, which bounds every later string since an escape never decodes
+	// to more bytes than it takes (\uXXXX: six for at most three). One
+	// allocation per request instead of one per message, and a string is
+	// decoded in one pass without regrowing its buffer.
+	arena []byte
 }
 
 // bytesToString returns b as a string without copying. Strings decoded
@@ -304,16 +310,11 @@ func (s *scanner) readString() (string, *Error) {
 	if s.pos >= len(b) {
 		return "", s.syntax("unterminated string")
 	}
-	// Slow path: escapes present. Every escape decodes to no more bytes
-	// than it takes (\uXXXX: six for at most three), so the raw length up to
-	// the closing quote bounds the decoded one: find it first, allocate
-	// once, and append without regrowing a 30 KB prompt a dozen times.
-	// The same scan tells where the escapes are: b[s.pos:end] holds only
-	// plain bytes and escapes, so the runs between escapes are found with
-	// bytes.IndexByte rather than rescanned for quotes and control bytes.
-	end, endASCII := rawStringEnd(b, s.pos)
-	ascii = ascii && endASCII
-	out := make([]byte, 0, end-start)
+	// Slow path: escapes present; decoded into the arena.
+	if room := len(b) - start; cap(s.arena)-len(s.arena) < room {
+		s.arena = make([]byte, 0, room)
+	}
+	out := s.arena[len(s.arena):len(s.arena)]
 	out = append(out, b[start:s.pos]...)
 	for {
 		if s.pos >= len(b) {
@@ -327,7 +328,9 @@ func (s *scanner) readString() (string, *Error) {
 				return "", s.badUTF8(start, b[start:s.pos])
 			}
 			s.pos++
-			// out is this string's own buffer and is not written again.
+			// out lies in the arena (the room check above bounds it), and
+			// the arena is only ever appended to past it.
+			s.arena = s.arena[:len(s.arena)+min(len(out), cap(s.arena)-len(s.arena))]
 			return bytesToString(out), nil
 		case c < 0x20:
 			return "", s.syntax("control character in string")
@@ -377,16 +380,8 @@ func (s *scanner) readString() (string, *Error) {
 		default:
 			// A run of plain bytes up to the next escape or the closing
 			// quote, copied at once.
-			var n int
-			if s.pos < end {
-				if n = bytes.IndexByte(b[s.pos:end], '\\'); n < 0 {
-					n = end - s.pos
-				}
-			} else { // not reached: escapes end inside b[:end]; kept safe
-				var runASCII bool
-				n, runASCII = plainRun(b[s.pos:])
-				ascii = ascii && runASCII
-			}
+			n, runASCII := plainRun(b[s.pos:])
+			ascii = ascii && runASCII
 			out = append(out, b[s.pos:s.pos+n]...)
 			s.pos += n
 		}

@@ -44,21 +44,3 @@ func plainRun(b []byte) (n int, ascii bool) {
 	}
 	return n, high&lanes80 == 0
 }
-
-// rawStringEnd returns where the JSON string whose contents continue at
-// b[i:] ends: the index of its closing quote, or of the first control
-// character, or len(b); and whether the plain bytes before it are all
-// ASCII. Escapes are stepped over, not checked (the decoder checks them).
-func rawStringEnd(b []byte, i int) (end int, ascii bool) {
-	ascii = true
-	for i < len(b) {
-		n, runASCII := plainRun(b[i:])
-		ascii = ascii && runASCII
-		i += n
-		if i >= len(b) || b[i] != '\\' {
-			return i, ascii
-		}
-		i += 2
-	}
-	return len(b), ascii
-}

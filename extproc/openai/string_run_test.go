@@ -76,24 +76,6 @@ func TestReadStringRunsAroundEscapes(t *testing.T) {
 	}
 }
 
-// rawStringEnd bounds the decoded string: it stops at the closing quote,
-// after stepping over escaped quotes and backslashes.
-func TestRawStringEnd(t *testing.T) {
-	for in, want := range map[string]int{
-		`abc"`:                       3,
-		`a\"b\\"rest"`:               6,
-		`a\"b\\`:                     6,
-		`\`:                          1,
-		"ends at a control\x01 char": 17,
-		`no quote at all`:            15,
-		`long enough to take more than one word \n\t and then" x`: 52,
-	} {
-		if got, _ := rawStringEnd([]byte(in), 0); got != want {
-			t.Errorf("%q: got %d, want %d", in, got, want)
-		}
-	}
-}
-
 // readString agrees with encoding/json on strings built from plain runs of
 // every length, multi-byte UTF-8 and every escape kind, and rejects what it
 // rejects (control characters, bad escapes, a missing closing quote).
@@ -128,5 +110,33 @@ func TestReadStringMatchesEncodingJSON(t *testing.T) {
 		if err == nil && (got != want || s.pos != len(in)) {
 			t.Fatalf("%q: got %q (stopped at %d of %d), want %q", in, got, s.pos, len(in), want)
 		}
+	}
+}
+
+// Escaped strings decoded one after another share the scanner's arena;
+// each keeps its own bytes once later ones are decoded after it.
+func TestEscapedStringsShareTheArenaWithoutOverlap(t *testing.T) {
+	want := []string{"a\nb", "plain", "\t\"quoted\"\t", "caf\u00e9\n", "", "x\\y", strings.Repeat("long\n", 50)}
+	var buf []byte
+	for _, w := range want {
+		q, _ := json.Marshal(w)
+		buf = append(buf, q...)
+	}
+	s := &scanner{buf: buf, lim: DefaultLimits}
+	var got []string
+	for range want {
+		str, err := s.readString()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, str)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("string %d: got %q, want %q", i, got[i], want[i])
+		}
+	}
+	if cap(s.arena) > len(buf) {
+		t.Errorf("arena of %d bytes for a %d-byte body", cap(s.arena), len(buf))
 	}
 }
