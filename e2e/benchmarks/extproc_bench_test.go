@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -165,5 +166,20 @@ func BenchmarkDecisionExtproc(b *testing.B) {
 			}
 			reportCPU(b, cpu)
 		})
+	}
+}
+
+// BenchmarkExtprocTable runs the decision-overhead table (Extproc) with the
+// memory index once and logs it: run it with -test.benchtime 1x from two
+// binaries (before/after) alternately to compare on a loaded machine.
+func BenchmarkExtprocTable(b *testing.B) {
+	for b.Loop() {
+		var out strings.Builder
+		err := Extproc(context.Background(), &out, map[string]index.Index{"memory": index.NewMemory(index.MemoryConfig{})},
+			ExtprocOptions{Phase: 2 * time.Second, Command: "go test -run '^$' -bench ExtprocTable -benchtime 1x ./e2e/benchmarks/"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Log("\n" + out.String())
 	}
 }
