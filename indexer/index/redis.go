@@ -91,11 +91,13 @@ type RedisConfig struct {
 	// (250ms, or WorkerTTL/4 if smaller, when zero). At most WorkerTTL/3.
 	RegistryStaleness time.Duration
 	// MatchChunk is how many block keys Match reads in its first round
-	// trip (16 when zero); later round trips read 4x more each, up to
-	// redisMaxMatchChunk, because a chain that matched this far is likely
-	// to match further. Measured on loopback (BenchmarkRedisMatch), 4, 16
-	// and 64 were within noise of each other for 128-block chains; 16
-	// keeps a miss at block 0 to one small read.
+	// trip (the whole chain, up to redisMaxMatchChunk, when zero); later
+	// round trips read 4x more each, up to redisMaxMatchChunk. Reading the
+	// whole chain at once makes every Match one network round trip (one
+	// pipeline per master, in parallel) for chains up to 4096 blocks: a
+	// round trip costs more than reading keys past the first miss (see
+	// BENCHMARKS.md, the Redis rows, and indexer/README.md). A small value
+	// trades round trips on long hits for less reading on early misses.
 	MatchChunk int
 }
 
@@ -104,8 +106,7 @@ const (
 	defaultRedisBlockTTL    = time.Hour
 	defaultRedisWorkerTTL   = 30 * time.Second
 	defaultRedisStaleness   = 250 * time.Millisecond
-	defaultRedisMatchChunk  = 16
-	redisMaxMatchChunk      = 256
+	redisMaxMatchChunk      = 4096 // 64k tokens at 16 per block
 	redisMaxPrefix          = 128
 	redisMaxChain           = 1 << 16 // blocks per Match: 1M tokens at 16 per block
 	redisMaxHashesPerCall   = 1 << 16 // hashes per Store/Remove
@@ -135,6 +136,10 @@ type Redis struct {
 	regMu    sync.Mutex // serialises registry reloads
 	reg      atomic.Pointer[redisRegistry]
 	regDirty atomic.Uint64 // bumped by this instance's own registry changes
+	// regAhead asks registryLoop to reload the snapshot before it is too
+	// old for Match, so that Match does not wait for the reload.
+	regAhead chan struct{}
+	now      func() time.Time // the registry's clock; tests move it
 
 	prune chan redisPrune
 	// bg scopes the background goroutines' calls; Close cancels it.
@@ -166,6 +171,7 @@ type RedisCounters struct {
 	MatchRoundTrips         int64 // pipelined round trips issued by Match
 	MatchBlocksRead         int64 // block keys read by Match
 	RegistryReloads         int64
+	RegistryWaits           int64 // reloads a Match or Stats call waited for (the rest ran ahead, in the background)
 	RegistryBadRows         int64 // registry fields that failed to parse (ignored)
 	PruneQueued             int64 // stale fields queued for deletion
 	PruneDropped            int64 // stale fields not queued: queue full
@@ -183,6 +189,7 @@ type RedisCounters struct {
 type redisCounters struct {
 	matches, matchRoundTrips, matchBlocksRead    atomic.Int64
 	registryReloads, registryBadRows             atomic.Int64
+	registryWaits                                atomic.Int64
 	pruneQueued, pruneDropped, pruned, pruneErrs atomic.Int64
 	heartbeats, heartbeatErrs                    atomic.Int64
 	workersRevived, workersRemovedElsewhere      atomic.Int64
@@ -198,6 +205,7 @@ func (r *Redis) Counters() RedisCounters {
 		MatchRoundTrips:         c.matchRoundTrips.Load(),
 		MatchBlocksRead:         c.matchBlocksRead.Load(),
 		RegistryReloads:         c.registryReloads.Load(),
+		RegistryWaits:           c.registryWaits.Load(),
 		RegistryBadRows:         c.registryBadRows.Load(),
 		PruneQueued:             c.pruneQueued.Load(),
 		PruneDropped:            c.pruneDropped.Load(),
@@ -246,7 +254,7 @@ func NewRedis(ctx context.Context, cfg RedisConfig) (*Redis, error) {
 		return nil, fmt.Errorf("redis index: config: registry staleness %v: want 0..%v (worker TTL / 3)", cfg.RegistryStaleness, cfg.WorkerTTL/3)
 	}
 	if cfg.MatchChunk == 0 {
-		cfg.MatchChunk = defaultRedisMatchChunk
+		cfg.MatchChunk = redisMaxMatchChunk
 	}
 	if cfg.MatchChunk < 1 || cfg.MatchChunk > redisMaxMatchChunk {
 		return nil, fmt.Errorf("redis index: config: match chunk %d: want 1..%d", cfg.MatchChunk, redisMaxMatchChunk)
@@ -264,11 +272,14 @@ func NewRedis(ctx context.Context, cfg RedisConfig) (*Redis, error) {
 		matchChunk:  cfg.MatchChunk,
 		writers:     make(map[WorkerID]*redisWriter),
 		prune:       make(chan redisPrune, redisPruneQueue),
+		regAhead:    make(chan struct{}, 1),
+		now:         time.Now,
 	}
 	r.bg, r.stopBG = context.WithCancel(context.Background())
-	r.wg.Add(2)
+	r.wg.Add(3)
 	go r.heartbeatLoop()
 	go r.pruneLoop()
+	go r.registryLoop()
 	return r, nil
 }
 
@@ -700,18 +711,58 @@ type redisWorkerState struct {
 }
 
 // registry returns a snapshot no older than the staleness bound and newer
-// than this instance's last own registry change.
+// than this instance's last own registry change. A snapshot past half the
+// bound is still returned, and reloaded in the background for the next
+// caller: the reload is a round trip of its own, and a Match that waited
+// for it (every RegistryStaleness, one decision in a few hundred at c=1)
+// set the p99 (issue 19). Only a dirty snapshot, or one the background
+// reload failed to renew in time, is reloaded while the caller waits.
 func (r *Redis) registry(ctx context.Context) (*redisRegistry, error) {
-	if s := r.reg.Load(); s != nil && s.dirtyGen == r.regDirty.Load() && time.Since(s.loadedAt) <= r.staleness {
-		return s, nil
+	if s := r.reg.Load(); s != nil && s.dirtyGen == r.regDirty.Load() {
+		age := r.now().Sub(s.loadedAt)
+		if age <= r.staleness {
+			if age > r.staleness/2 {
+				select {
+				case r.regAhead <- struct{}{}:
+				default: // a reload is already asked for
+				}
+			}
+			return s, nil
+		}
 	}
+	return r.reloadRegistry(ctx, r.staleness, true)
+}
+
+// registryLoop runs the reloads registry asks for ahead of need.
+func (r *Redis) registryLoop() {
+	defer r.wg.Done()
+	for {
+		select {
+		case <-r.bg.Done():
+			return
+		case <-r.regAhead:
+		}
+		ctx, cancel := context.WithTimeout(r.bg, r.staleness)
+		_, err := r.reloadRegistry(ctx, r.staleness/2, false)
+		cancel()
+		if err != nil && r.bg.Err() == nil {
+			// The next Match past the bound reloads, and reports, itself.
+			slog.Debug("redis index: background registry reload", "err", err)
+		}
+	}
+}
+
+// reloadRegistry reads the registry unless another caller reloaded it
+// while this one waited for the lock (a snapshot at most maxAge old and
+// not dirty is kept). wait says whether a Match or Stats call waits.
+func (r *Redis) reloadRegistry(ctx context.Context, maxAge time.Duration, wait bool) (*redisRegistry, error) {
 	r.regMu.Lock()
 	defer r.regMu.Unlock()
-	if s := r.reg.Load(); s != nil && s.dirtyGen == r.regDirty.Load() && time.Since(s.loadedAt) <= r.staleness {
+	if s := r.reg.Load(); s != nil && s.dirtyGen == r.regDirty.Load() && r.now().Sub(s.loadedAt) <= maxAge {
 		return s, nil // another caller reloaded it
 	}
 	gen := r.regDirty.Load()
-	start := time.Now()
+	start := r.now()
 	raw, err := r.client.HGetAll(ctx, r.registryKey).Result()
 	if err != nil {
 		r.noteErr(err)
@@ -723,6 +774,9 @@ func (r *Redis) registry(ctx context.Context) (*redisRegistry, error) {
 	}
 	s.loadedAt, s.dirtyGen = start, gen
 	r.counters.registryReloads.Add(1)
+	if wait {
+		r.counters.registryWaits.Add(1)
+	}
 	r.counters.registryBadRows.Add(int64(bad))
 	r.reg.Store(s)
 	return s, nil
@@ -796,8 +850,12 @@ type redisMatch struct {
 	fastest    map[int64]Tier // scratch for applyBlock
 }
 
-// Match implements Index. It reads block keys in pipelined chunks and stops
-// as soon as no worker still matching holds the next block.
+// Match implements Index. It reads the chain's block keys in one pipeline
+// (go-redis splits it per master and runs those in parallel, so on Cluster
+// too this is one network round trip) and applies them in order, stopping
+// as soon as no worker still matching holds the next block. Only a
+// configured MatchChunk, or a chain beyond redisMaxMatchChunk blocks,
+// takes more round trips.
 func (r *Redis) Match(ctx context.Context, chain []uint64) (Match, error) {
 	if len(chain) > redisMaxChain {
 		return nil, fmt.Errorf("redis index: match: chain of %d blocks: want at most %d", len(chain), redisMaxChain)

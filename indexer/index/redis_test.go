@@ -234,6 +234,91 @@ func TestRedisMatchStopsEarly(t *testing.T) {
 	}
 }
 
+// With the default MatchChunk a Match is one pipelined round trip, on
+// standalone and on Cluster (where the pipeline spans every master), for
+// a hit and for a miss alike; only a chain longer than redisMaxMatchChunk
+// takes a second.
+func TestRedisMatchOneRoundTrip(t *testing.T) {
+	for _, tg := range redisTargets(t) {
+		t.Run(tg.name, func(t *testing.T) {
+			prefix := uniquePrefix(t)
+			r := newTestRedis(t, tg.client(), RedisConfig{Prefix: prefix})
+			// Over 4096 keys: left behind, they would push the shared
+			// server past Stats' exact-count bound for later tests.
+			t.Cleanup(func() { dropPrefix(t, tg.client(), prefix) })
+			chain := make([]uint64, 512)
+			for i := range chain {
+				chain[i] = uint64(i+1) << 20
+			}
+			must(t, r.Store(tctx, worker(1), TierDevice, chain[:300]))
+			must(t, r.Store(tctx, worker(2), TierHost, chain[:40]))
+			expectMatch(t, r, chain, Match{worker(1): all(300), worker(2): {0, 40, 40, 40}})
+			c := r.Counters()
+			if c.MatchRoundTrips != 1 || c.MatchBlocksRead != int64(len(chain)) {
+				t.Fatalf("hit: round trips %d, blocks read %d; want 1 and %d", c.MatchRoundTrips, c.MatchBlocksRead, len(chain))
+			}
+			miss := make([]uint64, len(chain))
+			for i := range miss {
+				miss[i] = chain[i] + 1 // stored by nobody
+			}
+			expectMatch(t, r, miss, Match{})
+			if c2 := r.Counters(); c2.MatchRoundTrips != 2 {
+				t.Fatalf("miss: round trips %d in all; want 2", c2.MatchRoundTrips)
+			}
+			long := make([]uint64, redisMaxMatchChunk+10)
+			copy(long, chain[:300])
+			for i := 300; i < len(long); i++ {
+				long[i] = uint64(i+1) << 20
+			}
+			must(t, r.Store(tctx, worker(3), TierDevice, long))
+			expectMatch(t, r, long, Match{worker(1): all(300), worker(2): {0, 40, 40, 40}, worker(3): all(len(long))})
+			if c3 := r.Counters(); c3.MatchRoundTrips != 4 {
+				t.Fatalf("chain of %d: round trips %d in all; want 4 (2 for it)", len(long), c3.MatchRoundTrips)
+			}
+		})
+	}
+}
+
+// A Match that finds the registry snapshot past half its staleness bound
+// gets it as is and has it reloaded in the background; a Match finds it
+// past the bound only if that reload failed, and then waits for one.
+func TestRedisRegistryReloadsAhead(t *testing.T) {
+	startRedis(t)
+	r := newTestRedis(t, redisStandalone.Client(), RedisConfig{Prefix: uniquePrefix(t), RegistryStaleness: time.Second})
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixNano())
+	r.now = func() time.Time { return time.Unix(0, clock.Load()) }
+	chain := []uint64{1, 2, 3}
+	must(t, r.Store(tctx, worker(1), TierDevice, chain))
+	expectMatch(t, r, chain, Match{worker(1): all(3)})
+	c := r.Counters()
+	if c.RegistryReloads != 1 || c.RegistryWaits != 1 {
+		t.Fatalf("first match: reloads %d, waits %d; want 1 and 1", c.RegistryReloads, c.RegistryWaits)
+	}
+	// Past half the bound: answered from the snapshot, reloaded behind.
+	clock.Add(int64(600 * time.Millisecond))
+	expectMatch(t, r, chain, Match{worker(1): all(3)})
+	deadline := time.Now().Add(10 * time.Second)
+	for r.Counters().RegistryReloads < 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("no background reload after a match past half the staleness bound")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if w := r.Counters().RegistryWaits; w != 1 {
+		t.Fatalf("waits %d after the background reload; want 1", w)
+	}
+	// The renewed snapshot serves the next match within its bound...
+	clock.Add(int64(400 * time.Millisecond))
+	expectMatch(t, r, chain, Match{worker(1): all(3)})
+	// ...and one past the bound is reloaded while the match waits.
+	clock.Add(int64(2 * time.Second))
+	expectMatch(t, r, chain, Match{worker(1): all(3)})
+	if w := r.Counters().RegistryWaits; w != 2 {
+		t.Fatalf("waits %d after a match past the bound; want 2", w)
+	}
+}
+
 func TestRedisSecondReplicaSeesWrites(t *testing.T) {
 	for _, tg := range redisTargets(t) {
 		t.Run(tg.name, func(t *testing.T) {
