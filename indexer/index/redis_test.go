@@ -667,7 +667,7 @@ func FuzzRedisApplyBlock(f *testing.F) {
 			2: {id: worker(2), aliveUntil: 1 << 62},
 			3: {id: worker(3), aliveUntil: 0},
 		}}
-		m := &redisMatch{reg: reg, now: 1000, deadBefore: 0, active: map[int64]*redisMatchState{}, done: map[int64]Depths{}, fastest: map[int64]Tier{}}
+		m := newRedisMatch(reg, 1000, 0)
 		for pos, raw := range []string{b0, b1} {
 			fields := map[string]string{}
 			for _, kv := range strings.Split(raw, ";") {
