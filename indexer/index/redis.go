@@ -41,7 +41,17 @@ package index
 // registrations invalidate it at once), so another replica's Clear or
 // RemoveWorker shows here within RegistryStaleness. Epochs only grow, so a
 // field epoch above the snapshot's is live (written after a Clear this
-// snapshot has not seen).
+// snapshot has not seen). The snapshot is reloaded in the background once
+// half that old, so a Match waits for the registry only after this
+// instance's own registry change or a failed background reload.
+//
+// Match is one network round trip: an HGETALL per block of the chain, in
+// one pipeline that go-redis splits per master and sends in parallel. It
+// reads past the first miss (at most the whole chain, 4096 blocks per
+// round trip) because on loopback a round trip cost more than the reads
+// it saved (issue 19; BenchmarkRedisMatch, chunk=all vs chunk=16). What
+// is left is per block: the key layout keeps one key per block, so the
+// work grows with the chain (indexer/README.md, "Redis reads").
 //
 // Stale fields met by Match (older epoch, removed worker, worker dead for
 // more than WorkerTTL, malformed) are deleted lazily by a background pruner
