@@ -45,13 +45,15 @@ package index
 // half that old, so a Match waits for the registry only after this
 // instance's own registry change or a failed background reload.
 //
-// Match is one network round trip: an HGETALL per block of the chain, in
-// one pipeline that go-redis splits per master and sends in parallel. It
-// reads past the first miss (at most the whole chain, 4096 blocks per
-// round trip) because on loopback a round trip cost more than the reads
-// it saved (issue 19; BenchmarkRedisMatch, chunk=all vs chunk=16). What
-// is left is per block: the key layout keeps one key per block, so the
-// work grows with the chain (indexer/README.md, "Redis reads").
+// Match is one network round trip for a chain whose first block it last
+// found held: an HGETALL per block of the chain, in one pipeline that
+// go-redis splits per master and sends in parallel. It reads past the
+// first miss (at most the whole chain, 4096 blocks per round trip)
+// because on loopback a round trip cost more than the reads it saved
+// (issue 19; BenchmarkRedisMatch, chunk=all vs chunk=16). Other chains
+// are probed with 16 blocks first (redisFirstHeld). What is left is per
+// block: the key layout keeps one key per block, so the work grows with
+// the chain (indexer/README.md, "Redis reads").
 //
 // Stale fields met by Match (older epoch, removed worker, worker dead for
 // more than WorkerTTL, malformed) are deleted lazily by a background pruner
@@ -101,13 +103,13 @@ type RedisConfig struct {
 	// (250ms, or WorkerTTL/4 if smaller, when zero). At most WorkerTTL/3.
 	RegistryStaleness time.Duration
 	// MatchChunk is how many block keys Match reads in its first round
-	// trip (the whole chain, up to redisMaxMatchChunk, when zero); later
-	// round trips read 4x more each, up to redisMaxMatchChunk. Reading the
-	// whole chain at once makes every Match one network round trip (one
-	// pipeline per master, in parallel) for chains up to 4096 blocks: a
-	// round trip costs more than reading keys past the first miss (see
-	// BENCHMARKS.md, the Redis rows, and indexer/README.md). A small value
-	// trades round trips on long hits for less reading on early misses.
+	// trip; later round trips read 4x more each, up to redisMaxMatchChunk
+	// (4096). Zero (the default) adapts: a chain whose first block this
+	// instance last found held is read whole, up to 4096 blocks, in one
+	// network round trip (one pipeline per master, in parallel), because a
+	// round trip costs more than reading past the first miss; any other is
+	// probed with 16 blocks first and, if that hits, the rest in a second
+	// round trip. See redisFirstHeld and indexer/README.md, "Redis reads".
 	MatchChunk int
 }
 
@@ -137,7 +139,8 @@ type Redis struct {
 	blockTTL    time.Duration
 	workerTTL   time.Duration
 	staleness   time.Duration
-	matchChunk  int
+	matchChunk  int // 0: adaptive (see redisFirstHeld)
+	firstHeld   redisFirstHeld
 
 	// writers are the workers this instance writes for (and heartbeats).
 	writersMu sync.Mutex
@@ -263,11 +266,8 @@ func NewRedis(ctx context.Context, cfg RedisConfig) (*Redis, error) {
 	if cfg.RegistryStaleness < 0 || cfg.RegistryStaleness > cfg.WorkerTTL/3 {
 		return nil, fmt.Errorf("redis index: config: registry staleness %v: want 0..%v (worker TTL / 3)", cfg.RegistryStaleness, cfg.WorkerTTL/3)
 	}
-	if cfg.MatchChunk == 0 {
-		cfg.MatchChunk = redisMaxMatchChunk
-	}
-	if cfg.MatchChunk < 1 || cfg.MatchChunk > redisMaxMatchChunk {
-		return nil, fmt.Errorf("redis index: config: match chunk %d: want 1..%d", cfg.MatchChunk, redisMaxMatchChunk)
+	if cfg.MatchChunk < 0 || cfg.MatchChunk > redisMaxMatchChunk {
+		return nil, fmt.Errorf("redis index: config: match chunk %d: want 0 (adaptive) or 1..%d", cfg.MatchChunk, redisMaxMatchChunk)
 	}
 	if err := cfg.Client.Ping(ctx).Err(); err != nil {
 		return nil, fmt.Errorf("redis index: ping: %w", err)
@@ -877,9 +877,10 @@ func newRedisMatch(reg *redisRegistry, now, deadBefore int64) *redisMatch {
 // Match implements Index. It reads the chain's block keys in one pipeline
 // (go-redis splits it per master and runs those in parallel, so on Cluster
 // too this is one network round trip) and applies them in order, stopping
-// as soon as no worker still matching holds the next block. Only a
-// configured MatchChunk, or a chain beyond redisMaxMatchChunk blocks,
-// takes more round trips.
+// as soon as no worker still matching holds the next block. A chain whose
+// first block was never seen held here takes a second round trip when the
+// 16-block probe hits; so does a chain beyond redisMaxMatchChunk blocks,
+// and a configured MatchChunk may take more.
 func (r *Redis) Match(ctx context.Context, chain []uint64) (Match, error) {
 	if len(chain) > redisMaxChain {
 		return nil, fmt.Errorf("redis index: match: chain of %d blocks: want at most %d", len(chain), redisMaxChain)
@@ -898,7 +899,26 @@ func (r *Redis) Match(ctx context.Context, chain []uint64) (Match, error) {
 	now := time.Now().UnixMilli()
 	m := newRedisMatch(reg, now, now-r.workerTTL.Milliseconds())
 	chunk := r.matchChunk
-	cmds := make([]*redis.MapStringStringCmd, 0, chunk)
+	adaptive := chunk == 0
+	if adaptive {
+		chunk = redisMaxMatchChunk
+		if !r.firstHeld.seen(chain[0]) {
+			chunk = redisProbeChunk
+		}
+	}
+	if err := r.readChain(ctx, m, chain, chunk, adaptive); err != nil {
+		return nil, err
+	}
+	if adaptive {
+		r.firstHeld.note(chain[0], len(m.states) > 0)
+	}
+	return m.result(), nil
+}
+
+// readChain applies chain's blocks to m, chunk blocks in the first round
+// trip, until no worker is left matching.
+func (r *Redis) readChain(ctx context.Context, m *redisMatch, chain []uint64, chunk int, adaptive bool) error {
+	cmds := make([]*redis.MapStringStringCmd, 0, min(chunk, len(chain)))
 	for start := 0; start < len(chain); {
 		end := min(start+chunk, len(chain))
 		pipe := r.client.Pipeline()
@@ -910,19 +930,66 @@ func (r *Redis) Match(ctx context.Context, chain []uint64) (Match, error) {
 		r.counters.matchBlocksRead.Add(int64(end - start))
 		if _, err := pipe.Exec(ctx); err != nil {
 			r.noteErr(err)
-			return nil, fmt.Errorf("redis index: match: read blocks %d..%d of %d: %w", start, end-1, len(chain), err)
+			return fmt.Errorf("redis index: match: read blocks %d..%d of %d: %w", start, end-1, len(chain), err)
 		}
 		for i, cmd := range cmds {
 			pos := start + i
 			r.applyBlock(m, pos, chain[pos], cmd.Val())
 			if m.active == 0 {
-				return m.result(), nil
+				return nil
 			}
 		}
 		start = end
-		chunk = min(chunk*4, redisMaxMatchChunk)
+		if adaptive {
+			chunk = redisMaxMatchChunk // the probe hit: the rest at once
+		} else {
+			chunk = min(chunk*4, redisMaxMatchChunk)
+		}
 	}
-	return m.result(), nil
+	return nil
+}
+
+// redisFirstHeld remembers the first blocks of chains this instance's last
+// Match found held by some worker (len(m.states) > 0 means some worker
+// held block 0). A chain starting with one is read whole in one round
+// trip; any other is probed with redisProbeChunk blocks first, so that a
+// miss at block 0 (a prompt nobody has cached) reads 16 keys, not the
+// whole chain: on loopback such a miss read whole cost 2.6-4x the CPU
+// (BenchmarkRedisMatch, miss). The memory is only a hint about how much to
+// read: a wrong entry costs a round trip or extra reads, never a wrong
+// match. Chat requests share their first block (the template and system
+// prompt), so in a serving fleet nearly every chain starts with a
+// remembered one.
+type redisFirstHeld struct {
+	mu   sync.Mutex
+	held map[uint64]struct{}
+}
+
+const (
+	redisProbeChunk    = 16
+	redisFirstHeldKeep = 1 << 14 // entries; all are dropped when full
+)
+
+func (f *redisFirstHeld) seen(h uint64) bool {
+	f.mu.Lock()
+	_, ok := f.held[h]
+	f.mu.Unlock()
+	return ok
+}
+
+func (f *redisFirstHeld) note(h uint64, held bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !held {
+		delete(f.held, h)
+		return
+	}
+	if f.held == nil || len(f.held) >= redisFirstHeldKeep {
+		// Bounded without an LRU's bookkeeping: a flush costs each chain
+		// one extra round trip the next time it is matched.
+		f.held = make(map[uint64]struct{})
+	}
+	f.held[h] = struct{}{}
 }
 
 // applyBlock advances every active worker past block pos (admitting

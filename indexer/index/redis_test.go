@@ -234,10 +234,12 @@ func TestRedisMatchStopsEarly(t *testing.T) {
 	}
 }
 
-// With the default MatchChunk a Match is one pipelined round trip, on
-// standalone and on Cluster (where the pipeline spans every master), for
-// a hit and for a miss alike; only a chain longer than redisMaxMatchChunk
-// takes a second.
+// With the default MatchChunk a Match of a chain whose first block was
+// last found held is one pipelined round trip, on standalone and on
+// Cluster (where the pipeline spans every master); a chain starting
+// anywhere else is probed with 16 blocks first, so a miss at block 0
+// reads 16 keys and a hit takes a second round trip for the rest. Only a
+// chain longer than redisMaxMatchChunk takes more.
 func TestRedisMatchOneRoundTrip(t *testing.T) {
 	for _, tg := range redisTargets(t) {
 		t.Run(tg.name, func(t *testing.T) {
@@ -246,35 +248,51 @@ func TestRedisMatchOneRoundTrip(t *testing.T) {
 			// Over 4096 keys: left behind, they would push the shared
 			// server past Stats' exact-count bound for later tests.
 			t.Cleanup(func() { dropPrefix(t, tg.client(), prefix) })
+			var last RedisCounters
+			expectReads := func(what string, roundTrips, blocks int64) {
+				t.Helper()
+				c := r.Counters()
+				if rt, b := c.MatchRoundTrips-last.MatchRoundTrips, c.MatchBlocksRead-last.MatchBlocksRead; rt != roundTrips || b != blocks {
+					t.Fatalf("%s: %d round trips reading %d blocks; want %d and %d", what, rt, b, roundTrips, blocks)
+				}
+				last = c
+			}
 			chain := make([]uint64, 512)
 			for i := range chain {
 				chain[i] = uint64(i+1) << 20
 			}
 			must(t, r.Store(tctx, worker(1), TierDevice, chain[:300]))
 			must(t, r.Store(tctx, worker(2), TierHost, chain[:40]))
-			expectMatch(t, r, chain, Match{worker(1): all(300), worker(2): {0, 40, 40, 40}})
-			c := r.Counters()
-			if c.MatchRoundTrips != 1 || c.MatchBlocksRead != int64(len(chain)) {
-				t.Fatalf("hit: round trips %d, blocks read %d; want 1 and %d", c.MatchRoundTrips, c.MatchBlocksRead, len(chain))
-			}
+			want := Match{worker(1): all(300), worker(2): {0, 40, 40, 40}}
+			expectMatch(t, r, chain, want)
+			expectReads("first match", 2, 512)
+			expectMatch(t, r, chain, want)
+			expectReads("second match", 1, 512)
 			miss := make([]uint64, len(chain))
 			for i := range miss {
 				miss[i] = chain[i] + 1 // stored by nobody
 			}
 			expectMatch(t, r, miss, Match{})
-			if c2 := r.Counters(); c2.MatchRoundTrips != 2 {
-				t.Fatalf("miss: round trips %d in all; want 2", c2.MatchRoundTrips)
-			}
+			expectReads("miss at block 0", 1, 16)
+			// Once nobody holds the first block the chain is read whole
+			// one last time, then probed again.
+			must(t, r.Clear(tctx, worker(1)))
+			must(t, r.Clear(tctx, worker(2)))
+			expectMatch(t, r, chain, Match{})
+			expectReads("match after the holders cleared", 1, 512)
+			expectMatch(t, r, chain, Match{})
+			expectReads("next match", 1, 16)
 			long := make([]uint64, redisMaxMatchChunk+10)
-			copy(long, chain[:300])
-			for i := 300; i < len(long); i++ {
-				long[i] = uint64(i+1) << 20
+			for i := range long {
+				long[i] = uint64(i+1) << 24
 			}
 			must(t, r.Store(tctx, worker(3), TierDevice, long))
-			expectMatch(t, r, long, Match{worker(1): all(300), worker(2): {0, 40, 40, 40}, worker(3): all(len(long))})
-			if c3 := r.Counters(); c3.MatchRoundTrips != 4 {
-				t.Fatalf("chain of %d: round trips %d in all; want 4 (2 for it)", len(long), c3.MatchRoundTrips)
-			}
+			expectMatch(t, r, long, Match{worker(3): all(len(long))})
+			// 16, then the remaining 4096 + 10 - 16 at once.
+			expectReads("long chain, first match", 2, int64(len(long)))
+			expectMatch(t, r, long, Match{worker(3): all(len(long))})
+			// 4096, then 10.
+			expectReads("long chain, second match", 2, int64(len(long)))
 		})
 	}
 }
