@@ -297,6 +297,26 @@ func TestRedisMatchOneRoundTrip(t *testing.T) {
 	}
 }
 
+// The first-block memory stays bounded: when full it starts over, and a
+// chain found held by nobody is forgotten at once.
+func TestRedisFirstHeldBounded(t *testing.T) {
+	var f redisFirstHeld
+	for h := uint64(1); h <= redisFirstHeldKeep; h++ {
+		f.note(h, true)
+	}
+	if !f.seen(1) || !f.seen(redisFirstHeldKeep) || len(f.held) != redisFirstHeldKeep {
+		t.Fatalf("after %d notes: %d kept, first seen %v, last seen %v", redisFirstHeldKeep, len(f.held), f.seen(1), f.seen(redisFirstHeldKeep))
+	}
+	f.note(redisFirstHeldKeep+1, true)
+	if len(f.held) != 1 || !f.seen(redisFirstHeldKeep+1) || f.seen(1) {
+		t.Fatalf("one past full: %d kept (want 1, the newest)", len(f.held))
+	}
+	f.note(redisFirstHeldKeep+1, false)
+	if f.seen(redisFirstHeldKeep+1) || len(f.held) != 0 {
+		t.Fatalf("a chain held by nobody is still remembered (%d kept)", len(f.held))
+	}
+}
+
 // A Match that finds the registry snapshot past half its staleness bound
 // gets it as is and has it reloaded in the background; a Match finds it
 // past the bound only if that reload failed, and then waits for one.
