@@ -50,7 +50,7 @@ package index
 // go-redis splits per master and sends in parallel. It reads past the
 // first miss (at most the whole chain, 4096 blocks per round trip)
 // because on loopback a round trip cost more than the reads it saved
-// (issue 19; BenchmarkRedisMatch, chunk=all vs chunk=16). Other chains
+// (issue 19; BenchmarkRedisMatch, chunk=auto vs chunk=16). Other chains
 // are probed with 16 blocks first (redisFirstHeld). What is left is per
 // block: the key layout keeps one key per block, so the work grows with
 // the chain (indexer/README.md, "Redis reads").
@@ -724,9 +724,10 @@ type redisWorkerState struct {
 // than this instance's last own registry change. A snapshot past half the
 // bound is still returned, and reloaded in the background for the next
 // caller: the reload is a round trip of its own, and a Match that waited
-// for it (every RegistryStaleness, one decision in a few hundred at c=1)
-// set the p99 (issue 19). Only a dirty snapshot, or one the background
-// reload failed to renew in time, is reloaded while the caller waits.
+// for it (once per RegistryStaleness: about one decision in a hundred at
+// c=1, 8k tokens) set the p99 (issue 19). Only a dirty snapshot, or one
+// the background reload failed to renew in time, is reloaded while the
+// caller waits.
 func (r *Redis) registry(ctx context.Context) (*redisRegistry, error) {
 	if s := r.reg.Load(); s != nil && s.dirtyGen == r.regDirty.Load() {
 		age := r.now().Sub(s.loadedAt)
