@@ -64,6 +64,18 @@ type SLAConfig struct {
 	// prefill, their output tokens for decode). Without it a backlog built
 	// during a ramp is invisible to a rate-based planner. 0 = off.
 	BacklogDrain time.Duration
+	// PeakMemory bounds speculation by what the load has done: while the
+	// pool's smoothed rate is below its own highest over this window, the
+	// rate planned for (forecast, error headroom and all) is capped at the
+	// highest request rate observed over the window. A load that swings
+	// faster than capacity can follow (its forecast error is as large as
+	// the swing) is then held at its envelope rather than provisioned for
+	// the forecast's overshoot plus headroom on top; a load rising to a new
+	// high (the smoothed rate at its maximum) is not capped, so a ramp keeps
+	// its trend and headroom. Set it to the load's period (a day). 0 = off,
+	// the default: it trades attainment on a load that steps past its old
+	// high for GPU-hours on one that keeps to it (BENCHMARKS.md, planner).
+	PeakMemory time.Duration
 }
 
 func (c *SLAConfig) applyDefaults() {
@@ -109,6 +121,8 @@ func (c SLAConfig) Validate() error {
 		return fmt.Errorf("plan: peak hold %v outside [0, 24h]", c.PeakHold)
 	case c.BacklogDrain < 0 || c.BacklogDrain > 24*time.Hour:
 		return fmt.Errorf("plan: backlog drain %v outside [0, 24h]", c.BacklogDrain)
+	case c.PeakMemory < 0 || c.PeakMemory > 7*24*time.Hour:
+		return fmt.Errorf("plan: peak memory %v outside [0, 168h]", c.PeakMemory)
 	}
 	mins := 0
 	for name, l := range c.Pools {
@@ -158,6 +172,9 @@ type poolState struct {
 	sawDue  bool
 	// recent holds the observed rates of the last PeakHold.
 	recent []forecast.Sample
+	// envelope and levelHigh are the most work observed in an interval
+	// and the highest smoothed work over PeakMemory, in replicas' worth.
+	envelope, levelHigh windowMax
 }
 
 // Bounds on the per-pool histories, whatever the interval: a forecast or
@@ -185,6 +202,8 @@ func NewSLA(cfg SLAConfig, model *perfmodel.Model, fc func() forecast.Forecaster
 			// smoothed, never extrapolated.
 			hit:        forecast.NewEWMA(0.3),
 			correction: perfmodel.NewCorrection(max(cfg.CorrectionAlpha, 0), cfg.CorrectionMin, cfg.CorrectionMax),
+			envelope:   windowMax{window: cfg.PeakMemory},
+			levelHigh:  windowMax{window: cfg.PeakMemory},
 		}
 	}
 	slices.Sort(s.names)
@@ -311,22 +330,42 @@ func (s *SLA) size(name string, obs Observation, terms map[string]float64) *pool
 		perSecond := o.QueueDepth / s.cfg.BacklogDrain.Seconds()
 		prefillBacklog, decodeBacklog = needAt(perSecond)
 	}
-	var backlog float64
-	switch name {
-	case PoolPrefill:
-		backlog = prefillBacklog
-		p.need, p.downNeed = prefillNeed, prefillDown
-	case PoolDecode:
-		backlog = decodeBacklog
-		p.need, p.downNeed = decodeNeed, decodeDown
-	default:
-		// An aggregated replica runs prefill and decode in the same engine
-		// steps, and a mixed step costs about the sum of its parts (the
-		// step model of Dynamo's mocker, e2e/enginesim/timing.go): the
-		// fractions of a replica each phase needs add up. max() would
-		// assume the phases overlap for free and undersize.
-		backlog = prefillBacklog + decodeBacklog
-		p.need, p.downNeed = prefillNeed+decodeNeed, prefillDown+decodeDown
+	// ofPool is the pool's share of a (prefill, decode) pair of needs. An
+	// aggregated replica runs prefill and decode in the same engine steps,
+	// and a mixed step costs about the sum of its parts (the step model of
+	// Dynamo's mocker, e2e/enginesim/timing.go): the fractions of a replica
+	// each phase needs add up. max() would assume the phases overlap for
+	// free and undersize.
+	ofPool := func(prefill, decode float64) float64 {
+		switch name {
+		case PoolPrefill:
+			return prefill
+		case PoolDecode:
+			return decode
+		}
+		return prefill + decode
+	}
+	backlog := ofPool(prefillBacklog, decodeBacklog)
+	p.need, p.downNeed = ofPool(prefillNeed, decodeNeed), ofPool(prefillDown, decodeDown)
+	// Peak memory (SLAConfig.PeakMemory), in the pool's work rather than
+	// its request rate — prompt tokens per second for prefill, output
+	// tokens for decode, at the model's per-replica throughputs — since a
+	// load's lengths move with its rate (the Azure trace's prompts grow
+	// by half into its busiest minutes): the replicas' worth of work
+	// observed this interval, and the smoothed level's.
+	var workSeen, workLevel, envelope, capped float64
+	if s.cfg.PeakMemory > 0 {
+		pre, dec := o.RequestRate*o.MeanInputTokens*(1-o.CacheHitRate)/p.prefillTPS, o.RequestRate*o.MeanOutputTokens/p.decodeTPS
+		workSeen = clean(ofPool(pre, dec))
+		workLevel = clean(ofPool(needAt(level)))
+		envelope = st.envelope.add(obs.Time, workSeen)
+		if high := st.levelHigh.add(obs.Time, workLevel); workLevel < high {
+			// Below its recent high: plan for no more than the most work
+			// seen. At a new high the forecast and headroom stand.
+			capped = 1
+			ceiling := max(envelope, workLevel)
+			p.need, p.downNeed = min(p.need, ceiling), min(p.downNeed, ceiling)
+		}
 	}
 	p.need += backlog
 	p.downNeed += backlog
@@ -345,6 +384,10 @@ func (s *SLA) size(name string, obs Observation, terms map[string]float64) *pool
 	t("forecast_mae_request_rate", st.rateMAE)
 	t("error_headroom_request_rate", headroom)
 	t("peak_request_rate", peak)
+	t("work_seen_replicas", workSeen)
+	t("work_level_replicas", workLevel)
+	t("work_envelope_replicas", envelope)
+	t("work_envelope_capped", capped)
 	t("planned_up_request_rate", p.upRate)
 	t("planned_down_request_rate", p.downRate)
 	t("backlog_requests", o.QueueDepth)
