@@ -192,12 +192,26 @@ var _ Policy = (*SLA)(nil)
 // NewSLA builds the policy; fc makes one fresh forecaster per pool and
 // signal (rate, mean input and output length). cfg must Validate.
 func NewSLA(cfg SLAConfig, model *perfmodel.Model, fc func() forecast.Forecaster) *SLA {
+	return NewSLAForecasts(cfg, model, func(string, string) forecast.Forecaster { return fc() })
+}
+
+// The signals an SLA forecasts per pool (NewSLAForecasts).
+const (
+	SignalRequestRate  = "request_rate"
+	SignalInputTokens  = "input_tokens"
+	SignalOutputTokens = "output_tokens"
+)
+
+// NewSLAForecasts is NewSLA with a forecaster chosen per pool and signal
+// (SignalRequestRate, SignalInputTokens, SignalOutputTokens): the
+// simulator's oracle planner reads each signal's future from the load.
+func NewSLAForecasts(cfg SLAConfig, model *perfmodel.Model, fc func(pool, signal string) forecast.Forecaster) *SLA {
 	cfg.applyDefaults()
 	s := &SLA{cfg: cfg, model: model, pools: map[string]*poolState{}}
 	for name := range cfg.Pools {
 		s.names = append(s.names, name)
 		s.pools[name] = &poolState{
-			rate: fc(), input: fc(), output: fc(),
+			rate: fc(name, SignalRequestRate), input: fc(name, SignalInputTokens), output: fc(name, SignalOutputTokens),
 			// The hit rate moves with the workload mix, not with load: it is
 			// smoothed, never extrapolated.
 			hit:        forecast.NewEWMA(0.3),
