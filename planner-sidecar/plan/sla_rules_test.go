@@ -4,6 +4,8 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/kvgate/kvgate/planner-sidecar/forecast"
 )
 
 func TestWindowMaxSlides(t *testing.T) {
@@ -73,5 +75,43 @@ func TestPeakMemoryCapsPlanBelowTheRecentHigh(t *testing.T) {
 	cfg.PeakMemory = -time.Second
 	if err := cfg.Validate(); err == nil {
 		t.Fatal("negative peak memory accepted")
+	}
+}
+
+func TestSeasonalForecastTakesOverOnARepeatingLoad(t *testing.T) {
+	// A 10-minute cycle 5..55 req/s at 30 s decisions, holt (undamped) as
+	// the forecaster, a 150 s horizon (a quarter period: holt carries the
+	// slope past each turn). After two periods the history shows the
+	// period; once its forecasts have come due and been closer, the plan
+	// uses them. On a ramp no period appears and holt keeps planning.
+	run := func(rate func(sec float64) float64) Decision {
+		cfg := baseConfig(map[string]PoolLimits{PoolPrefill: {Max: 100}})
+		cfg.Horizon = 150 * time.Second
+		cfg.ErrorHeadroom = 2
+		s := NewSLA(cfg, flatModel(), func() forecast.Forecaster { return forecast.NewHolt(0.5, 0.3) })
+		var d Decision
+		for i := range 100 { // 50 minutes
+			sec := float64(i * 30)
+			d = s.Decide(Observation{Time: t0.Add(time.Duration(sec) * time.Second), Pools: map[string]PoolObservation{PoolPrefill: load(rate(sec), 1000, 100, 0, 1)}})
+		}
+		return d
+	}
+	wave := run(func(sec float64) float64 { return 30 + 25*math.Sin(2*math.Pi*sec/600) })
+	if wave.Terms["prefill.seasonal_period_seconds"] != 600 || wave.Terms["prefill.seasonal_forecast_used"] != 1 {
+		t.Fatalf("wave: period %v s, used %v", wave.Terms["prefill.seasonal_period_seconds"], wave.Terms["prefill.seasonal_forecast_used"])
+	}
+	// The last decision is at 49.5 min; 150 s on, the wave is at
+	// 30 + 25 sin(2π · 3120/600) = 53.78 (near its peak, where the
+	// seasonal forecast's three-sample means flatten it by up to 1). The
+	// plan's error is the seasonal one, far below holt's.
+	if got := wave.Terms["prefill.forecast_request_rate"]; math.Abs(got-53.78) > 1.2 {
+		t.Fatalf("wave: forecast %v, want about 53.78", got)
+	}
+	if m, h := wave.Terms["prefill.forecast_mae_request_rate"], wave.Terms["prefill.forecaster_mae_request_rate"]; !(m < h/4) {
+		t.Fatalf("wave: planned with error %v, holt's %v", m, h)
+	}
+	ramp := run(func(sec float64) float64 { return 5 + sec/60 })
+	if ramp.Terms["prefill.seasonal_period_seconds"] != 0 || ramp.Terms["prefill.seasonal_forecast_used"] != 0 {
+		t.Fatalf("ramp: period %v s, used %v", ramp.Terms["prefill.seasonal_period_seconds"], ramp.Terms["prefill.seasonal_forecast_used"])
 	}
 }
