@@ -65,14 +65,16 @@ type SLAConfig struct {
 	// during a ramp is invisible to a rate-based planner. 0 = off.
 	BacklogDrain time.Duration
 	// PeakMemory bounds speculation by what the load has done: while the
-	// pool's smoothed rate is below its own highest over this window, the
-	// rate planned for (forecast, error headroom and all) is capped at the
-	// highest request rate observed over the window. A load that swings
-	// faster than capacity can follow (its forecast error is as large as
-	// the swing) is then held at its envelope rather than provisioned for
-	// the forecast's overshoot plus headroom on top; a load rising to a new
-	// high (the smoothed rate at its maximum) is not capped, so a ramp keeps
-	// its trend and headroom. Set it to the load's period (a day). 0 = off,
+	// pool's smoothed work (the level rate × the forecast lengths, in
+	// replicas' worth) is below its own highest over this window, the
+	// work planned for (forecast, error headroom and all) is capped at the
+	// most work observed in one interval over the window. A load that
+	// swings faster than capacity can follow (its forecast error is as
+	// large as the swing) is then held at its envelope rather than
+	// provisioned for the forecast's overshoot plus headroom on top; a load
+	// rising to a new high (its smoothed work at its maximum) is not
+	// capped, so a ramp keeps its trend and headroom. The backlog term is
+	// never capped. Set it to the load's period (a day). 0 = off,
 	// the default: it trades attainment on a load that steps past its old
 	// high for GPU-hours on one that keeps to it (BENCHMARKS.md, planner).
 	PeakMemory time.Duration
