@@ -29,7 +29,7 @@ const (
 func runPlannerSimulate(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("kvgate planner simulate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	shape := fs.String("shape", "sine", "load shape: azure (Azure LLM inference trace 2023 CSV), sine (Dynamo-style sinusoidal), mooncake (Mooncake JSONL trace)")
+	shape := fs.String("shape", "sine", "load shape: azure (Azure LLM inference trace 2023 CSV), sine (Dynamo-style sinusoidal), mooncake (Mooncake JSONL trace), or a generated one: bursts, weekly, code (drawn from --seed)")
 	trace := fs.String("trace", "", "trace file for --shape azure or mooncake (default: the shared Azure conversation trace / Mooncake conversation trace)")
 	limit := fs.Int("limit", 0, "use only the first N requests of the trace (0: all)")
 	timeScale := fs.Float64("time-scale", 1, "play the load this many times faster (arrival times divided; the same requests in less time)")
@@ -56,6 +56,8 @@ func runPlannerSimulate(args []string, _ io.Reader, stdout, stderr io.Writer) in
 	errHeadroom := fs.Float64("error-headroom", 0, "the planner sizes for forecast + k × its recent mean absolute forecast error; this is k (0: the simulator's default 1; negative: off)")
 	peakHold := fs.Duration("peak-hold", 0, "the planner never scales below what the highest rate seen over this window needs (0: provisioning delay + interval; negative: off)")
 	backlogDrain := fs.Duration("backlog-drain", 0, "the planner adds capacity to serve waiting requests within this time (0: the provisioning delay; negative: off)")
+	peakMemory := fs.Duration("peak-memory", 0, "below its recent high, the planner plans for no more work than it saw over this window (0: off)")
+	oracle := fs.Bool("oracle", false, "also run the planner with exact forecasts read from the load (planner-oracle), to split forecast error from the rest")
 	warmUp := fs.Duration("warm-up", -1, "unscored lead of the load, in simulated time after scaling (default: a sixth of the period for sine, none for traces)")
 	statics := fs.String("static", "", "static fleets to run, comma-separated: 4p2d (disagg) or 6 (agg); default: search for the cheapest one reaching 99 % SLA attainment")
 	seed := fs.Uint64("seed", 1, "seed for the sine's arrivals and --rate-scale's sampling")
@@ -76,6 +78,9 @@ func runPlannerSimulate(args []string, _ io.Reader, stdout, stderr io.Writer) in
 	}
 	if math.IsNaN(*errHeadroom) || *errHeadroom > 10 {
 		return bad("--error-headroom %v: want at most 10 (negative: off)", *errHeadroom)
+	}
+	if *peakMemory < 0 {
+		return bad("--peak-memory %v is negative", *peakMemory)
 	}
 	if *damping < 0 {
 		return bad("--trend-damping %v is negative", *damping)
@@ -114,8 +119,13 @@ func runPlannerSimulate(args []string, _ io.Reader, stdout, stderr io.Writer) in
 		load, err = simulate.LoadAzure(orDefault(*trace, defaultAzureTrace), *limit)
 	case "mooncake":
 		load, err = simulate.LoadMooncake(orDefault(*trace, defaultMooncakeTrace), *limit)
+	case "bursts", "weekly", "code":
+		var g simulate.Shape
+		if g, err = simulate.GeneratedShape(*shape, *seed); err == nil {
+			load, err = g.Load()
+		}
 	default:
-		return bad("--shape %q: want azure, sine or mooncake", *shape)
+		return bad("--shape %q: want azure, sine, mooncake, bursts, weekly or code", *shape)
 	}
 	if err != nil {
 		return bad("%v", err)
@@ -134,6 +144,7 @@ func runPlannerSimulate(args []string, _ io.Reader, stdout, stderr io.Writer) in
 	opt := simulate.CompareOptions{Forecaster: *forecaster, ForecastParams: forecast.Params{TrendDamping: *damping}}
 	opt.Planner.UpUtilization, opt.Planner.DownUtilization, opt.Planner.Horizon = *upUtil, *downUtil, *horizon
 	opt.Planner.ErrorHeadroom, opt.Planner.PeakHold, opt.Planner.BacklogDrain = *errHeadroom, *peakHold, *backlogDrain
+	opt.Planner.PeakMemory, opt.Oracle = *peakMemory, *oracle
 	if *statics != "" {
 		if opt.Statics, err = parseStatics(*statics, m); err != nil {
 			return bad("--static: %v", err)

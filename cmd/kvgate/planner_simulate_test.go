@@ -78,6 +78,7 @@ func TestPlannerSimulateBadInput(t *testing.T) {
 		{[]string{"--sine-min-rate", "9", "--sine-max-rate", "1"}, "max rate"},
 		{[]string{"--error-headroom", "11"}, "--error-headroom"},
 		{[]string{"--trend-damping", "-1s"}, "--trend-damping"},
+		{[]string{"--peak-memory", "-1s"}, "--peak-memory"},
 	} {
 		var out, errb bytes.Buffer
 		if code := runPlannerSimulate(c.args, nil, &out, &errb); code != 2 || !strings.Contains(errb.String(), c.want) {

@@ -41,7 +41,19 @@ package index
 // registrations invalidate it at once), so another replica's Clear or
 // RemoveWorker shows here within RegistryStaleness. Epochs only grow, so a
 // field epoch above the snapshot's is live (written after a Clear this
-// snapshot has not seen).
+// snapshot has not seen). The snapshot is reloaded in the background once
+// half that old, so a Match waits for the registry only after this
+// instance's own registry change or a failed background reload.
+//
+// Match is one network round trip for a chain whose first block it last
+// found held: an HGETALL per block of the chain, in one pipeline that
+// go-redis splits per master and sends in parallel. It reads past the
+// first miss (at most the whole chain, 4096 blocks per round trip)
+// because on loopback a round trip cost more than the reads it saved
+// (issue 19; BenchmarkRedisMatch, chunk=auto vs chunk=16). Other chains
+// are probed with 16 blocks first (redisFirstHeld). What is left is per
+// block: the key layout keeps one key per block, so the work grows with
+// the chain (indexer/README.md, "Redis reads").
 //
 // Stale fields met by Match (older epoch, removed worker, worker dead for
 // more than WorkerTTL, malformed) are deleted lazily by a background pruner
@@ -91,11 +103,13 @@ type RedisConfig struct {
 	// (250ms, or WorkerTTL/4 if smaller, when zero). At most WorkerTTL/3.
 	RegistryStaleness time.Duration
 	// MatchChunk is how many block keys Match reads in its first round
-	// trip (16 when zero); later round trips read 4x more each, up to
-	// redisMaxMatchChunk, because a chain that matched this far is likely
-	// to match further. Measured on loopback (BenchmarkRedisMatch), 4, 16
-	// and 64 were within noise of each other for 128-block chains; 16
-	// keeps a miss at block 0 to one small read.
+	// trip; later round trips read 4x more each, up to redisMaxMatchChunk
+	// (4096). Zero (the default) adapts: a chain whose first block this
+	// instance last found held is read whole, up to 4096 blocks, in one
+	// network round trip (one pipeline per master, in parallel), because a
+	// round trip costs more than reading past the first miss; any other is
+	// probed with 16 blocks first and, if that hits, the rest in a second
+	// round trip. See redisFirstHeld and indexer/README.md, "Redis reads".
 	MatchChunk int
 }
 
@@ -104,8 +118,7 @@ const (
 	defaultRedisBlockTTL    = time.Hour
 	defaultRedisWorkerTTL   = 30 * time.Second
 	defaultRedisStaleness   = 250 * time.Millisecond
-	defaultRedisMatchChunk  = 16
-	redisMaxMatchChunk      = 256
+	redisMaxMatchChunk      = 4096 // 64k tokens at 16 per block
 	redisMaxPrefix          = 128
 	redisMaxChain           = 1 << 16 // blocks per Match: 1M tokens at 16 per block
 	redisMaxHashesPerCall   = 1 << 16 // hashes per Store/Remove
@@ -126,7 +139,8 @@ type Redis struct {
 	blockTTL    time.Duration
 	workerTTL   time.Duration
 	staleness   time.Duration
-	matchChunk  int
+	matchChunk  int // 0: adaptive (see redisFirstHeld)
+	firstHeld   redisFirstHeld
 
 	// writers are the workers this instance writes for (and heartbeats).
 	writersMu sync.Mutex
@@ -135,6 +149,10 @@ type Redis struct {
 	regMu    sync.Mutex // serialises registry reloads
 	reg      atomic.Pointer[redisRegistry]
 	regDirty atomic.Uint64 // bumped by this instance's own registry changes
+	// regAhead asks registryLoop to reload the snapshot before it is too
+	// old for Match, so that Match does not wait for the reload.
+	regAhead chan struct{}
+	now      func() time.Time // the registry's clock; tests move it
 
 	prune chan redisPrune
 	// bg scopes the background goroutines' calls; Close cancels it.
@@ -166,6 +184,7 @@ type RedisCounters struct {
 	MatchRoundTrips         int64 // pipelined round trips issued by Match
 	MatchBlocksRead         int64 // block keys read by Match
 	RegistryReloads         int64
+	RegistryWaits           int64 // reloads a Match or Stats call waited for (the rest ran ahead, in the background)
 	RegistryBadRows         int64 // registry fields that failed to parse (ignored)
 	PruneQueued             int64 // stale fields queued for deletion
 	PruneDropped            int64 // stale fields not queued: queue full
@@ -183,6 +202,7 @@ type RedisCounters struct {
 type redisCounters struct {
 	matches, matchRoundTrips, matchBlocksRead    atomic.Int64
 	registryReloads, registryBadRows             atomic.Int64
+	registryWaits                                atomic.Int64
 	pruneQueued, pruneDropped, pruned, pruneErrs atomic.Int64
 	heartbeats, heartbeatErrs                    atomic.Int64
 	workersRevived, workersRemovedElsewhere      atomic.Int64
@@ -198,6 +218,7 @@ func (r *Redis) Counters() RedisCounters {
 		MatchRoundTrips:         c.matchRoundTrips.Load(),
 		MatchBlocksRead:         c.matchBlocksRead.Load(),
 		RegistryReloads:         c.registryReloads.Load(),
+		RegistryWaits:           c.registryWaits.Load(),
 		RegistryBadRows:         c.registryBadRows.Load(),
 		PruneQueued:             c.pruneQueued.Load(),
 		PruneDropped:            c.pruneDropped.Load(),
@@ -245,11 +266,8 @@ func NewRedis(ctx context.Context, cfg RedisConfig) (*Redis, error) {
 	if cfg.RegistryStaleness < 0 || cfg.RegistryStaleness > cfg.WorkerTTL/3 {
 		return nil, fmt.Errorf("redis index: config: registry staleness %v: want 0..%v (worker TTL / 3)", cfg.RegistryStaleness, cfg.WorkerTTL/3)
 	}
-	if cfg.MatchChunk == 0 {
-		cfg.MatchChunk = defaultRedisMatchChunk
-	}
-	if cfg.MatchChunk < 1 || cfg.MatchChunk > redisMaxMatchChunk {
-		return nil, fmt.Errorf("redis index: config: match chunk %d: want 1..%d", cfg.MatchChunk, redisMaxMatchChunk)
+	if cfg.MatchChunk < 0 || cfg.MatchChunk > redisMaxMatchChunk {
+		return nil, fmt.Errorf("redis index: config: match chunk %d: want 0 (adaptive) or 1..%d", cfg.MatchChunk, redisMaxMatchChunk)
 	}
 	if err := cfg.Client.Ping(ctx).Err(); err != nil {
 		return nil, fmt.Errorf("redis index: ping: %w", err)
@@ -264,11 +282,14 @@ func NewRedis(ctx context.Context, cfg RedisConfig) (*Redis, error) {
 		matchChunk:  cfg.MatchChunk,
 		writers:     make(map[WorkerID]*redisWriter),
 		prune:       make(chan redisPrune, redisPruneQueue),
+		regAhead:    make(chan struct{}, 1),
+		now:         time.Now,
 	}
 	r.bg, r.stopBG = context.WithCancel(context.Background())
-	r.wg.Add(2)
+	r.wg.Add(3)
 	go r.heartbeatLoop()
 	go r.pruneLoop()
+	go r.registryLoop()
 	return r, nil
 }
 
@@ -700,18 +721,59 @@ type redisWorkerState struct {
 }
 
 // registry returns a snapshot no older than the staleness bound and newer
-// than this instance's last own registry change.
+// than this instance's last own registry change. A snapshot past half the
+// bound is still returned, and reloaded in the background for the next
+// caller: the reload is a round trip of its own, and a Match that waited
+// for it (once per RegistryStaleness: about one decision in a hundred at
+// c=1, 8k tokens) set the p99 (issue 19). Only a dirty snapshot, or one
+// the background reload failed to renew in time, is reloaded while the
+// caller waits.
 func (r *Redis) registry(ctx context.Context) (*redisRegistry, error) {
-	if s := r.reg.Load(); s != nil && s.dirtyGen == r.regDirty.Load() && time.Since(s.loadedAt) <= r.staleness {
-		return s, nil
+	if s := r.reg.Load(); s != nil && s.dirtyGen == r.regDirty.Load() {
+		age := r.now().Sub(s.loadedAt)
+		if age <= r.staleness {
+			if age > r.staleness/2 {
+				select {
+				case r.regAhead <- struct{}{}:
+				default: // a reload is already asked for
+				}
+			}
+			return s, nil
+		}
 	}
+	return r.reloadRegistry(ctx, r.staleness, true)
+}
+
+// registryLoop runs the reloads registry asks for ahead of need.
+func (r *Redis) registryLoop() {
+	defer r.wg.Done()
+	for {
+		select {
+		case <-r.bg.Done():
+			return
+		case <-r.regAhead:
+		}
+		ctx, cancel := context.WithTimeout(r.bg, r.staleness)
+		_, err := r.reloadRegistry(ctx, r.staleness/2, false)
+		cancel()
+		if err != nil && r.bg.Err() == nil {
+			// The next Match past the bound reloads, and reports, itself.
+			slog.Debug("redis index: background registry reload", "err", err)
+		}
+	}
+}
+
+// reloadRegistry reads the registry unless another caller reloaded it
+// while this one waited for the lock (a snapshot at most maxAge old and
+// not dirty is kept). wait says whether a Match or Stats call waits.
+func (r *Redis) reloadRegistry(ctx context.Context, maxAge time.Duration, wait bool) (*redisRegistry, error) {
 	r.regMu.Lock()
 	defer r.regMu.Unlock()
-	if s := r.reg.Load(); s != nil && s.dirtyGen == r.regDirty.Load() && time.Since(s.loadedAt) <= r.staleness {
+	if s := r.reg.Load(); s != nil && s.dirtyGen == r.regDirty.Load() && r.now().Sub(s.loadedAt) <= maxAge {
 		return s, nil // another caller reloaded it
 	}
 	gen := r.regDirty.Load()
-	start := time.Now()
+	start := r.now()
 	raw, err := r.client.HGetAll(ctx, r.registryKey).Result()
 	if err != nil {
 		r.noteErr(err)
@@ -723,6 +785,9 @@ func (r *Redis) registry(ctx context.Context) (*redisRegistry, error) {
 	}
 	s.loadedAt, s.dirtyGen = start, gen
 	r.counters.registryReloads.Add(1)
+	if wait {
+		r.counters.registryWaits.Add(1)
+	}
 	r.counters.registryBadRows.Add(int64(bad))
 	r.reg.Store(s)
 	return s, nil
@@ -782,22 +847,41 @@ func parseRedisRegistry(raw map[string]string) (*redisRegistry, int, error) {
 
 // redisMatchState is one candidate worker's progress along the chain.
 type redisMatchState struct {
+	num     int64
 	slowest Tier // slowest of the per-block fastest tiers so far
 	depths  Depths
+	done    bool // missed a block: depths are final
+	// fastest is the fastest live tier on the block being applied, valid
+	// when seenAt is that block's position + 1.
+	fastest Tier
+	seenAt  int
 }
 
-// redisMatch is one Match call's working state.
+// redisMatch is one Match call's working state. Candidates live in a
+// slice indexed through a map, rather than in maps keyed by number that
+// every block ranged over twice: the per-block work is then one map
+// lookup per field and a slice walk (issue 19's profile had the map
+// ranges at a third of applyBlock).
 type redisMatch struct {
 	reg        *redisRegistry
-	now        int64 // unix ms
-	deadBefore int64 // alive-until below this: dead a full TTL, prune
-	active     map[int64]*redisMatchState
-	done       map[int64]Depths
-	fastest    map[int64]Tier // scratch for applyBlock
+	now        int64         // unix ms
+	deadBefore int64         // alive-until below this: dead a full TTL, prune
+	index      map[int64]int // number -> position in states
+	states     []redisMatchState
+	active     int // states not done
 }
 
-// Match implements Index. It reads block keys in pipelined chunks and stops
-// as soon as no worker still matching holds the next block.
+func newRedisMatch(reg *redisRegistry, now, deadBefore int64) *redisMatch {
+	return &redisMatch{reg: reg, now: now, deadBefore: deadBefore, index: map[int64]int{}}
+}
+
+// Match implements Index. It reads the chain's block keys in one pipeline
+// (go-redis splits it per master and runs those in parallel, so on Cluster
+// too this is one network round trip) and applies them in order, stopping
+// as soon as no worker still matching holds the next block. A chain whose
+// first block was never seen held here takes a second round trip when the
+// 16-block probe hits; so does a chain beyond redisMaxMatchChunk blocks,
+// and a configured MatchChunk may take more.
 func (r *Redis) Match(ctx context.Context, chain []uint64) (Match, error) {
 	if len(chain) > redisMaxChain {
 		return nil, fmt.Errorf("redis index: match: chain of %d blocks: want at most %d", len(chain), redisMaxChain)
@@ -814,16 +898,28 @@ func (r *Redis) Match(ctx context.Context, chain []uint64) (Match, error) {
 		return nil, fmt.Errorf("redis index: match: %w", err)
 	}
 	now := time.Now().UnixMilli()
-	m := &redisMatch{
-		reg:        reg,
-		now:        now,
-		deadBefore: now - r.workerTTL.Milliseconds(),
-		active:     map[int64]*redisMatchState{},
-		done:       map[int64]Depths{},
-		fastest:    map[int64]Tier{},
-	}
+	m := newRedisMatch(reg, now, now-r.workerTTL.Milliseconds())
 	chunk := r.matchChunk
-	cmds := make([]*redis.MapStringStringCmd, 0, chunk)
+	adaptive := chunk == 0
+	if adaptive {
+		chunk = redisMaxMatchChunk
+		if !r.firstHeld.seen(chain[0]) {
+			chunk = redisProbeChunk
+		}
+	}
+	if err := r.readChain(ctx, m, chain, chunk, adaptive); err != nil {
+		return nil, err
+	}
+	if adaptive {
+		r.firstHeld.note(chain[0], len(m.states) > 0)
+	}
+	return m.result(), nil
+}
+
+// readChain applies chain's blocks to m, chunk blocks in the first round
+// trip, until no worker is left matching.
+func (r *Redis) readChain(ctx context.Context, m *redisMatch, chain []uint64, chunk int, adaptive bool) error {
+	cmds := make([]*redis.MapStringStringCmd, 0, min(chunk, len(chain)))
 	for start := 0; start < len(chain); {
 		end := min(start+chunk, len(chain))
 		pipe := r.client.Pipeline()
@@ -835,27 +931,74 @@ func (r *Redis) Match(ctx context.Context, chain []uint64) (Match, error) {
 		r.counters.matchBlocksRead.Add(int64(end - start))
 		if _, err := pipe.Exec(ctx); err != nil {
 			r.noteErr(err)
-			return nil, fmt.Errorf("redis index: match: read blocks %d..%d of %d: %w", start, end-1, len(chain), err)
+			return fmt.Errorf("redis index: match: read blocks %d..%d of %d: %w", start, end-1, len(chain), err)
 		}
 		for i, cmd := range cmds {
 			pos := start + i
 			r.applyBlock(m, pos, chain[pos], cmd.Val())
-			if len(m.active) == 0 {
-				return m.result(), nil
+			if m.active == 0 {
+				return nil
 			}
 		}
 		start = end
-		chunk = min(chunk*4, redisMaxMatchChunk)
+		if adaptive {
+			chunk = redisMaxMatchChunk // the probe hit: the rest at once
+		} else {
+			chunk = min(chunk*4, redisMaxMatchChunk)
+		}
 	}
-	return m.result(), nil
+	return nil
+}
+
+// redisFirstHeld remembers the first blocks of chains this instance's last
+// Match found held by some worker (len(m.states) > 0 means some worker
+// held block 0). A chain starting with one is read whole in one round
+// trip; any other is probed with redisProbeChunk blocks first, so that a
+// miss at block 0 (a prompt nobody has cached) reads 16 keys, not the
+// whole chain: on loopback such a miss read whole cost 2.6-4x the CPU
+// (BenchmarkRedisMatch, miss). The memory is only a hint about how much to
+// read: a wrong entry costs a round trip or extra reads, never a wrong
+// match. Chat requests share their first block (the template and system
+// prompt), so in a serving fleet nearly every chain starts with a
+// remembered one.
+type redisFirstHeld struct {
+	mu   sync.Mutex
+	held map[uint64]struct{}
+}
+
+const (
+	redisProbeChunk    = 16
+	redisFirstHeldKeep = 1 << 14 // entries; all are dropped when full
+)
+
+func (f *redisFirstHeld) seen(h uint64) bool {
+	f.mu.Lock()
+	_, ok := f.held[h]
+	f.mu.Unlock()
+	return ok
+}
+
+func (f *redisFirstHeld) note(h uint64, held bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !held {
+		delete(f.held, h)
+		return
+	}
+	if f.held == nil || len(f.held) >= redisFirstHeldKeep {
+		// Bounded without an LRU's bookkeeping: a flush costs each chain
+		// one extra round trip the next time it is matched.
+		f.held = make(map[uint64]struct{})
+	}
+	f.held[h] = struct{}{}
 }
 
 // applyBlock advances every active worker past block pos (admitting
-// workers at pos 0) and finishes those that lack it on every tier.
+// workers at pos 0) and finishes those that lack it on every tier. Blocks
+// must be applied in order, each once.
 func (r *Redis) applyBlock(m *redisMatch, pos int, h uint64, fields map[string]string) {
 	// Fastest live tier per candidate worker on this block. Fields arrive
 	// in map order, so collect before applying.
-	clear(m.fastest)
 	for f, v := range fields {
 		num, tier, ok := parseBlockField(f)
 		epoch, err := strconv.ParseInt(v, 10, 64)
@@ -879,44 +1022,51 @@ func (r *Redis) applyBlock(m *redisMatch, pos int, h uint64, fields map[string]s
 		case ws.aliveUntil < m.now:
 			continue // expired; pruned once dead a full TTL (see above)
 		}
-		if _, ok := m.active[num]; !ok && pos > 0 {
-			continue // missed an earlier block: no prefix match
+		i, ok := m.index[num]
+		if !ok {
+			if pos > 0 {
+				continue // missed an earlier block: no prefix match
+			}
+			i = len(m.states)
+			m.index[num] = i
+			m.states = append(m.states, redisMatchState{num: num})
+			m.active++
 		}
-		if prev, ok := m.fastest[num]; !ok || tier < prev {
-			m.fastest[num] = tier
+		st := &m.states[i]
+		if st.done {
+			continue // missed an earlier block
+		}
+		if st.seenAt != pos+1 || tier < st.fastest {
+			st.fastest, st.seenAt = tier, pos+1
 		}
 	}
-	for num, tier := range m.fastest {
-		st := m.active[num]
-		if st == nil {
-			st = &redisMatchState{}
-			m.active[num] = st
+	for i := range m.states {
+		st := &m.states[i]
+		if st.done {
+			continue
+		}
+		if st.seenAt != pos+1 {
+			st.done = true
+			m.active--
+			continue
 		}
 		// Tier t reaches pos+1 iff every block so far, this one included,
 		// is held on t or faster: iff t >= the slowest per-block fastest.
-		st.slowest = max(st.slowest, tier)
+		st.slowest = max(st.slowest, st.fastest)
 		for t := st.slowest; t < NumTiers; t++ {
 			st.depths[t] = pos + 1
-		}
-	}
-	for num, st := range m.active {
-		if _, ok := m.fastest[num]; !ok {
-			m.done[num] = st.depths
-			delete(m.active, num)
 		}
 	}
 }
 
 // result turns the per-number depths into the per-worker Match.
 func (m *redisMatch) result() Match {
-	out := make(Match, len(m.done)+len(m.active))
-	for num, st := range m.active {
-		m.done[num] = st.depths
-	}
-	for num, d := range m.done {
-		id := m.reg.workers[num].id
-		if prev, ok := out[id]; !ok || prev.Max() < d.Max() {
-			out[id] = d
+	out := make(Match, len(m.states))
+	for i := range m.states {
+		st := &m.states[i]
+		id := m.reg.workers[st.num].id
+		if prev, ok := out[id]; !ok || prev.Max() < st.depths.Max() {
+			out[id] = st.depths
 		}
 	}
 	return out

@@ -1,9 +1,15 @@
+//go:build unix
+
 package index
 
 import (
+	"context"
 	"math/rand"
 	"slices"
 	"strconv"
+	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -14,16 +20,32 @@ import (
 // loopback: a fleet of 16 workers holding prefixes (on mixed tiers) of a
 // few shared chains, queried with full chains. Per-op p50/p99 are reported
 // in microseconds because the tail, not the mean, bounds routing latency.
+// CPU per op, this process's and the Redis servers' (INFO cpu, summed over
+// masters), is reported too: on a shared machine wall times swing with the
+// load, CPU per match much less.
 func BenchmarkRedisMatch(b *testing.B) {
 	for _, tg := range redisTargets(b) {
 		for _, chainLen := range []int{32, 128, 512} {
-			for _, chunk := range []int{4, 16, 64} {
-				name := tg.name + "/chain=" + strconv.Itoa(chainLen) + "/chunk=" + strconv.Itoa(chunk)
+			// 0 is the default: a chain whose first block was last found
+			// held is read whole in one round trip, any other probed with
+			// 16 blocks first. 16 growing 4x per round trip was the
+			// default before issue 19.
+			for _, chunk := range []int{0, 16} {
+				name := tg.name + "/chain=" + strconv.Itoa(chainLen) + "/chunk=" + chunkName(chunk)
 				b.Run(name, func(b *testing.B) { benchRedisMatch(b, tg.client(), chainLen, chunk, false) })
 			}
 		}
-		b.Run(tg.name+"/miss", func(b *testing.B) { benchRedisMatch(b, tg.client(), 128, 16, true) })
+		for _, chunk := range []int{0, 16} {
+			b.Run(tg.name+"/miss/chain=128/chunk="+chunkName(chunk), func(b *testing.B) { benchRedisMatch(b, tg.client(), 128, chunk, true) })
+		}
 	}
+}
+
+func chunkName(chunk int) string {
+	if chunk == 0 {
+		return "auto"
+	}
+	return strconv.Itoa(chunk)
 }
 
 func benchRedisMatch(b *testing.B, client redis.UniversalClient, chainLen, chunk int, miss bool) {
@@ -46,6 +68,8 @@ func benchRedisMatch(b *testing.B, client redis.UniversalClient, chainLen, chunk
 		queries = [][]uint64{propHashes(rng, chainLen)}
 	}
 	lat := make([]time.Duration, 0, b.N)
+	server0 := serverCPU(b, client)
+	client0 := processCPU()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		start := time.Now()
@@ -59,6 +83,8 @@ func benchRedisMatch(b *testing.B, client redis.UniversalClient, chainLen, chunk
 		}
 	}
 	b.StopTimer()
+	b.ReportMetric((processCPU()-client0).Seconds()*1e6/float64(b.N), "client-cpu-µs/op")
+	b.ReportMetric((serverCPU(b, client)-server0).Seconds()*1e6/float64(b.N), "server-cpu-µs/op")
 	slices.Sort(lat)
 	pct := func(p float64) float64 {
 		return float64(lat[int(p*float64(len(lat)-1))].Nanoseconds()) / 1e3
@@ -86,4 +112,50 @@ func BenchmarkRedisStore(b *testing.B) {
 			}
 		})
 	}
+}
+
+// processCPU is this process's user+system CPU time so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// serverCPU sums used_cpu_user and used_cpu_sys from INFO cpu over every
+// master (the one server when standalone).
+func serverCPU(b *testing.B, c redis.UniversalClient) time.Duration {
+	var mu sync.Mutex
+	var total float64
+	each := func(ctx context.Context, n *redis.Client) error {
+		info, err := n.Info(ctx, "cpu").Result()
+		if err != nil {
+			return err
+		}
+		for line := range strings.SplitSeq(info, "\n") {
+			k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+			if ok && (k == "used_cpu_user" || k == "used_cpu_sys") {
+				f, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					return err
+				}
+				mu.Lock()
+				total += f
+				mu.Unlock()
+			}
+		}
+		return nil
+	}
+	var err error
+	switch c := c.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(tctx, each)
+	case *redis.Client:
+		err = each(tctx, c)
+	}
+	if err != nil {
+		b.Fatalf("INFO cpu: %v", err)
+	}
+	return time.Duration(total * 1e9)
 }

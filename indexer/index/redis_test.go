@@ -234,6 +234,129 @@ func TestRedisMatchStopsEarly(t *testing.T) {
 	}
 }
 
+// With the default MatchChunk a Match of a chain whose first block was
+// last found held is one pipelined round trip, on standalone and on
+// Cluster (where the pipeline spans every master); a chain starting
+// anywhere else is probed with 16 blocks first, so a miss at block 0
+// reads 16 keys and a hit takes a second round trip for the rest. Only a
+// chain longer than redisMaxMatchChunk takes more.
+func TestRedisMatchOneRoundTrip(t *testing.T) {
+	for _, tg := range redisTargets(t) {
+		t.Run(tg.name, func(t *testing.T) {
+			prefix := uniquePrefix(t)
+			r := newTestRedis(t, tg.client(), RedisConfig{Prefix: prefix})
+			// Over 4096 keys: left behind, they would push the shared
+			// server past Stats' exact-count bound for later tests.
+			t.Cleanup(func() { dropPrefix(t, tg.client(), prefix) })
+			var last RedisCounters
+			expectReads := func(what string, roundTrips, blocks int64) {
+				t.Helper()
+				c := r.Counters()
+				if rt, b := c.MatchRoundTrips-last.MatchRoundTrips, c.MatchBlocksRead-last.MatchBlocksRead; rt != roundTrips || b != blocks {
+					t.Fatalf("%s: %d round trips reading %d blocks; want %d and %d", what, rt, b, roundTrips, blocks)
+				}
+				last = c
+			}
+			chain := make([]uint64, 512)
+			for i := range chain {
+				chain[i] = uint64(i+1) << 20
+			}
+			must(t, r.Store(tctx, worker(1), TierDevice, chain[:300]))
+			must(t, r.Store(tctx, worker(2), TierHost, chain[:40]))
+			want := Match{worker(1): all(300), worker(2): {0, 40, 40, 40}}
+			expectMatch(t, r, chain, want)
+			expectReads("first match", 2, 512)
+			expectMatch(t, r, chain, want)
+			expectReads("second match", 1, 512)
+			miss := make([]uint64, len(chain))
+			for i := range miss {
+				miss[i] = chain[i] + 1 // stored by nobody
+			}
+			expectMatch(t, r, miss, Match{})
+			expectReads("miss at block 0", 1, 16)
+			// Once nobody holds the first block the chain is read whole
+			// one last time, then probed again.
+			must(t, r.Clear(tctx, worker(1)))
+			must(t, r.Clear(tctx, worker(2)))
+			expectMatch(t, r, chain, Match{})
+			expectReads("match after the holders cleared", 1, 512)
+			expectMatch(t, r, chain, Match{})
+			expectReads("next match", 1, 16)
+			long := make([]uint64, redisMaxMatchChunk+10)
+			for i := range long {
+				long[i] = uint64(i+1) << 24
+			}
+			must(t, r.Store(tctx, worker(3), TierDevice, long))
+			expectMatch(t, r, long, Match{worker(3): all(len(long))})
+			// 16, then the remaining 4096 + 10 - 16 at once.
+			expectReads("long chain, first match", 2, int64(len(long)))
+			expectMatch(t, r, long, Match{worker(3): all(len(long))})
+			// 4096, then 10.
+			expectReads("long chain, second match", 2, int64(len(long)))
+		})
+	}
+}
+
+// The first-block memory stays bounded: when full it starts over, and a
+// chain found held by nobody is forgotten at once.
+func TestRedisFirstHeldBounded(t *testing.T) {
+	var f redisFirstHeld
+	for h := uint64(1); h <= redisFirstHeldKeep; h++ {
+		f.note(h, true)
+	}
+	if !f.seen(1) || !f.seen(redisFirstHeldKeep) || len(f.held) != redisFirstHeldKeep {
+		t.Fatalf("after %d notes: %d kept, first seen %v, last seen %v", redisFirstHeldKeep, len(f.held), f.seen(1), f.seen(redisFirstHeldKeep))
+	}
+	f.note(redisFirstHeldKeep+1, true)
+	if len(f.held) != 1 || !f.seen(redisFirstHeldKeep+1) || f.seen(1) {
+		t.Fatalf("one past full: %d kept (want 1, the newest)", len(f.held))
+	}
+	f.note(redisFirstHeldKeep+1, false)
+	if f.seen(redisFirstHeldKeep+1) || len(f.held) != 0 {
+		t.Fatalf("a chain held by nobody is still remembered (%d kept)", len(f.held))
+	}
+}
+
+// A Match that finds the registry snapshot past half its staleness bound
+// gets it as is and has it reloaded in the background; a Match finds it
+// past the bound only if that reload failed, and then waits for one.
+func TestRedisRegistryReloadsAhead(t *testing.T) {
+	startRedis(t)
+	r := newTestRedis(t, redisStandalone.Client(), RedisConfig{Prefix: uniquePrefix(t), RegistryStaleness: time.Second})
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixNano())
+	r.now = func() time.Time { return time.Unix(0, clock.Load()) }
+	chain := []uint64{1, 2, 3}
+	must(t, r.Store(tctx, worker(1), TierDevice, chain))
+	expectMatch(t, r, chain, Match{worker(1): all(3)})
+	c := r.Counters()
+	if c.RegistryReloads != 1 || c.RegistryWaits != 1 {
+		t.Fatalf("first match: reloads %d, waits %d; want 1 and 1", c.RegistryReloads, c.RegistryWaits)
+	}
+	// Past half the bound: answered from the snapshot, reloaded behind.
+	clock.Add(int64(600 * time.Millisecond))
+	expectMatch(t, r, chain, Match{worker(1): all(3)})
+	deadline := time.Now().Add(10 * time.Second)
+	for r.Counters().RegistryReloads < 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("no background reload after a match past half the staleness bound")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if w := r.Counters().RegistryWaits; w != 1 {
+		t.Fatalf("waits %d after the background reload; want 1", w)
+	}
+	// The renewed snapshot serves the next match within its bound...
+	clock.Add(int64(400 * time.Millisecond))
+	expectMatch(t, r, chain, Match{worker(1): all(3)})
+	// ...and one past the bound is reloaded while the match waits.
+	clock.Add(int64(2 * time.Second))
+	expectMatch(t, r, chain, Match{worker(1): all(3)})
+	if w := r.Counters().RegistryWaits; w != 2 {
+		t.Fatalf("waits %d after a match past the bound; want 2", w)
+	}
+}
+
 func TestRedisSecondReplicaSeesWrites(t *testing.T) {
 	for _, tg := range redisTargets(t) {
 		t.Run(tg.name, func(t *testing.T) {
@@ -582,7 +705,7 @@ func FuzzRedisApplyBlock(f *testing.F) {
 			2: {id: worker(2), aliveUntil: 1 << 62},
 			3: {id: worker(3), aliveUntil: 0},
 		}}
-		m := &redisMatch{reg: reg, now: 1000, deadBefore: 0, active: map[int64]*redisMatchState{}, done: map[int64]Depths{}, fastest: map[int64]Tier{}}
+		m := newRedisMatch(reg, 1000, 0)
 		for pos, raw := range []string{b0, b1} {
 			fields := map[string]string{}
 			for _, kv := range strings.Split(raw, ";") {

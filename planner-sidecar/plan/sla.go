@@ -64,6 +64,20 @@ type SLAConfig struct {
 	// prefill, their output tokens for decode). Without it a backlog built
 	// during a ramp is invisible to a rate-based planner. 0 = off.
 	BacklogDrain time.Duration
+	// PeakMemory bounds speculation by what the load has done: while the
+	// pool's smoothed work (the level rate × the forecast lengths, in
+	// replicas' worth) is below its own highest over this window, the
+	// work planned for (forecast, error headroom and all) is capped at the
+	// most work observed in one interval over the window. A load that
+	// swings faster than capacity can follow (its forecast error is as
+	// large as the swing) is then held at its envelope rather than
+	// provisioned for the forecast's overshoot plus headroom on top; a load
+	// rising to a new high (its smoothed work at its maximum) is not
+	// capped, so a ramp keeps its trend and headroom. The backlog term is
+	// never capped. Set it to the load's period (a day). 0 = off,
+	// the default: it trades attainment on a load that steps past its old
+	// high for GPU-hours on one that keeps to it (BENCHMARKS.md, planner).
+	PeakMemory time.Duration
 }
 
 func (c *SLAConfig) applyDefaults() {
@@ -109,6 +123,8 @@ func (c SLAConfig) Validate() error {
 		return fmt.Errorf("plan: peak hold %v outside [0, 24h]", c.PeakHold)
 	case c.BacklogDrain < 0 || c.BacklogDrain > 24*time.Hour:
 		return fmt.Errorf("plan: backlog drain %v outside [0, 24h]", c.BacklogDrain)
+	case c.PeakMemory < 0 || c.PeakMemory > 7*24*time.Hour:
+		return fmt.Errorf("plan: peak memory %v outside [0, 168h]", c.PeakMemory)
 	}
 	mins := 0
 	for name, l := range c.Pools {
@@ -152,12 +168,27 @@ type poolState struct {
 	lastChange               time.Time
 	changed                  bool
 	// due holds rate forecasts not yet comparable with an observation;
-	// rateMAE is the EWMA of their absolute errors once they came due.
-	due     []forecast.Sample
-	rateMAE float64
-	sawDue  bool
+	// rateMAE is the EWMA of their absolute errors once they came due,
+	// seasonMAE that of the seasonal forecasts (made while a period was
+	// seen).
+	due                 []dueRate
+	rateMAE, seasonMAE  float64
+	sawDue, sawSeasonal bool
+	// season forecasts the rate from its own past periods, once it has
+	// one (forecast.Seasonal).
+	season *forecast.Seasonal
 	// recent holds the observed rates of the last PeakHold.
 	recent []forecast.Sample
+	// envelope and levelHigh are the most work observed in an interval
+	// and the highest smoothed work over PeakMemory, in replicas' worth.
+	envelope, levelHigh windowMax
+}
+
+// dueRate is one decision's rate forecasts for time T: the forecaster's,
+// and the seasonal one (NaN without a period).
+type dueRate struct {
+	T              time.Time
+	base, seasonal float64
 }
 
 // Bounds on the per-pool histories, whatever the interval: a forecast or
@@ -175,16 +206,33 @@ var _ Policy = (*SLA)(nil)
 // NewSLA builds the policy; fc makes one fresh forecaster per pool and
 // signal (rate, mean input and output length). cfg must Validate.
 func NewSLA(cfg SLAConfig, model *perfmodel.Model, fc func() forecast.Forecaster) *SLA {
+	return NewSLAForecasts(cfg, model, func(string, string) forecast.Forecaster { return fc() })
+}
+
+// The signals an SLA forecasts per pool (NewSLAForecasts).
+const (
+	SignalRequestRate  = "request_rate"
+	SignalInputTokens  = "input_tokens"
+	SignalOutputTokens = "output_tokens"
+)
+
+// NewSLAForecasts is NewSLA with a forecaster chosen per pool and signal
+// (SignalRequestRate, SignalInputTokens, SignalOutputTokens): the
+// simulator's oracle planner reads each signal's future from the load.
+func NewSLAForecasts(cfg SLAConfig, model *perfmodel.Model, fc func(pool, signal string) forecast.Forecaster) *SLA {
 	cfg.applyDefaults()
 	s := &SLA{cfg: cfg, model: model, pools: map[string]*poolState{}}
 	for name := range cfg.Pools {
 		s.names = append(s.names, name)
 		s.pools[name] = &poolState{
-			rate: fc(), input: fc(), output: fc(),
+			rate: fc(name, SignalRequestRate), input: fc(name, SignalInputTokens), output: fc(name, SignalOutputTokens),
 			// The hit rate moves with the workload mix, not with load: it is
 			// smoothed, never extrapolated.
 			hit:        forecast.NewEWMA(0.3),
+			season:     forecast.NewSeasonal(),
 			correction: perfmodel.NewCorrection(max(cfg.CorrectionAlpha, 0), cfg.CorrectionMin, cfg.CorrectionMax),
+			envelope:   windowMax{window: cfg.PeakMemory},
+			levelHigh:  windowMax{window: cfg.PeakMemory},
 		}
 	}
 	slices.Sort(s.names)
@@ -274,14 +322,30 @@ func (s *SLA) size(name string, obs Observation, terms map[string]float64) *pool
 		st.hit.Observe(obs.Time, o.CacheHitRate)
 		st.sawLengths = true
 	}
+	st.season.Observe(obs.Time, o.RequestRate)
 	peak := s.holdPeak(st, obs.Time, o.RequestRate)
 	p := &poolPlan{obs: o}
-	p.rate = max(st.rate.Predict(s.cfg.Horizon), 0)
+	base := max(st.rate.Predict(s.cfg.Horizon), 0)
+	seasonal, period := math.NaN(), time.Duration(0)
+	if period, _ = st.season.Period(); period > 0 {
+		seasonal = max(st.season.Predict(s.cfg.Horizon), 0)
+	}
 	if len(st.due) < maxDue {
-		st.due = append(st.due, forecast.Sample{T: obs.Time.Add(s.cfg.Horizon), V: p.rate})
+		st.due = append(st.due, dueRate{T: obs.Time.Add(s.cfg.Horizon), base: base, seasonal: seasonal})
+	}
+	// A load that repeats (diurnal, weekly) is forecast from its own last
+	// periods once its history shows one and those forecasts have been
+	// closer at this horizon than the forecaster's: a trend read a
+	// quarter period before a turn is carried past it, and the error
+	// headroom then grows with the overshoot (the 10-minute sine's
+	// journal: holt's mean error at 150 s was half the swing).
+	mae, useSeason := st.rateMAE, 0.0
+	p.rate = base
+	if period > 0 && st.sawSeasonal && st.seasonMAE < st.rateMAE {
+		p.rate, mae, useSeason = seasonal, st.seasonMAE, 1
 	}
 	// The upper end of the forecast: what scaling up provisions for.
-	headroom := s.cfg.ErrorHeadroom * st.rateMAE
+	headroom := s.cfg.ErrorHeadroom * mae
 	p.upRate = p.rate + headroom
 	// A scale-down must hold over the whole window until a replica shed
 	// now could be back: the forecasts are monotonic in the horizon (flat,
@@ -311,22 +375,42 @@ func (s *SLA) size(name string, obs Observation, terms map[string]float64) *pool
 		perSecond := o.QueueDepth / s.cfg.BacklogDrain.Seconds()
 		prefillBacklog, decodeBacklog = needAt(perSecond)
 	}
-	var backlog float64
-	switch name {
-	case PoolPrefill:
-		backlog = prefillBacklog
-		p.need, p.downNeed = prefillNeed, prefillDown
-	case PoolDecode:
-		backlog = decodeBacklog
-		p.need, p.downNeed = decodeNeed, decodeDown
-	default:
-		// An aggregated replica runs prefill and decode in the same engine
-		// steps, and a mixed step costs about the sum of its parts (the
-		// step model of Dynamo's mocker, e2e/enginesim/timing.go): the
-		// fractions of a replica each phase needs add up. max() would
-		// assume the phases overlap for free and undersize.
-		backlog = prefillBacklog + decodeBacklog
-		p.need, p.downNeed = prefillNeed+decodeNeed, prefillDown+decodeDown
+	// ofPool is the pool's share of a (prefill, decode) pair of needs. An
+	// aggregated replica runs prefill and decode in the same engine steps,
+	// and a mixed step costs about the sum of its parts (the step model of
+	// Dynamo's mocker, e2e/enginesim/timing.go): the fractions of a replica
+	// each phase needs add up. max() would assume the phases overlap for
+	// free and undersize.
+	ofPool := func(prefill, decode float64) float64 {
+		switch name {
+		case PoolPrefill:
+			return prefill
+		case PoolDecode:
+			return decode
+		}
+		return prefill + decode
+	}
+	backlog := ofPool(prefillBacklog, decodeBacklog)
+	p.need, p.downNeed = ofPool(prefillNeed, decodeNeed), ofPool(prefillDown, decodeDown)
+	// Peak memory (SLAConfig.PeakMemory), in the pool's work rather than
+	// its request rate — prompt tokens per second for prefill, output
+	// tokens for decode, at the model's per-replica throughputs — since a
+	// load's lengths move with its rate (the Azure trace's prompts grow
+	// by half into its busiest minutes): the replicas' worth of work
+	// observed this interval, and the smoothed level's.
+	var workSeen, workLevel, envelope, capped float64
+	if s.cfg.PeakMemory > 0 {
+		pre, dec := o.RequestRate*o.MeanInputTokens*(1-o.CacheHitRate)/p.prefillTPS, o.RequestRate*o.MeanOutputTokens/p.decodeTPS
+		workSeen = clean(ofPool(pre, dec))
+		workLevel = clean(ofPool(needAt(level)))
+		envelope = st.envelope.add(obs.Time, workSeen)
+		if high := st.levelHigh.add(obs.Time, workLevel); workLevel < high {
+			// Below its recent high: plan for no more than the most work
+			// seen. At a new high the forecast and headroom stand.
+			capped = 1
+			ceiling := max(envelope, workLevel)
+			p.need, p.downNeed = min(p.need, ceiling), min(p.downNeed, ceiling)
+		}
 	}
 	p.need += backlog
 	p.downNeed += backlog
@@ -342,9 +426,17 @@ func (s *SLA) size(name string, obs Observation, terms map[string]float64) *pool
 	t := func(k string, v float64) { terms[name+"."+k] = v }
 	t("forecast_request_rate", p.rate)
 	t("forecast_level_request_rate", level)
-	t("forecast_mae_request_rate", st.rateMAE)
+	t("forecast_mae_request_rate", mae)
+	t("forecaster_mae_request_rate", st.rateMAE)
+	t("seasonal_mae_request_rate", st.seasonMAE)
+	t("seasonal_period_seconds", period.Seconds())
+	t("seasonal_forecast_used", useSeason)
 	t("error_headroom_request_rate", headroom)
 	t("peak_request_rate", peak)
+	t("work_seen_replicas", workSeen)
+	t("work_level_replicas", workLevel)
+	t("work_envelope_replicas", envelope)
+	t("work_envelope_capped", capped)
 	t("planned_up_request_rate", p.upRate)
 	t("planned_down_request_rate", p.downRate)
 	t("backlog_requests", o.QueueDepth)
@@ -366,18 +458,26 @@ func (s *SLA) size(name string, obs Observation, terms map[string]float64) *pool
 }
 
 // scoreForecasts folds the errors of the rate forecasts due by t (made a
-// horizon ago) into the pool's mean absolute error.
+// horizon ago) into the pool's mean absolute errors.
 func (s *SLA) scoreForecasts(st *poolState, t time.Time, rate float64) {
 	n := 0
 	for _, f := range st.due {
 		if f.T.After(t) {
 			break
 		}
-		err := math.Abs(rate - f.V)
+		err := math.Abs(rate - f.base)
 		if !st.sawDue {
 			st.rateMAE, st.sawDue = err, true
 		} else {
 			st.rateMAE = errorAlpha*err + (1-errorAlpha)*st.rateMAE
+		}
+		if !math.IsNaN(f.seasonal) {
+			err := math.Abs(rate - f.seasonal)
+			if !st.sawSeasonal {
+				st.seasonMAE, st.sawSeasonal = err, true
+			} else {
+				st.seasonMAE = errorAlpha*err + (1-errorAlpha)*st.seasonMAE
+			}
 		}
 		n++
 	}

@@ -38,6 +38,9 @@ type CompareOptions struct {
 	Statics []map[string]int
 	// Parallel bounds simulations run at once; default 2.
 	Parallel int
+	// Oracle also runs the planner with exact forecasts (NewOraclePlanner),
+	// reported after the planner as OraclePolicy.
+	Oracle bool
 }
 
 // Report is a comparison's outcome.
@@ -115,6 +118,13 @@ func Compare(ctx context.Context, cfg Config, load *Load, opt CompareOptions) (*
 	rep := &Report{Load: load.Name, Requests: len(load.Requests), Profile: profile}
 	b := &batch{ctx: ctx, cfg: cfg, load: load, sem: make(chan struct{}, opt.Parallel)}
 	b.start(planner)
+	var oracle plan.Policy
+	if opt.Oracle {
+		if oracle, err = NewOraclePlanner(cfg, model, load, opt.Planner); err != nil {
+			return nil, err
+		}
+		b.start(oracle)
+	}
 	b.start(threshold)
 	var statics []*Result
 	if opt.Statics != nil {
@@ -139,7 +149,11 @@ func Compare(ctx context.Context, cfg Config, load *Load, opt CompareOptions) (*
 		}
 		statics = found
 	}
-	rep.Results = append(rep.Results, b.byName(planner.Name()), b.byName(threshold.Name()))
+	rep.Results = append(rep.Results, b.byName(planner.Name()))
+	if oracle != nil {
+		rep.Results = append(rep.Results, b.byName(oracle.Name()))
+	}
+	rep.Results = append(rep.Results, b.byName(threshold.Name()))
 	rep.Requests = rep.Results[0].Requests // scored: after the warm-up
 	slices.SortStableFunc(statics, func(x, y *Result) int { return int(math.Round((x.GPUHours - y.GPUHours) * 1e6)) })
 	rep.Results = append(rep.Results, statics...)
@@ -175,12 +189,12 @@ const (
 	DefaultErrorHeadroom     = 2.0
 )
 
-// NewPlanner is plan.SLA configured for the simulated fleet: its targets,
-// pools and limits. Zero utilisations take DefaultPlannerUp/Down; a zero
+// plannerConfig is the planner's plan.SLAConfig for the simulated fleet:
+// its targets, pools and limits. Zero utilisations take DefaultPlannerUp/Down; a zero
 // horizon is the provisioning delay plus one interval (a replica asked for
 // now serves from then until the next decision could add more); a zero
 // PeakHold the same window; a zero BacklogDrain the provisioning delay.
-func NewPlanner(cfg Config, model *perfmodel.Model, forecaster string, params forecast.Params, sla plan.SLAConfig) (plan.Policy, error) {
+func plannerConfig(cfg Config, sla plan.SLAConfig) (plan.SLAConfig, error) {
 	cfg = cfg.withDefaults()
 	if sla.UpUtilization == 0 {
 		sla.UpUtilization = DefaultPlannerUp
@@ -226,6 +240,16 @@ func NewPlanner(cfg Config, model *perfmodel.Model, forecaster string, params fo
 		}
 	}
 	if err := sla.Validate(); err != nil {
+		return plan.SLAConfig{}, err
+	}
+	return sla, nil
+}
+
+// NewPlanner is plan.SLA configured for the simulated fleet (see
+// plannerConfig for the defaults).
+func NewPlanner(cfg Config, model *perfmodel.Model, forecaster string, params forecast.Params, sla plan.SLAConfig) (plan.Policy, error) {
+	sla, err := plannerConfig(cfg, sla)
+	if err != nil {
 		return nil, err
 	}
 	if _, err := forecast.New(forecaster, params); err != nil {
@@ -236,6 +260,28 @@ func NewPlanner(cfg Config, model *perfmodel.Model, forecaster string, params fo
 		return f
 	}), nil
 }
+
+// OraclePolicy is the name of the oracle planner's results.
+const OraclePolicy = "planner-oracle"
+
+// NewOraclePlanner is NewPlanner's plan.SLA with exact forecasts read from
+// load (see oracle.go): every rate and length forecast comes true, so its
+// forecast error headroom is zero. A diagnosis, named OraclePolicy.
+func NewOraclePlanner(cfg Config, model *perfmodel.Model, load *Load, sla plan.SLAConfig) (plan.Policy, error) {
+	sla, err := plannerConfig(cfg, sla)
+	if err != nil {
+		return nil, err
+	}
+	return renamed{plan.NewSLAForecasts(sla, model, oracleForecasts(load, cfg.withDefaults().Interval)), OraclePolicy}, nil
+}
+
+// renamed is a policy reported under another name.
+type renamed struct {
+	plan.Policy
+	name string
+}
+
+func (r renamed) Name() string { return r.name }
 
 // batch runs simulations concurrently, at most cap(sem) at once.
 type batch struct {
