@@ -23,9 +23,9 @@ type AddedToken struct {
 // added_vocabulary.rs, using a byte trie walked from each candidate start.
 type addedMatcher struct {
 	first [256]bool // bytes that start some token
-	// only is the one byte every token starts with, or -1: the chat
-	// models' special tokens all start with '<' (<|im_start|>, <think>,
-	// <|eot_id|>, <start_of_turn>), so candidates are found with
+	// only is the one byte every token starts with, or -1: Qwen3's added
+	// tokens all start with '<' (<|im_start|>, <think>, <tool_call>), so
+	// candidates are found with
 	// strings.IndexByte (vectorised) instead of a table look-up per byte
 	// of a 30 KB prompt.
 	only  int
