@@ -25,9 +25,8 @@ type addedMatcher struct {
 	first [256]bool // bytes that start some token
 	// only is the one byte every token starts with, or -1: Qwen3's added
 	// tokens all start with '<' (<|im_start|>, <think>, <tool_call>), so
-	// candidates are found with
-	// strings.IndexByte (vectorised) instead of a table look-up per byte
-	// of a 30 KB prompt.
+	// candidates are found with strings.IndexByte (vectorised) instead of
+	// a table look-up per byte of a 30 KB prompt.
 	only  int
 	nodes []trieNode
 }
