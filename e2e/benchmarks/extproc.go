@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -117,8 +118,12 @@ func Extproc(ctx context.Context, w io.Writer, indexes map[string]index.Index, o
 			return latency{}, 0, err
 		}
 		one := func() (time.Duration, error) {
+			// content-length as an HTTP client sends it; Envoy passes it
+			// to the processor with the request headers (and only then
+			// drops it in FULL_DUPLEX_STREAMED: processor_state.h
+			// shouldRemoveContentLength).
 			req := &envoyharness.Request{Method: "POST", Path: "/v1/chat/completions", Body: body,
-				Headers: []envoyharness.Header{{Name: "content-type", Value: "application/json"}}}
+				Headers: []envoyharness.Header{{Name: "content-type", Value: "application/json"}, {Name: "content-length", Value: strconv.Itoa(len(body))}}}
 			t := time.Now()
 			x, err := h.Start(ctx, req)
 			if err != nil {

@@ -208,7 +208,7 @@ func (r *Renderer) render(ctx context.Context, req *openai.ChatRequest) (string,
 		return jinja.NewString(s), nil
 	})
 
-	out, err := tmpl.RenderValuesContext(ctx, vars, jinja.RenderOptions{MaxOutputBytes: r.opts.MaxPromptBytes})
+	out, err := tmpl.RenderValuesContext(ctx, vars, jinja.RenderOptions{MaxOutputBytes: r.opts.MaxPromptBytes, SizeHint: len(req.Body)})
 	if err != nil {
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 			return "", err

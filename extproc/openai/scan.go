@@ -17,6 +17,13 @@ type scanner struct {
 	depth int
 	lim   Limits
 	kept  int // Values built so far, bounded by lim.MaxKeptValues
+	// arena holds the decoded strings that had escapes, one after another:
+	// made once, at the first such string, with room for the rest of the
+	// body, which bounds every later string since an escape never decodes
+	// to more bytes than it takes (\uXXXX: six for at most three). One
+	// allocation per request instead of one per message, and a string is
+	// decoded in one pass without regrowing its buffer.
+	arena []byte
 }
 
 // bytesToString returns b as a string without copying. Strings decoded
@@ -282,10 +289,11 @@ func (s *scanner) readString() (string, *Error) {
 	start := s.pos
 	b := s.buf
 	// Fast path: no escapes, ASCII or valid UTF-8.
-	ascii := true
-	for s.pos < len(b) {
-		c := b[s.pos]
-		if c == '"' {
+	n, ascii := plainRun(b[start:])
+	s.pos = start + n
+	if s.pos < len(b) {
+		switch c := b[s.pos]; {
+		case c == '"':
 			raw := b[start:s.pos]
 			if len(raw) > s.lim.MaxStringBytes {
 				return "", tooLarge("", "string longer than %d bytes", s.lim.MaxStringBytes)
@@ -295,23 +303,18 @@ func (s *scanner) readString() (string, *Error) {
 			}
 			s.pos++
 			return bytesToString(raw), nil
-		}
-		if c == '\\' {
-			break
-		}
-		if c < 0x20 {
+		case c < 0x20:
 			return "", s.syntax("control character in string")
 		}
-		if c >= 0x80 {
-			ascii = false
-		}
-		s.pos++
 	}
 	if s.pos >= len(b) {
 		return "", s.syntax("unterminated string")
 	}
-	// Slow path: escapes present.
-	out := make([]byte, 0, s.pos-start+16)
+	// Slow path: escapes present; decoded into the arena.
+	if room := len(b) - start; cap(s.arena)-len(s.arena) < room {
+		s.arena = make([]byte, 0, room)
+	}
+	out := s.arena[len(s.arena):len(s.arena)]
 	out = append(out, b[start:s.pos]...)
 	for {
 		if s.pos >= len(b) {
@@ -325,7 +328,10 @@ func (s *scanner) readString() (string, *Error) {
 				return "", s.badUTF8(start, b[start:s.pos])
 			}
 			s.pos++
-			return string(out), nil
+			// out lies in the arena (the room check above bounds it), and
+			// the arena is only ever appended to past it.
+			s.arena = s.arena[:len(s.arena)+min(len(out), cap(s.arena)-len(s.arena))]
+			return bytesToString(out), nil
 		case c < 0x20:
 			return "", s.syntax("control character in string")
 		case c == '\\':
@@ -372,11 +378,12 @@ func (s *scanner) readString() (string, *Error) {
 				return "", s.syntaxAt(escStart, "invalid escape '\\%c'", e)
 			}
 		default:
-			if c >= 0x80 {
-				ascii = false
-			}
-			out = append(out, c)
-			s.pos++
+			// A run of plain bytes up to the next escape or the closing
+			// quote, copied at once.
+			n, runASCII := plainRun(b[s.pos:])
+			ascii = ascii && runASCII
+			out = append(out, b[s.pos:s.pos+n]...)
+			s.pos += n
 		}
 		if len(out) > s.lim.MaxStringBytes {
 			return "", tooLarge("", "string longer than %d bytes", s.lim.MaxStringBytes)

@@ -292,3 +292,30 @@ func TestHostnameDecisionRefused(t *testing.T) {
 		t.Errorf("stats %+v", e.srv.Stats())
 	}
 }
+
+// A declared content-length sizes the body buffer once (appendBody), but it
+// is only a hint: a body longer or shorter than declared, a length past the
+// body limit or one that is not a number, still arrives whole and unchanged.
+func TestDeclaredLengthIsOnlyAHint(t *testing.T) {
+	r := staticRouter(server.Decision{Endpoint: "10.0.0.1:8000"})
+	e := startServer(t, r, server.Config{MaxBodyBytes: 64 << 10})
+	h := e.harness(t, envoyharness.DefaultConfig())
+	body := make([]byte, 20_000)
+	for i := range body {
+		body[i] = byte('a' + i%26)
+	}
+	for _, declared := range []string{"20000", "30000", "5000", "1", "0", "65536", "9999999", "-5", "abc", ""} {
+		req := &envoyharness.Request{Method: "POST", Body: body, ChunkSize: 3000}
+		if declared != "" {
+			req.Headers = []envoyharness.Header{{Name: "content-length", Value: declared}}
+		}
+		f := mustForward(t, mustStart(t, h, req))
+		if !bytes.Equal(f.Body, body) {
+			t.Errorf("content-length %q: forwarded %d bytes, not the %d-byte body", declared, len(f.Body), len(body))
+		}
+	}
+	e.waitIdle(t)
+	if used := e.srv.Stats().BufferedBytes; used != 0 {
+		t.Errorf("%d bytes still reserved after every stream ended", used)
+	}
+}

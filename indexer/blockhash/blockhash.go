@@ -19,9 +19,13 @@ package blockhash
 import (
 	"encoding/binary"
 	"fmt"
+	"unsafe"
 
 	"github.com/zeebo/xxh3"
 )
+
+// nativeLittleEndian: a []uint32 in memory is its u32 little-endian bytes.
+var nativeLittleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
 
 // BaseSeed is Dynamo's XXH3 seed for block hashing.
 const BaseSeed uint64 = 1337
@@ -70,6 +74,15 @@ func LocalHashes(tokens []uint32, blockSize int, seed uint64) []uint64 {
 	}
 	n := len(tokens) / blockSize
 	out := make([]uint64, n)
+	if nativeLittleEndian && n > 0 {
+		// The tokens' memory already is their u32 little-endian encoding:
+		// hash it in place instead of copying every token.
+		raw := unsafe.Slice((*byte)(unsafe.Pointer(&tokens[0])), 4*n*blockSize)
+		for b := 0; b < n; b++ {
+			out[b] = xxh3.HashSeed(raw[4*b*blockSize:4*(b+1)*blockSize], seed)
+		}
+		return out
+	}
 	buf := make([]byte, 4*blockSize)
 	for b := 0; b < n; b++ {
 		block := tokens[b*blockSize : (b+1)*blockSize]

@@ -203,6 +203,18 @@ func (e *evaluator) execFor(n *forNode) error {
 	child := newScope(e.scope)
 	child.set("loop", loop)
 
+	// loop.cycle reads the current index when called, as jinja2's
+	// LoopContext.cycle does (runtime.py: args[self.index0 % len(args)]),
+	// so one callable serves every iteration (kvgate fork: it was rebuilt,
+	// a closure and a Callable, per iteration).
+	var cycleIdx int64
+	ld.Data["cycle"] = NewCallable("loop.cycle", func(args []Value, kwargs map[string]Value) (Value, error) {
+		if len(args) == 0 {
+			return Undefined(), nil
+		}
+		return args[int(cycleIdx)%len(args)], nil
+	})
+
 	for i, item := range items {
 		if e.guard != nil {
 			if err := e.guard.step(); err != nil {
@@ -243,14 +255,7 @@ func (e *evaluator) execFor(n *forNode) error {
 			ld.Data["nextitem"] = Undefined()
 		}
 
-		// cycle function — capture idx by value for closure correctness.
-		cycleIdx := idx
-		ld.Data["cycle"] = NewCallable("loop.cycle", func(args []Value, kwargs map[string]Value) (Value, error) {
-			if len(args) == 0 {
-				return Undefined(), nil
-			}
-			return args[int(cycleIdx)%len(args)], nil
-		})
+		cycleIdx = idx
 
 		old := e.scope
 		e.scope = child
@@ -833,6 +838,10 @@ func (e *evaluator) evalBinary(n *binExpr) (Value, error) {
 			return left, nil
 		}
 		return e.evalExpr(n.right)
+	}
+
+	if n.op == "+" {
+		return e.evalAddChain(n)
 	}
 
 	left, err := e.evalExpr(n.left)

@@ -16,6 +16,11 @@ type RenderOptions struct {
 	// (text assigned by {% set %} blocks and macro results included, as
 	// they are written). 0 = no limit.
 	MaxOutputBytes int
+	// SizeHint is the caller's estimate of the output's size (kvgate: the
+	// request body's, for a chat prompt). The output buffer starts that
+	// large, capped at MaxOutputBytes, so a long prompt is written without
+	// doubling and copying the buffer a dozen times. 0 = no estimate.
+	SizeHint int
 }
 
 // OutputLimitError: the render wrote more than RenderOptions.MaxOutputBytes.
@@ -36,6 +41,7 @@ const guardCheckEvery = 1024
 type guard struct {
 	ctx       context.Context
 	maxOutput int
+	sizeHint  int
 	written   int
 	steps     int
 	err       error

@@ -53,7 +53,7 @@ func (t *Template) RenderValuesContext(ctx context.Context, data map[string]Valu
 	if err := ctx.Err(); err != nil {
 		return "", err
 	}
-	g := &guard{ctx: ctx, maxOutput: opts.MaxOutputBytes}
+	g := &guard{ctx: ctx, maxOutput: opts.MaxOutputBytes, sizeHint: opts.SizeHint}
 	out, err := render(t.nodes, data, g)
 	if err == nil {
 		err = g.finalCheck()
@@ -71,6 +71,13 @@ func render(nodes []node, data map[string]Value, g *guard) (string, error) {
 	e := evaluator{
 		output: strings.Builder{},
 		guard:  g,
+	}
+	if g != nil && g.sizeHint > 0 {
+		n := g.sizeHint
+		if g.maxOutput > 0 {
+			n = min(n, g.maxOutput)
+		}
+		e.output.Grow(n)
 	}
 
 	// Use the cached builtins scope directly. The scope is initialized
