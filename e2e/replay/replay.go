@@ -119,22 +119,25 @@ func (o *Options) arrival(r TraceRequest) time.Duration {
 // Result is a replay's outcome. Its JSON form is the `kvgate replay
 // --json` schema.
 type Result struct {
-	Trace         string                   `json:"trace"`
-	Workers       int                      `json:"workers"`
-	Requests      int                      `json:"requests"`
-	IdealHitRatio float64                  `json:"ideal_hit_ratio"`
-	Policies      map[string]*PolicyResult `json:"policies"`
-	Order         []string                 `json:"-"` // policies in the order run
-	BlockSize     int                      `json:"-"`
-	GPUBlocks     int                      `json:"-"`
+	Trace         string  `json:"trace"`
+	Workers       int     `json:"workers"`
+	Requests      int     `json:"requests"`
+	IdealHitRatio float64 `json:"ideal_hit_ratio"`
+	// PooledLRUHitRatio is one LRU cache of the fleet's total GPU capacity
+	// (PooledLRUHitRatio); 0 for a live replay, whose geometry is unknown.
+	PooledLRUHitRatio float64                  `json:"pooled_lru_hit_ratio,omitempty"`
+	Policies          map[string]*PolicyResult `json:"policies"`
+	Order             []string                 `json:"-"` // policies in the order run
+	BlockSize         int                      `json:"-"`
+	GPUBlocks         int                      `json:"-"`
 }
 
 // PolicyResult holds one policy's figures.
 //
 //   - HitRatio: prefix-cached prompt tokens / prompt tokens, from the
 //     engines' cached_tokens.
-//   - ITLP50Ms: median over requests (with two or more output tokens) of
-//     each request's mean inter-token latency.
+//   - ITLP50Ms, ITLP90Ms: median and p90 over requests (with two or more
+//     output tokens) of each request's mean inter-token latency.
 //   - ThroughputRPS: completed requests / (last completion − first arrival).
 //   - LoadImbalance: max / mean of requests routed per worker (1 = even).
 type PolicyResult struct {
@@ -143,6 +146,7 @@ type PolicyResult struct {
 	TTFTP90Ms     float64 `json:"ttft_p90_ms"`
 	TTFTP99Ms     float64 `json:"ttft_p99_ms"`
 	ITLP50Ms      float64 `json:"itl_p50_ms"`
+	ITLP90Ms      float64 `json:"itl_p90_ms"`
 	E2EP90Ms      float64 `json:"e2e_p90_ms"`
 	ThroughputRPS float64 `json:"throughput_rps"`
 	LoadImbalance float64 `json:"load_imbalance"`
@@ -166,35 +170,54 @@ func Run(ctx context.Context, name string, reqs []TraceRequest, opt Options) (*R
 	if err := opt.fill(); err != nil {
 		return nil, err
 	}
-	if len(reqs) == 0 {
-		return nil, fmt.Errorf("replay: empty trace")
-	}
-	for _, r := range reqs {
-		need := (r.InputLength + max(1, r.OutputLength) + opt.BlockSize - 1) / opt.BlockSize
-		if need > opt.GPUBlocks {
-			return nil, fmt.Errorf("replay: trace line %d needs %d blocks of %d tokens, more than an engine's %d (raise --gpu-blocks)",
-				r.Line, need, opt.BlockSize, opt.GPUBlocks)
-		}
+	if err := checkFits(reqs, &opt); err != nil {
+		return nil, err
 	}
 	res := &Result{
 		Trace: name, Workers: opt.Workers, Requests: len(reqs),
-		IdealHitRatio: IdealHitRatio(reqs, opt.BlockSize),
-		Policies:      map[string]*PolicyResult{},
-		BlockSize:     opt.BlockSize, GPUBlocks: opt.GPUBlocks,
+		IdealHitRatio:     IdealHitRatio(reqs, opt.BlockSize),
+		PooledLRUHitRatio: PooledLRUHitRatio(reqs, opt.BlockSize, opt.Workers*opt.GPUBlocks),
+		Policies:          map[string]*PolicyResult{},
+		BlockSize:         opt.BlockSize, GPUBlocks: opt.GPUBlocks,
 	}
 	for i, p := range opt.Policies {
-		start := time.Now()
-		sim, err := newSimulation(p, uint64(i), reqs, &opt)
+		pr, err := runPolicy(ctx, p, uint64(i), reqs, &opt)
 		if err != nil {
 			return nil, err
 		}
-		pr, err := sim.run(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("replay: policy %s: %w", p, err)
-		}
-		pr.Elapsed = time.Since(start)
 		res.Policies[p] = pr
 		res.Order = append(res.Order, p)
 	}
 	return res, nil
+}
+
+// checkFits rejects an empty trace and a request no engine could hold.
+func checkFits(reqs []TraceRequest, opt *Options) error {
+	if len(reqs) == 0 {
+		return fmt.Errorf("replay: empty trace")
+	}
+	for _, r := range reqs {
+		need := (r.InputLength + max(1, r.OutputLength) + opt.BlockSize - 1) / opt.BlockSize
+		if need > opt.GPUBlocks {
+			return fmt.Errorf("replay: trace line %d needs %d blocks of %d tokens, more than an engine's %d (raise --gpu-blocks)",
+				r.Line, need, opt.BlockSize, opt.GPUBlocks)
+		}
+	}
+	return nil
+}
+
+// runPolicy replays reqs once under policy on a fresh fleet; idx varies the
+// policy's random stream. opt must be filled.
+func runPolicy(ctx context.Context, policy string, idx uint64, reqs []TraceRequest, opt *Options) (*PolicyResult, error) {
+	start := time.Now()
+	sim, err := newSimulation(policy, idx, reqs, opt)
+	if err != nil {
+		return nil, err
+	}
+	pr, err := sim.run(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("replay: policy %s: %w", policy, err)
+	}
+	pr.Elapsed = time.Since(start)
+	return pr, nil
 }
