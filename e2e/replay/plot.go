@@ -208,8 +208,9 @@ func sweepRateRange(res *SweepResult) (lo, hi float64) {
 	return lo, hi
 }
 
-func drawSweep(w io.Writer, res *SweepResult, f *frame, title, ylabel string, y func(SweepPoint) float64) {
+func drawSweep(w io.Writer, res *SweepResult, f *frame, title, ylabel string, yticks func(), y func(SweepPoint) float64) {
 	f.begin(title, "arrival rate (× the trace's, log scale)", ylabel)
+	yticks()
 	for v := f.xmin; v <= f.xmax*1.0001; v *= 2 {
 		f.xtick(v, trimFloat(v))
 	}
@@ -235,10 +236,12 @@ func drawTTFTVsLoad(w io.Writer, res *SweepResult) {
 	ymax = math.Pow(10, math.Ceil(math.Log10(max(ymax, 10))))
 	f := &frame{w: w, xmin: lo, xmax: hi, ymin: 0, ymax: math.Log10(ymax), logX: true}
 	// The y axis is log10(ms): TTFT spans milliseconds to minutes.
-	for e := 0.0; e <= f.ymax+1e-9; e++ {
-		f.ytick(e, trimFloat(math.Pow(10, e)))
+	yticks := func() {
+		for e := 0.0; e <= f.ymax+1e-9; e++ {
+			f.ytick(e, trimFloat(math.Pow(10, e)))
+		}
 	}
-	drawSweep(w, res, f, fmt.Sprintf("TTFT p90 vs load — %s, %d workers", res.Trace, res.Workers), "TTFT p90 (ms, log scale)",
+	drawSweep(w, res, f, fmt.Sprintf("TTFT p90 vs load — %s, %d workers", res.Trace, res.Workers), "TTFT p90 (ms, log scale)", yticks,
 		func(pt SweepPoint) float64 { return math.Log10(max(pt.TTFTP90Ms, 1)) })
 	sla := math.Log10(res.TTFTSLAMs)
 	f.polyline([]float64{lo, hi}, []float64{sla, sla}, "#000", true)
@@ -256,11 +259,13 @@ func drawThroughputVsLoad(w io.Writer, res *SweepResult) {
 	}
 	ymax = max(1, ymax*1.1)
 	f := &frame{w: w, xmin: lo, xmax: hi, ymin: 0, ymax: ymax, logX: true}
-	for k := 0; k <= 5; k++ {
-		v := ymax * float64(k) / 5
-		f.ytick(v, trimFloat(math.Round(v*10)/10))
+	yticks := func() {
+		for k := 0; k <= 5; k++ {
+			v := ymax * float64(k) / 5
+			f.ytick(v, trimFloat(math.Round(v*10)/10))
+		}
 	}
-	drawSweep(w, res, f, fmt.Sprintf("Throughput vs load — %s, %d workers", res.Trace, res.Workers), "completed requests / s",
+	drawSweep(w, res, f, fmt.Sprintf("Throughput vs load — %s, %d workers", res.Trace, res.Workers), "completed requests / s", yticks,
 		func(pt SweepPoint) float64 { return pt.ThroughputRPS })
 	fmt.Fprintln(w, "</svg>")
 }

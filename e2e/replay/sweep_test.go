@@ -91,7 +91,7 @@ func TestSweepFindsTheKneeOfEachPolicy(t *testing.T) {
 	}
 	for _, p := range paths {
 		svg, err := os.ReadFile(p)
-		if err != nil || !strings.Contains(string(svg), "<polyline") || !strings.HasPrefix(filepath.Base(p), "x_") {
+		if err != nil || !strings.HasPrefix(string(svg), "<svg") || !strings.Contains(string(svg), "<polyline") || !strings.HasPrefix(filepath.Base(p), "x_") {
 			t.Errorf("%s: %v, %d bytes", p, err, len(svg))
 		}
 	}
