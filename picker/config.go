@@ -75,6 +75,18 @@ type KvgateConfig struct {
 	HerdWeight    float64
 	HerdTieBlocks float64
 	HerdMinTied   int
+
+	// (d) Affinity under load: charge every worker RecomputeWeight per
+	// prompt block it would compute that the best-cached worker (the
+	// holder) would load from cache. Leaving the holder then pays only
+	// when the holder's queue exceeds the recompute cost by this margin,
+	// because under load the recompute is work taken from the fleet's
+	// only spare capacity. HolderMaxWaitSeconds bounds the wait this
+	// buys: when the holder's predicted TTFT (its queued prefill drained,
+	// then this prompt's uncached part) exceeds it, the term is dropped.
+	// 0 disables the term; a 0 bound means unbounded.
+	RecomputeWeight      float64
+	HolderMaxWaitSeconds float64
 }
 
 // DefaultConfig is Dynamo's default router behaviour with two fallbacks,
@@ -160,6 +172,10 @@ func (k KvgateConfig) validate() error {
 		return fmt.Errorf("herd tie blocks %v outside [0, 1e9]", k.HerdTieBlocks)
 	case k.HerdMinTied < 2:
 		return fmt.Errorf("herd min tied %d below 2", k.HerdMinTied)
+	case !finiteIn(k.RecomputeWeight, 0, 1e6):
+		return fmt.Errorf("recompute weight %v outside [0, 1e6]", k.RecomputeWeight)
+	case !finiteIn(k.HolderMaxWaitSeconds, 0, 1e6):
+		return fmt.Errorf("holder max wait %v s outside [0, 1e6]", k.HolderMaxWaitSeconds)
 	}
 	return nil
 }

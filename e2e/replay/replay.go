@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/e2e/enginesim"
+	"github.com/kvgate/kvgate/picker"
 )
 
 // Policy names, in the order results are shown.
@@ -41,6 +42,9 @@ type Options struct {
 	SpeedUp         float64  // engine speed-up (mocker speedup_ratio); default 1
 	Policies        []string // default AllPolicies
 	Seed            uint64   // randomness of random routing and picker tie-breaks
+	// Kvgate, if set, is the kvgate policy's picker configuration (its
+	// Policy is forced to kvgate); default picker.DefaultConfig's knobs.
+	Kvgate *picker.Config
 	// Progress, if set, is called now and then with the policy being
 	// replayed and how many of its requests have been routed.
 	Progress func(policy string, routed, total int)

@@ -77,6 +77,10 @@ func newSimulation(policy string, idx uint64, reqs []TraceRequest, opt *Options)
 	s.pick.Fallbacks = 0
 	switch policy {
 	case PolicyKvgate:
+		if opt.Kvgate != nil {
+			s.pick = *opt.Kvgate
+			s.pick.Fallbacks = 0
+		}
 		s.pick.Policy = picker.PolicyKvgate
 	case PolicyDynamo, PolicyApproxPrefix:
 		s.pick.Policy = picker.PolicyDynamo
