@@ -17,7 +17,7 @@ func kvgateConfig(mut func(*KvgateConfig)) Config {
 }
 
 func allTermsOff(k *KvgateConfig) {
-	k.ThroughputAware, k.AnticipateDecode, k.HerdWeight = false, false, 0
+	k.ThroughputAware, k.AnticipateDecode, k.HerdWeight, k.RecomputeWeight = false, false, 0, 0
 }
 
 // With its three terms off, or with uniform measured rates and the other two
