@@ -105,9 +105,16 @@ func DefaultConfig() Config {
 // DefaultKvgateConfig turns every kvgate term on with small weights, so that
 // the kvgate policy departs from Dynamo only where a term has evidence: a
 // measured rate, a reported KV capacity, or a crowd of equally good workers.
+//
+// Measured on `kvgate bench --only capacity` (BENCHMARKS.md, capacity):
+// term (d) at weight 8 with no wait bound raised SLA capacity and the hit
+// ratio under overload on every mix and fleet size tried, and term (a) is
+// off: extproc measures a worker's prefill rate from time to first byte,
+// which includes its queue, so under load the busy cache holder looks slow
+// and (a) pushes requests off it, the collapse (d) exists to prevent.
 func DefaultKvgateConfig() KvgateConfig {
 	return KvgateConfig{
-		ThroughputAware: true,
+		ThroughputAware: false,
 		// The Dynamo mocker's prefill model (lib/mocker) puts an 8k-token
 		// batch near 170 ms, ~48k tokens/s; half of that is a cautious guess.
 		DefaultPrefillTokensPerSec: 20000,
@@ -119,6 +126,7 @@ func DefaultKvgateConfig() KvgateConfig {
 		HerdWeight:       0.1,
 		HerdTieBlocks:    1,
 		HerdMinTied:      2,
+		RecomputeWeight:  8,
 	}
 }
 

@@ -34,7 +34,7 @@ func Named(name string, n int) (Mix, error) {
 var named = map[string]Mix{
 	// Multi-turn chat behind a few shared system prompts.
 	"chat": {
-		Seed: 1, Rate: 4, Arrivals: Poisson,
+		Seed: 1, Rate: 32, Arrivals: Poisson,
 		Weights:       ClassWeights{System: 0.2, Chat: 0.7, Unique: 0.1},
 		ZipfS:         1.0,
 		SystemPrompts: 8, SystemTokens: 1500, UserTokens: 300, OutputTokens: 250,
@@ -43,7 +43,7 @@ var named = map[string]Mix{
 	},
 	// Agent loops re-sending long tool schemas, in bursts.
 	"agent": {
-		Seed: 2, Rate: 3, Arrivals: Bursty, BurstFactor: 3, BurstShare: 0.2, BurstPeriod: 60 * time.Second,
+		Seed: 2, Rate: 10, Arrivals: Bursty, BurstFactor: 3, BurstShare: 0.2, BurstPeriod: 60 * time.Second,
 		Weights:       ClassWeights{System: 0.1, Chat: 0.1, Agent: 0.6, Unique: 0.2},
 		ZipfS:         1.0,
 		SystemPrompts: 4, SystemTokens: 1000, UserTokens: 250, OutputTokens: 150,
@@ -53,7 +53,7 @@ var named = map[string]Mix{
 	},
 	// Retrieval-augmented questions over a shared corpus with hot documents.
 	"rag": {
-		Seed: 3, Rate: 4, Arrivals: Poisson,
+		Seed: 3, Rate: 12, Arrivals: Poisson,
 		Weights:       ClassWeights{System: 0.2, RAG: 0.6, Unique: 0.2},
 		ZipfS:         1.1,
 		SystemPrompts: 4, SystemTokens: 800, UserTokens: 120, OutputTokens: 200,
@@ -63,7 +63,7 @@ var named = map[string]Mix{
 	// Held out: every class, other lengths, flatter popularity, sharper
 	// bursts, another seed.
 	"holdout": {
-		Seed: 97, Rate: 3.5, Arrivals: Bursty, BurstFactor: 4, BurstShare: 0.15, BurstPeriod: 30 * time.Second,
+		Seed: 97, Rate: 20, Arrivals: Bursty, BurstFactor: 4, BurstShare: 0.15, BurstPeriod: 30 * time.Second,
 		Weights:       ClassWeights{System: 0.15, Chat: 0.3, Agent: 0.2, RAG: 0.15, Unique: 0.2},
 		ZipfS:         0.8,
 		SystemPrompts: 12, SystemTokens: 2500, UserTokens: 400, OutputTokens: 300,
