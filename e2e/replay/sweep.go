@@ -52,13 +52,17 @@ type SweepPoint struct {
 // and Overloaded are the points at 1×, at Capacity and at Overload ×
 // Capacity; Points holds every replay, by rate.
 type PolicySweep struct {
-	Policy          string       `json:"policy"`
-	Capacity        float64      `json:"capacity"`
-	CapacityAtLeast bool         `json:"capacity_at_least,omitempty"`
-	Nominal         SweepPoint   `json:"nominal"`
-	AtCapacity      SweepPoint   `json:"at_capacity"`
-	Overloaded      SweepPoint   `json:"overloaded"`
-	Points          []SweepPoint `json:"points"`
+	Policy          string     `json:"policy"`
+	Capacity        float64    `json:"capacity"`
+	CapacityAtLeast bool       `json:"capacity_at_least,omitempty"`
+	Nominal         SweepPoint `json:"nominal"`
+	AtCapacity      SweepPoint `json:"at_capacity"`
+	Overloaded      SweepPoint `json:"overloaded"`
+	// AtReferenceOverload is this policy at the reference policy's
+	// overload rate (SweepResult.ReferenceOverloadRate), so that every
+	// policy is compared at one load.
+	AtReferenceOverload SweepPoint   `json:"at_reference_overload"`
+	Points              []SweepPoint `json:"points"`
 }
 
 // SweepResult is a sweep's outcome; its JSON form is `kvgate replay --sweep
@@ -75,6 +79,10 @@ type SweepResult struct {
 	IdealHitRatio     float64       `json:"ideal_hit_ratio"`
 	PooledLRUHitRatio float64       `json:"pooled_lru_hit_ratio"`
 	Policies          []PolicySweep `json:"policies"`
+	// Reference is the policy whose overload rate every policy is also
+	// replayed at (kvgate when swept; else none), and that rate.
+	Reference             string  `json:"reference,omitempty"`
+	ReferenceOverloadRate float64 `json:"reference_overload_rate,omitempty"`
 }
 
 // Policy returns the named policy's sweep, or nil.
@@ -145,7 +153,45 @@ func Sweep(ctx context.Context, name string, reqs []TraceRequest, o SweepOptions
 		}
 		res.Policies = append(res.Policies, ps)
 	}
+	if ref := res.Policy(PolicyKvgate); ref != nil && ref.Capacity > 0 {
+		res.Reference, res.ReferenceOverloadRate = ref.Policy, ref.Overloaded.Rate
+		for i := range res.Policies {
+			p := &res.Policies[i]
+			if p.Policy == ref.Policy {
+				p.AtReferenceOverload = p.Overloaded
+				continue
+			}
+			if pt, ok := pointAt(p.Points, res.ReferenceOverloadRate); ok {
+				p.AtReferenceOverload = pt
+				continue
+			}
+			o2 := opt
+			o2.RateScale = res.ReferenceOverloadRate
+			pr, err := runPolicy(ctx, p.Policy, uint64(i), reqs, &o2)
+			if err != nil {
+				return nil, fmt.Errorf("sweep at the reference rate ×%v: %w", o2.RateScale, err)
+			}
+			p.AtReferenceOverload = newSweepPoint(o2.RateScale, pr, &o)
+			p.Points = append(p.Points, p.AtReferenceOverload)
+			slices.SortFunc(p.Points, func(a, b SweepPoint) int { return cmp.Compare(a.Rate, b.Rate) })
+		}
+	}
 	return res, nil
+}
+
+func pointAt(pts []SweepPoint, rate float64) (SweepPoint, bool) {
+	for _, pt := range pts {
+		if pt.Rate == rate {
+			return pt, true
+		}
+	}
+	return SweepPoint{}, false
+}
+
+func newSweepPoint(rate float64, pr *PolicyResult, o *SweepOptions) SweepPoint {
+	pt := SweepPoint{Rate: rate, HitRatio: pr.HitRatio, TTFTP90Ms: pr.TTFTP90Ms, ITLP90Ms: pr.ITLP90Ms, ThroughputRPS: pr.ThroughputRPS}
+	pt.MeetsSLA = pt.TTFTP90Ms <= msOf(o.TTFTSLA) && (o.ITLSLA == 0 || pt.ITLP90Ms <= msOf(o.ITLSLA))
+	return pt
 }
 
 func sweepPolicy(ctx context.Context, policy string, idx uint64, reqs []TraceRequest, base Options, o *SweepOptions) (PolicySweep, error) {
@@ -161,8 +207,7 @@ func sweepPolicy(ctx context.Context, policy string, idx uint64, reqs []TraceReq
 		if err != nil {
 			return SweepPoint{}, fmt.Errorf("sweep at rate ×%v: %w", rate, err)
 		}
-		pt := SweepPoint{Rate: rate, HitRatio: pr.HitRatio, TTFTP90Ms: pr.TTFTP90Ms, ITLP90Ms: pr.ITLP90Ms, ThroughputRPS: pr.ThroughputRPS}
-		pt.MeetsSLA = pt.TTFTP90Ms <= msOf(o.TTFTSLA) && (o.ITLSLA == 0 || pt.ITLP90Ms <= msOf(o.ITLSLA))
+		pt := newSweepPoint(rate, pr, o)
 		seen[rate] = pt
 		if o.Progress != nil {
 			verdict := "misses"

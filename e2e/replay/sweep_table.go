@@ -30,5 +30,18 @@ func WriteSweepTable(w io.Writer, r *SweepResult) error {
 			p.AtCapacity.HitRatio, p.AtCapacity.TTFTP90Ms, p.AtCapacity.ThroughputRPS,
 			p.Overloaded.HitRatio, p.Overloaded.TTFTP90Ms, p.Overloaded.ThroughputRPS)
 	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if r.Reference == "" {
+		return nil
+	}
+	fmt.Fprintf(w, "\nevery policy at %s's overload rate ×%.3g:\n", r.Reference, r.ReferenceOverloadRate)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "policy\thit\tTTFT p90 ms\treq/s\t")
+	for _, p := range r.Policies {
+		a := p.AtReferenceOverload
+		fmt.Fprintf(tw, "%s\t%.3f\t%.0f\t%.2f\t\n", p.Policy, a.HitRatio, a.TTFTP90Ms, a.ThroughputRPS)
+	}
 	return tw.Flush()
 }

@@ -75,11 +75,20 @@ func TestSweepFindsTheKneeOfEachPolicy(t *testing.T) {
 			t.Errorf("%s: nominal point %+v", p.Policy, p.Nominal)
 		}
 	}
+	ref := res.Policy(PolicyKvgate)
+	if res.Reference != PolicyKvgate || res.ReferenceOverloadRate != ref.Overloaded.Rate {
+		t.Errorf("reference %q at %v, want kvgate at %v", res.Reference, res.ReferenceOverloadRate, ref.Overloaded.Rate)
+	}
+	for _, p := range res.Policies {
+		if p.AtReferenceOverload.Rate != res.ReferenceOverloadRate || p.AtReferenceOverload.ThroughputRPS <= 0 {
+			t.Errorf("%s at the reference rate: %+v", p.Policy, p.AtReferenceOverload)
+		}
+	}
 	var b strings.Builder
 	if err := WriteSweepTable(&b, res); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"round-robin", "kvgate", "pooled LRU", "SLA TTFT p90 ≤ 2000 ms"} {
+	for _, want := range []string{"round-robin", "kvgate", "pooled LRU", "SLA TTFT p90 ≤ 2000 ms", "every policy at kvgate's overload rate"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, b.String())
 		}
