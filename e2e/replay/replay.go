@@ -39,9 +39,17 @@ type Options struct {
 	// 1/c of the virtual time, as a wall-clock harness would run it. All
 	// reported times are virtual (compressed). Default 1.
 	TimeCompression float64
-	SpeedUp         float64  // engine speed-up (mocker speedup_ratio); default 1
-	Policies        []string // default AllPolicies
-	Seed            uint64   // randomness of random routing and picker tie-breaks
+	SpeedUp         float64 // engine speed-up (mocker speedup_ratio); default 1
+	// HostBlocks gives each engine a node-local host tier of this many
+	// blocks (enginesim.StoreTier: kvagent's store and policies); 0: none.
+	// HostBlockBytes is one block's KV size for the host→GPU copy time
+	// (default DefaultHostBlockBytes) and HostToGPUGBps the copy
+	// bandwidth (default enginesim's).
+	HostBlocks     int
+	HostBlockBytes int
+	HostToGPUGBps  float64
+	Policies       []string // default AllPolicies
+	Seed           uint64   // randomness of random routing and picker tie-breaks
 	// Kvgate, if set, is the kvgate policy's picker configuration (its
 	// Policy is forced to kvgate); default picker.DefaultConfig's knobs.
 	Kvgate *picker.Config
@@ -75,6 +83,9 @@ func (o *Options) fill() error {
 	if o.SpeedUp == 0 {
 		o.SpeedUp = 1
 	}
+	if o.HostBlockBytes == 0 {
+		o.HostBlockBytes = DefaultHostBlockBytes * o.BlockSize / TraceBlockSize
+	}
 	if len(o.Policies) == 0 {
 		o.Policies = AllPolicies
 	}
@@ -88,6 +99,10 @@ func (o *Options) fill() error {
 		return fmt.Errorf("replay: time compression %v outside [0.001, 10000]", o.TimeCompression)
 	case !finite(o.SpeedUp, 1e-3, 1e4):
 		return fmt.Errorf("replay: speed-up %v outside [0.001, 10000]", o.SpeedUp)
+	case o.HostBlocks < 0 || o.HostBlocks > 1<<26:
+		return fmt.Errorf("replay: host tier of %d blocks outside [0, 2^26]", o.HostBlocks)
+	case o.HostBlockBytes < 1 || o.HostBlockBytes > 1<<34:
+		return fmt.Errorf("replay: host block bytes %d outside [1, 2^34]", o.HostBlockBytes)
 	}
 	seen := map[string]bool{}
 	for _, p := range o.Policies {
@@ -111,8 +126,13 @@ func knownPolicy(p string) bool {
 	return false
 }
 
+// DefaultHostBlockBytes is the KV of one 512-token block of Qwen3-8B
+// (36 layers × 8 KV heads × head dim 128 × K and V × 2 bytes = 147,456
+// bytes a token; Qwen/Qwen3-8B config.json): what a host-tier hit copies.
+const DefaultHostBlockBytes = 512 * 147456
+
 func (o *Options) engineConfig() enginesim.Config {
-	return enginesim.Config{BlockSize: o.BlockSize, NumGPUBlocks: o.GPUBlocks, SpeedUp: o.SpeedUp * o.TimeCompression}
+	return enginesim.Config{BlockSize: o.BlockSize, NumGPUBlocks: o.GPUBlocks, SpeedUp: o.SpeedUp * o.TimeCompression, HostToGPUGBps: o.HostToGPUGBps}
 }
 
 // arrival is request r's virtual arrival time.
@@ -154,6 +174,12 @@ type PolicyResult struct {
 	E2EP90Ms      float64 `json:"e2e_p90_ms"`
 	ThroughputRPS float64 `json:"throughput_rps"`
 	LoadImbalance float64 `json:"load_imbalance"`
+	// HostHitRatio is the part of HitRatio loaded from the host tier
+	// (Options.HostBlocks); absent without one.
+	HostHitRatio float64 `json:"host_hit_ratio,omitempty"`
+	// IndexRejects counts KV events the indexer rejected (kv-aware
+	// policies); a replay is only as good as its index.
+	IndexRejects uint64 `json:"-"`
 
 	// For charts: every request's TTFT (ms, sorted) and the hit ratio per
 	// time bucket of arrivals.

@@ -41,6 +41,8 @@ type simulation struct {
 	seed    uint64 // block-hash seed (no LoRA, no namespace)
 	ingErr  error
 
+	tiers []*enginesim.StoreTier // with Options.HostBlocks
+
 	flights []flight
 	cands   []picker.Candidate
 	dec     picker.Decision
@@ -106,7 +108,7 @@ func newSimulation(policy string, idx uint64, reqs []TraceRequest, opt *Options)
 		s.workers = append(s.workers, picker.Worker{ID: id, Endpoint: id.Endpoint, Role: picker.RoleBoth})
 		var on func([]kvevents.Event)
 		if s.idx != nil {
-			w := ingest.NewWorker(id, s.idx, ingest.Config{BlockSize: opt.BlockSize, MaxBlocks: 2*opt.GPUBlocks + 1024})
+			w := ingest.NewWorker(id, s.idx, ingest.Config{BlockSize: opt.BlockSize, MaxBlocks: 2*(opt.GPUBlocks+opt.HostBlocks) + 1024})
 			s.ingest = append(s.ingest, w)
 			on = func(evs []kvevents.Event) {
 				if err := w.Apply(context.Background(), kvevents.Batch{Events: evs}); err != nil && s.ingErr == nil {
@@ -114,8 +116,19 @@ func newSimulation(policy string, idx uint64, reqs []TraceRequest, opt *Options)
 				}
 			}
 		}
-		e, err := enginesim.New(ecfg, on)
+		cfg := ecfg
+		if opt.HostBlocks > 0 {
+			tier, err := enginesim.NewStoreTier(enginesim.StoreTierConfig{HostBlocks: opt.HostBlocks, CopyBlockBytes: opt.HostBlockBytes}, on)
+			if err != nil {
+				s.close()
+				return nil, err
+			}
+			s.tiers = append(s.tiers, tier)
+			cfg.KVTier = tier
+		}
+		e, err := enginesim.New(cfg, on)
 		if err != nil {
+			s.close()
 			return nil, err
 		}
 		s.engines = append(s.engines, e)
@@ -133,7 +146,16 @@ func newSimulation(policy string, idx uint64, reqs []TraceRequest, opt *Options)
 	return s, nil
 }
 
+// close drops the host tiers' arenas.
+func (s *simulation) close() {
+	for _, t := range s.tiers {
+		_ = t.Close()
+	}
+	s.tiers = nil
+}
+
 func (s *simulation) run(ctx context.Context) (*PolicyResult, error) {
+	defer s.close()
 	next := 0
 	var toks []uint32
 	progressEvery := max(1, len(s.reqs)/100)
@@ -168,6 +190,11 @@ func (s *simulation) run(ctx context.Context) (*PolicyResult, error) {
 		if s.ingErr != nil {
 			return nil, fmt.Errorf("KV events of %s: %w", s.workers[w].ID, s.ingErr)
 		}
+		if len(s.tiers) > 0 {
+			if err := s.tiers[w].Err(); err != nil {
+				return nil, fmt.Errorf("host tier of %s: %w", s.workers[w].ID, err)
+			}
+		}
 	}
 	if s.opt.Progress != nil {
 		s.opt.Progress(s.policy, len(s.reqs), len(s.reqs))
@@ -175,7 +202,20 @@ func (s *simulation) run(ctx context.Context) (*PolicyResult, error) {
 	if s.completed != len(s.reqs) {
 		return nil, fmt.Errorf("%d of %d requests completed", s.completed, len(s.reqs))
 	}
-	return s.result(), nil
+	r := s.result()
+	var hostTok uint64
+	for _, e := range s.engines {
+		hostTok += e.Stats().TierHitTokens
+	}
+	if s.promptTok > 0 && hostTok > 0 {
+		r.HostHitRatio = float64(hostTok) / float64(s.promptTok)
+	}
+	for _, w := range s.ingest {
+		for _, n := range w.Stats().Rejected {
+			r.IndexRejects += n
+		}
+	}
+	return r, nil
 }
 
 // nextEngineEvent is the earliest engine event and its engine.
