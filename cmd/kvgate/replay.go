@@ -37,6 +37,8 @@ func runReplay(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	blockSize := fs.Int("block-size", replay.TraceBlockSize, "engine KV block size in tokens")
 	gpuBlocks := fs.Int("gpu-blocks", 0, "KV cache capacity per engine in blocks (0: 1 Mi tokens, the Dynamo mocker's 16384×64)")
 	rateScale := fs.Float64("rate-scale", 1, "multiply the trace's arrival rate")
+	hostBlocks := fs.Int("host-blocks", 0, "give each engine a node-local host KV tier of this many blocks (kvagent's store and policies, in process; 0: none)")
+	hostGBps := fs.Float64("host-gbps", 0, "with --host-blocks: host-to-GPU copy bandwidth in GB/s (0: enginesim's default)")
 	compression := fs.Float64("time-compression", 1, "play the trace this many times faster on engines this many times faster")
 	limit := fs.Int("limit", 0, "replay only the first N requests (0: all)")
 	policies := fs.String("policies", strings.Join(replay.AllPolicies, ","), "comma-separated policies to compare")
@@ -69,7 +71,7 @@ func runReplay(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	opt := replay.Options{
 		Workers: *workers, BlockSize: *blockSize, GPUBlocks: *gpuBlocks,
 		RateScale: *rateScale, TimeCompression: *compression, SpeedUp: *speedup,
-		Seed: *seed,
+		Seed: *seed, HostBlocks: *hostBlocks, HostToGPUGBps: *hostGBps,
 	}
 	for _, p := range strings.Split(*policies, ",") {
 		if p = strings.TrimSpace(p); p != "" {

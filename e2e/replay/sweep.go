@@ -63,6 +63,9 @@ type PolicySweep struct {
 	// policy is compared at one load.
 	AtReferenceOverload SweepPoint   `json:"at_reference_overload"`
 	Points              []SweepPoint `json:"points"`
+	// NominalHostHitRatio is the part of Nominal's hit ratio loaded from
+	// a host tier (Options.HostBlocks).
+	NominalHostHitRatio float64 `json:"nominal_host_hit_ratio,omitempty"`
 }
 
 // SweepResult is a sweep's outcome; its JSON form is `kvgate replay --sweep
@@ -196,6 +199,7 @@ func newSweepPoint(rate float64, pr *PolicyResult, o *SweepOptions) SweepPoint {
 
 func sweepPolicy(ctx context.Context, policy string, idx uint64, reqs []TraceRequest, base Options, o *SweepOptions) (PolicySweep, error) {
 	seen := map[float64]SweepPoint{}
+	var nominalHost float64
 	eval := func(rate float64) (SweepPoint, error) {
 		rate = roundRate(rate)
 		if pt, ok := seen[rate]; ok {
@@ -209,6 +213,9 @@ func sweepPolicy(ctx context.Context, policy string, idx uint64, reqs []TraceReq
 		}
 		pt := newSweepPoint(rate, pr, o)
 		seen[rate] = pt
+		if rate == 1 {
+			nominalHost = pr.HostHitRatio
+		}
 		if o.Progress != nil {
 			verdict := "misses"
 			if pt.MeetsSLA {
@@ -228,6 +235,7 @@ func sweepPolicy(ctx context.Context, policy string, idx uint64, reqs []TraceReq
 	if ps.Nominal, err = eval(1); err != nil {
 		return ps, err
 	}
+	ps.NominalHostHitRatio = nominalHost
 	if capacity > 0 {
 		if ps.AtCapacity, err = eval(capacity); err != nil {
 			return ps, err
