@@ -159,9 +159,9 @@ func benchCapacity(ctx context.Context, w io.Writer, _ time.Duration) error {
 			if i > 0 {
 				fmt.Fprintf(w, ", ")
 			}
-			fmt.Fprintf(w, "%s [TTFT p90](capacity/%s-%dw-ttft_p90_vs_load.svg) · [throughput](capacity/%s-%dw-throughput_vs_load.svg)", r.wl.name, r.wl.name, n, r.wl.name, n)
+			fmt.Fprintf(w, "%s [TTFT p90](%s/%s-%dw-ttft_p90_vs_load.svg) · [throughput](%s/%s-%dw-throughput_vs_load.svg)", r.wl.name, plotDir, r.wl.name, n, plotDir, r.wl.name, n)
 		}
-		fmt.Fprintf(w, " (under docs/).\n\n")
+		fmt.Fprintf(w, ".\n\n")
 	}
 	writeCapacityAims(w, results[8])
 	return nil
