@@ -18,10 +18,23 @@ const (
 	PolicyApproxPrefix = "approx-prefix"
 	PolicyDynamo       = "dynamo"
 	PolicyKvgate       = "kvgate"
+	// PolicyKvgatePending is the kvgate policy with pending-prefix credit:
+	// a worker is also credited, for PendingPrefixTTL, with the prefixes
+	// of requests kvgate routed to it whose KV events have not arrived yet
+	// (index depth and own-decision depth, whichever is deeper). extproc
+	// records its own decisions only for workers without KV events
+	// (extproc/router.go, Router.match), so this policy is a proposal the
+	// replay measures, not what extproc runs today.
+	PolicyKvgatePending = "kvgate-pending"
 )
 
+// PendingPrefixTTL is how long kvgate-pending credits a routed prefix
+// before only KV events count: longer than a prefill under load, shorter
+// than a cache lifetime.
+const PendingPrefixTTL = 10 * time.Second
+
 // AllPolicies lists every policy, baselines first.
-var AllPolicies = []string{PolicyRandom, PolicyRoundRobin, PolicyLeastLoaded, PolicyApproxPrefix, PolicyDynamo, PolicyKvgate}
+var AllPolicies = []string{PolicyRandom, PolicyRoundRobin, PolicyLeastLoaded, PolicyApproxPrefix, PolicyDynamo, PolicyKvgate, PolicyKvgatePending}
 
 // Options configure a replay. Zero fields take the defaults noted.
 type Options struct {

@@ -34,6 +34,7 @@ type simulation struct {
 	idx     *index.Memory    // dynamo, kvgate: fed by KV events
 	ingest  []*ingest.Worker // per engine
 	recent  *loadview.Recent // approx-prefix: kvgate's own decisions
+	pending *loadview.Recent // kvgate-pending: own decisions beside the index
 	est     []*picker.ThroughputEstimator
 	pick    picker.Config
 	rnd     *rand.Rand
@@ -78,7 +79,7 @@ func newSimulation(policy string, idx uint64, reqs []TraceRequest, opt *Options)
 	s.pick = picker.DefaultConfig()
 	s.pick.Fallbacks = 0
 	switch policy {
-	case PolicyKvgate:
+	case PolicyKvgate, PolicyKvgatePending:
 		if opt.Kvgate != nil {
 			s.pick = *opt.Kvgate
 			s.pick.Fallbacks = 0
@@ -87,8 +88,15 @@ func newSimulation(policy string, idx uint64, reqs []TraceRequest, opt *Options)
 	case PolicyDynamo, PolicyApproxPrefix:
 		s.pick.Policy = picker.PolicyDynamo
 	}
-	if policy == PolicyDynamo || policy == PolicyKvgate {
+	if policy == PolicyDynamo || policy == PolicyKvgate || policy == PolicyKvgatePending {
 		s.idx = index.NewMemory(index.MemoryConfig{})
+	}
+	if policy == PolicyKvgatePending {
+		r, err := loadview.NewRecent(loadview.RecentConfig{TTL: PendingPrefixTTL, MaxEntries: min(1<<26, max(1<<18, 4*opt.Workers*opt.GPUBlocks))})
+		if err != nil {
+			return nil, err
+		}
+		s.pending = r
 	}
 	if policy == PolicyApproxPrefix {
 		// Dynamo's approximate indexer TTL (120 s), with room for every
@@ -258,6 +266,9 @@ func (s *simulation) route(i int, toks []uint32, at time.Duration) error {
 			if m, err = s.idx.Match(context.Background(), chain); err != nil {
 				return fmt.Errorf("index match: %w", err)
 			}
+			if s.pending != nil {
+				m = mergePending(m, s.pending.Match(chain, now))
+			}
 		}
 		// Candidates as extproc's Router.candidates builds them: index
 		// depths, kvgate's own load accounting and the measured prefill rate.
@@ -283,6 +294,9 @@ func (s *simulation) route(i int, toks []uint32, at time.Duration) error {
 	s.flights[i] = flight{ticket: s.load.Begin(id, uncached, decodeBlocks, now), worker: w, uncached: uncached, arrival: at}
 	if s.recent != nil {
 		s.recent.Record(id, chain, now)
+	}
+	if s.pending != nil {
+		s.pending.Record(id, chain, now)
 	}
 	s.routed[w]++
 	err := s.engines[w].Submit(enginesim.Request{ID: strconv.Itoa(i), Tokens: toks, MaxTokens: max(1, r.OutputLength), Arrival: at})
@@ -345,3 +359,25 @@ func (s *simulation) observe(o enginesim.Output) {
 }
 
 func msOf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// mergePending deepens each worker's index match with its pending depth
+// (the prefix of a request routed there whose blocks the index has not
+// heard of yet): the device depth is the deeper of the two, and deeper
+// tiers are raised to it since depths are cumulative. A pending prefix
+// counts as on the device: it is being computed there.
+func mergePending(m, pending index.Match) index.Match {
+	for w, p := range pending {
+		if m == nil {
+			m = index.Match{}
+		}
+		d := m[w]
+		if p[index.TierDevice] <= d[index.TierDevice] {
+			continue
+		}
+		for t := range d {
+			d[t] = max(d[t], p[index.TierDevice])
+		}
+		m[w] = d
+	}
+	return m
+}

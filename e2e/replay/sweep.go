@@ -58,11 +58,11 @@ type PolicySweep struct {
 	Nominal         SweepPoint `json:"nominal"`
 	AtCapacity      SweepPoint `json:"at_capacity"`
 	Overloaded      SweepPoint `json:"overloaded"`
-	// AtReferenceOverload is this policy at the reference policy's
-	// overload rate (SweepResult.ReferenceOverloadRate), so that every
+	// AtOverloadOf is this policy at a kvgate policy's overload rate
+	// (SweepResult.OverloadRates), keyed by that policy, so that every
 	// policy is compared at one load.
-	AtReferenceOverload SweepPoint   `json:"at_reference_overload"`
-	Points              []SweepPoint `json:"points"`
+	AtOverloadOf map[string]SweepPoint `json:"at_overload_of,omitempty"`
+	Points       []SweepPoint          `json:"points"`
 	// NominalHostHitRatio is the part of Nominal's hit ratio loaded from
 	// a host tier (Options.HostBlocks).
 	NominalHostHitRatio float64 `json:"nominal_host_hit_ratio,omitempty"`
@@ -82,10 +82,9 @@ type SweepResult struct {
 	IdealHitRatio     float64       `json:"ideal_hit_ratio"`
 	PooledLRUHitRatio float64       `json:"pooled_lru_hit_ratio"`
 	Policies          []PolicySweep `json:"policies"`
-	// Reference is the policy whose overload rate every policy is also
-	// replayed at (kvgate when swept; else none), and that rate.
-	Reference             string  `json:"reference,omitempty"`
-	ReferenceOverloadRate float64 `json:"reference_overload_rate,omitempty"`
+	// OverloadRates are the kvgate policies' overload rates at which every
+	// policy is also replayed.
+	OverloadRates []SubjectRate `json:"overload_rates,omitempty"`
 }
 
 // Policy returns the named policy's sweep, or nil.
@@ -156,30 +155,44 @@ func Sweep(ctx context.Context, name string, reqs []TraceRequest, o SweepOptions
 		}
 		res.Policies = append(res.Policies, ps)
 	}
-	if ref := res.Policy(PolicyKvgate); ref != nil && ref.Capacity > 0 {
-		res.Reference, res.ReferenceOverloadRate = ref.Policy, ref.Overloaded.Rate
+	// Every policy is also replayed at each kvgate policy's overload rate,
+	// so that they are compared at one load.
+	for _, subj := range []string{PolicyKvgate, PolicyKvgatePending} {
+		ref := res.Policy(subj)
+		if ref == nil || ref.Capacity == 0 {
+			continue
+		}
+		rate := ref.Overloaded.Rate
+		res.OverloadRates = append(res.OverloadRates, SubjectRate{Policy: subj, Rate: rate})
 		for i := range res.Policies {
 			p := &res.Policies[i]
-			if p.Policy == ref.Policy {
-				p.AtReferenceOverload = p.Overloaded
-				continue
+			if p.AtOverloadOf == nil {
+				p.AtOverloadOf = map[string]SweepPoint{}
 			}
-			if pt, ok := pointAt(p.Points, res.ReferenceOverloadRate); ok {
-				p.AtReferenceOverload = pt
+			if pt, ok := pointAt(p.Points, rate); ok {
+				p.AtOverloadOf[subj] = pt
 				continue
 			}
 			o2 := opt
-			o2.RateScale = res.ReferenceOverloadRate
+			o2.RateScale = rate
 			pr, err := runPolicy(ctx, p.Policy, uint64(i), reqs, &o2)
 			if err != nil {
-				return nil, fmt.Errorf("sweep at the reference rate ×%v: %w", o2.RateScale, err)
+				return nil, fmt.Errorf("sweep at %s's overload rate ×%v: %w", subj, rate, err)
 			}
-			p.AtReferenceOverload = newSweepPoint(o2.RateScale, pr, &o)
-			p.Points = append(p.Points, p.AtReferenceOverload)
+			pt := newSweepPoint(rate, pr, &o)
+			p.AtOverloadOf[subj] = pt
+			p.Points = append(p.Points, pt)
 			slices.SortFunc(p.Points, func(a, b SweepPoint) int { return cmp.Compare(a.Rate, b.Rate) })
 		}
 	}
 	return res, nil
+}
+
+// SubjectRate is a kvgate policy's overload rate, at which every policy is
+// replayed (PolicySweep.AtOverloadOf).
+type SubjectRate struct {
+	Policy string  `json:"policy"`
+	Rate   float64 `json:"rate"`
 }
 
 func pointAt(pts []SweepPoint, rate float64) (SweepPoint, bool) {

@@ -33,15 +33,17 @@ func WriteSweepTable(w io.Writer, r *SweepResult) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if r.Reference == "" {
-		return nil
+	for _, sr := range r.OverloadRates {
+		fmt.Fprintf(w, "\nevery policy at %s's overload rate ×%.3g:\n", sr.Policy, sr.Rate)
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "policy\thit\tTTFT p90 ms\treq/s\t")
+		for _, p := range r.Policies {
+			a := p.AtOverloadOf[sr.Policy]
+			fmt.Fprintf(tw, "%s\t%.3f\t%.0f\t%.2f\t\n", p.Policy, a.HitRatio, a.TTFTP90Ms, a.ThroughputRPS)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
 	}
-	fmt.Fprintf(w, "\nevery policy at %s's overload rate ×%.3g:\n", r.Reference, r.ReferenceOverloadRate)
-	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "policy\thit\tTTFT p90 ms\treq/s\t")
-	for _, p := range r.Policies {
-		a := p.AtReferenceOverload
-		fmt.Fprintf(tw, "%s\t%.3f\t%.0f\t%.2f\t\n", p.Policy, a.HitRatio, a.TTFTP90Ms, a.ThroughputRPS)
-	}
-	return tw.Flush()
+	return nil
 }
