@@ -8,14 +8,14 @@ import (
 )
 
 func sweepOf(caps map[string]float64, over map[string][2]float64, pooled float64) *replay.SweepResult {
-	res := &replay.SweepResult{PooledLRUHitRatio: pooled, IdealHitRatio: pooled + 0.1, Reference: replay.PolicyKvgate}
+	res := &replay.SweepResult{PooledLRUHitRatio: pooled, IdealHitRatio: pooled + 0.1}
 	for _, p := range capacityPolicies {
 		res.Policies = append(res.Policies, replay.PolicySweep{
 			Policy: p, Capacity: caps[p],
-			Nominal:             replay.SweepPoint{HitRatio: over[p][0], TTFTP90Ms: 100},
-			AtCapacity:          replay.SweepPoint{HitRatio: over[p][0]},
-			Overloaded:          replay.SweepPoint{HitRatio: over[p][0]},
-			AtReferenceOverload: replay.SweepPoint{HitRatio: over[p][0], ThroughputRPS: over[p][1]},
+			Nominal:      replay.SweepPoint{HitRatio: over[p][0], TTFTP90Ms: 100},
+			AtCapacity:   replay.SweepPoint{HitRatio: over[p][0]},
+			Overloaded:   replay.SweepPoint{HitRatio: over[p][0], ThroughputRPS: over[p][1]},
+			AtOverloadOf: map[string]replay.SweepPoint{replay.PolicyKvgate: {HitRatio: over[p][0], ThroughputRPS: over[p][1]}},
 		})
 	}
 	return res
@@ -31,7 +31,7 @@ func TestCapacityAimsSayMetAndMissed(t *testing.T) {
 			map[string][2]float64{"round-robin": {0.1, 10}, "approx-prefix": {0.2, 13}, "dynamo": {0.2, 11}, "kvgate": {0.1, 12}}, 0.5)},
 	}
 	var b strings.Builder
-	writeCapacityAims(&b, rows)
+	writeCapacityAims(&b, replay.PolicyKvgate, rows)
 	lines := strings.Split(b.String(), "\n")
 	var wins, loses string
 	for _, l := range lines {
