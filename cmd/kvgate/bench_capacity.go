@@ -268,11 +268,9 @@ func benchReplayHostTier(ctx context.Context, w io.Writer, _ time.Duration) erro
 	}
 	var runs []run
 	for _, mult := range []int{0, 2, 8} {
-		opt := replay.Options{Workers: workers, Seed: 1, Policies: []string{replay.PolicyDynamo, replay.PolicyKvgate, replay.PolicyKvgatePending}}
-		if err := opt.Validate(); err != nil {
-			return err
-		}
-		opt.HostBlocks = mult * opt.GPUBlocks
+		gpu := replay.DefaultGPUBlocks(replay.TraceBlockSize)
+		opt := replay.Options{Workers: workers, Seed: 1, GPUBlocks: gpu, HostBlocks: mult * gpu,
+			Policies: []string{replay.PolicyDynamo, replay.PolicyKvgate, replay.PolicyKvgatePending}}
 		res, err := replay.Sweep(ctx, wl.name, reqs, replay.SweepOptions{Replay: opt})
 		if err != nil {
 			return fmt.Errorf("host-tier sweep at %d× GPU: %w", mult, err)

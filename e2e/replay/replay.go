@@ -71,6 +71,12 @@ type Options struct {
 	Progress func(policy string, routed, total int)
 }
 
+// DefaultGPUBlocks is Options.GPUBlocks' default at blockSize: the Dynamo
+// mocker's 16,384 blocks of 64 tokens (1 Mi tokens).
+func DefaultGPUBlocks(blockSize int) int {
+	return max(1, enginesim.DefaultNumGPUBlocks*enginesim.DefaultBlockSize/blockSize)
+}
+
 // Validate reports the first bad option, after defaults are applied.
 func (o Options) Validate() error { return o.fill() }
 
@@ -85,7 +91,7 @@ func (o *Options) fill() error {
 		o.BlockSize = TraceBlockSize
 	}
 	if o.GPUBlocks == 0 && o.BlockSize > 0 {
-		o.GPUBlocks = max(1, enginesim.DefaultNumGPUBlocks*enginesim.DefaultBlockSize/o.BlockSize)
+		o.GPUBlocks = DefaultGPUBlocks(o.BlockSize)
 	}
 	if o.RateScale == 0 {
 		o.RateScale = 1
