@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/e2e/enginesim"
+	"github.com/kvgate/kvgate/extproc/loadview"
 	"github.com/kvgate/kvgate/picker"
 )
 
@@ -31,7 +32,7 @@ const (
 // PendingPrefixTTL is how long kvgate-pending credits a routed prefix
 // before only KV events count: longer than a prefill under load, shorter
 // than a cache lifetime.
-const PendingPrefixTTL = 10 * time.Second
+const PendingPrefixTTL = loadview.PendingTTL
 
 // AllPolicies lists every policy, baselines first.
 var AllPolicies = []string{PolicyRandom, PolicyRoundRobin, PolicyLeastLoaded, PolicyApproxPrefix, PolicyDynamo, PolicyKvgate, PolicyKvgatePending}

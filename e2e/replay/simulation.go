@@ -31,10 +31,10 @@ type simulation struct {
 	engines []*enginesim.Engine
 	workers []picker.Worker
 	load    *loadview.View
-	idx     *index.Memory    // dynamo, kvgate: fed by KV events
-	ingest  []*ingest.Worker // per engine
-	recent  *loadview.Recent // approx-prefix: kvgate's own decisions
-	pending *loadview.Recent // kvgate-pending: own decisions beside the index
+	idx     *index.Memory     // dynamo, kvgate: fed by KV events
+	ingest  []*ingest.Worker  // per engine
+	recent  *loadview.Recent  // approx-prefix: kvgate's own decisions
+	pending *loadview.Pending // kvgate-pending: own decisions beside the index
 	est     []*picker.ThroughputEstimator
 	pick    picker.Config
 	rnd     *rand.Rand
@@ -92,7 +92,7 @@ func newSimulation(policy string, idx uint64, reqs []TraceRequest, opt *Options)
 		s.idx = index.NewMemory(index.MemoryConfig{})
 	}
 	if policy == PolicyKvgatePending {
-		r, err := loadview.NewRecent(loadview.RecentConfig{TTL: PendingPrefixTTL, MaxEntries: min(1<<26, max(1<<18, 4*opt.Workers*opt.GPUBlocks))})
+		r, err := loadview.NewPending(loadview.RecentConfig{TTL: PendingPrefixTTL, MaxEntries: min(1<<26, max(1<<18, 4*opt.Workers*opt.GPUBlocks))})
 		if err != nil {
 			return nil, err
 		}
@@ -267,7 +267,7 @@ func (s *simulation) route(i int, toks []uint32, at time.Duration) error {
 				return fmt.Errorf("index match: %w", err)
 			}
 			if s.pending != nil {
-				m = mergePending(m, s.pending.Match(chain, now))
+				m = s.pending.Merge(m, chain, now)
 			}
 		}
 		// Candidates as extproc's Router.candidates builds them: index
@@ -359,25 +359,3 @@ func (s *simulation) observe(o enginesim.Output) {
 }
 
 func msOf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-
-// mergePending deepens each worker's index match with its pending depth
-// (the prefix of a request routed there whose blocks the index has not
-// heard of yet): the device depth is the deeper of the two, and deeper
-// tiers are raised to it since depths are cumulative. A pending prefix
-// counts as on the device: it is being computed there.
-func mergePending(m, pending index.Match) index.Match {
-	for w, p := range pending {
-		if m == nil {
-			m = index.Match{}
-		}
-		d := m[w]
-		if p[index.TierDevice] <= d[index.TierDevice] {
-			continue
-		}
-		for t := range d {
-			d[t] = max(d[t], p[index.TierDevice])
-		}
-		m[w] = d
-	}
-	return m
-}

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvgate/kvgate/indexer/index"
 )
 
 // tinySweep is a sweep cheap enough for a unit test: 60 requests of the
@@ -169,25 +168,5 @@ func TestPooledLRUEvictsLeastRecentlyUsedTailFirst(t *testing.T) {
 	got := PooledLRUHitRatio(reqs, TraceBlockSize, 3)
 	if want := 1024.0 / (3*512 + 512 + 4*512); got != want {
 		t.Errorf("hit ratio %v, want %v", got, want)
-	}
-}
-
-func TestMergePendingDeepensOnlyWhereTheIndexIsShallower(t *testing.T) {
-	a := index.WorkerID{Endpoint: "a"}
-	b := index.WorkerID{Endpoint: "b"}
-	c := index.WorkerID{Endpoint: "c"}
-	m := index.Match{a: {2, 5, 5, 5}, b: {4, 4, 4, 4}}
-	got := mergePending(m, index.Match{a: {3, 3, 3, 3}, b: {1, 1, 1, 1}, c: {6, 6, 6, 6}})
-	want := index.Match{a: {3, 5, 5, 5}, b: {4, 4, 4, 4}, c: {6, 6, 6, 6}}
-	if len(got) != len(want) {
-		t.Fatalf("merged %v, want %v", got, want)
-	}
-	for w, d := range want {
-		if got[w] != d {
-			t.Errorf("%v: %v, want %v", w, got[w], d)
-		}
-	}
-	if got := mergePending(nil, index.Match{c: {1, 1, 1, 1}}); got[c] != (index.Depths{1, 1, 1, 1}) {
-		t.Errorf("into nil: %v", got)
 	}
 }
