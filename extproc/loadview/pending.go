@@ -136,3 +136,13 @@ func (r *Recent) forgetLocked(w index.WorkerID, hashes []uint64) {
 		}
 	}
 }
+
+// Withdraw drops w's credit for chain: the request routed there failed or
+// was served by another worker, so w is not computing that prefix. Blocks
+// another in-flight request to w shares lose their credit too, which only
+// errs towards trusting the index.
+func (p *Pending) Withdraw(w index.WorkerID, chain []uint64) {
+	p.r.mu.Lock()
+	p.r.forgetLocked(w, chain)
+	p.r.mu.Unlock()
+}
