@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
 )
 
 // tinySweep is a sweep cheap enough for a unit test: 60 requests of the
