@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -42,13 +43,13 @@ const (
 )
 
 // capacityPolicies are compared in every sweep: the baselines first.
-var capacityPolicies = []string{replay.PolicyRoundRobin, replay.PolicyApproxPrefix, replay.PolicyDynamo, replay.PolicyKvgate, replay.PolicyKvgatePending}
+var capacityPolicies = []string{replay.PolicyRoundRobin, replay.PolicyApproxPrefix, replay.PolicyDynamo, replay.PolicyKvgate, replay.PolicyKvgateEventsOnly}
 
 // capacitySubjects are the policies judged against the baselines.
-var capacitySubjects = []string{replay.PolicyKvgate, replay.PolicyKvgatePending}
+var capacitySubjects = []string{replay.PolicyKvgate, replay.PolicyKvgateEventsOnly}
 
 // isBaseline: a policy the subjects are compared against.
-func isBaseline(p string) bool { return p != replay.PolicyKvgate && p != replay.PolicyKvgatePending }
+func isBaseline(p string) bool { return p != replay.PolicyKvgate && p != replay.PolicyKvgateEventsOnly }
 
 func capacityWorkloads() []capacityWorkload {
 	ws := []capacityWorkload{{
@@ -85,12 +86,37 @@ func capacityWorkloads() []capacityWorkload {
 	return ws
 }
 
+// capacityFleetsEnv narrows the fleet sizes (a comma-separated list, e.g.
+// "8") when a full run does not fit the time at hand.
+const capacityFleetsEnv = "KVGATE_BENCH_CAPACITY_WORKERS"
+
+// capacityFleets are the fleet sizes to sweep: 4, 8 and 16 workers unless
+// capacityFleetsEnv names others.
+func capacityFleets() ([]int, error) {
+	v := os.Getenv(capacityFleetsEnv)
+	if v == "" {
+		return []int{4, 8, 16}, nil
+	}
+	var out []int
+	for _, f := range strings.Split(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 || n > 256 {
+			return nil, fmt.Errorf("%s=%q: want worker counts in [1, 256], comma-separated", capacityFleetsEnv, v)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
 // benchCapacity sweeps every workload at 4, 8 and 16 workers, writes the
 // TTFT-p90 and throughput-vs-load charts under docs/capacity, and states
 // for each aim of issue 16 whether it is met.
 func benchCapacity(ctx context.Context, w io.Writer, _ time.Duration) error {
 	const plotDir = "docs/capacity"
-	fleets := []int{4, 8, 16}
+	fleets, err := capacityFleets()
+	if err != nil {
+		return err
+	}
 	results := map[int][]capacityRow{}
 	start := time.Now()
 	for _, wl := range capacityWorkloads() {
@@ -126,17 +152,23 @@ func benchCapacity(ctx context.Context, w io.Writer, _ time.Duration) error {
 		"`kvgate replay --sweep --workers 8 --mix chat --plot DIR` or `--trace ... --limit N`.\n\n", time.Since(start).Seconds())
 	fmt.Fprintf(w, "Tuned on: conversation, chat, agent, rag (the knobs of picker.DefaultKvgateConfig were chosen on their 8- and 4-worker sweeps). "+
 		"Held out, only reported: `holdout` (another seed, every parameter different, sharper bursts) and azure (no reuse at all).\n\n")
+	fmt.Fprintf(w, "`kvgate` is what extproc runs: the index's match deepened by pending-prefix credit for 10 s (`extproc/loadview.Pending`); "+
+		"`kvgate-events-only` is the same picker on the index alone (the default before it), to show what the credit buys.")
+	if v := os.Getenv(capacityFleetsEnv); v != "" {
+		fmt.Fprintf(w, " Fleet sizes narrowed to %s workers (`%s=%s`).", v, capacityFleetsEnv, v)
+	}
+	fmt.Fprintf(w, "\n\n")
 	for _, n := range fleets {
 		rows := results[n]
 		if len(rows) == 0 {
 			continue
 		}
 		fmt.Fprintf(w, "**%d workers**\n\n", n)
-		fmt.Fprintf(w, "| workload | set | pooled LRU / ideal | capacity ×: RR / approx / dynamo / kvgate / kvgate-pending | ÷ dynamo: kvgate, pending | ÷ RR: kvgate, pending | 1× hit: kvgate / pending / best baseline | 1× TTFT p90 ms: kvgate / pending / dynamo | at each one's 4/3 capacity, hit: kvgate / best baseline; pending / best baseline | req/s, same points |\n")
+		fmt.Fprintf(w, "| workload | set | pooled LRU / ideal | capacity ×: RR / approx / dynamo / kvgate / kvgate-events-only | ÷ dynamo: kvgate, events-only | ÷ RR: kvgate, events-only | 1× hit: kvgate / events-only / best baseline | 1× TTFT p90 ms: kvgate / events-only / dynamo | at each one's 4/3 capacity, hit: kvgate / best baseline; events-only / best baseline | req/s, same points |\n")
 		fmt.Fprintf(w, "|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, r := range rows {
 			res := r.res
-			k, kp, d, rr := res.Policy(replay.PolicyKvgate), res.Policy(replay.PolicyKvgatePending), res.Policy(replay.PolicyDynamo), res.Policy(replay.PolicyRoundRobin)
+			k, kp, d, rr := res.Policy(replay.PolicyKvgate), res.Policy(replay.PolicyKvgateEventsOnly), res.Policy(replay.PolicyDynamo), res.Policy(replay.PolicyRoundRobin)
 			var caps []string
 			for _, p := range res.Policies {
 				caps = append(caps, capString(p))
@@ -157,8 +189,8 @@ func benchCapacity(ctx context.Context, w io.Writer, _ time.Duration) error {
 				r.wl.name, r.wl.set, res.PooledLRUHitRatio, res.IdealHitRatio, strings.Join(caps, " / "),
 				ratio(k.Capacity, d.Capacity), ratio(kp.Capacity, d.Capacity), ratio(k.Capacity, rr.Capacity), ratio(kp.Capacity, rr.Capacity),
 				k.Nominal.HitRatio, kp.Nominal.HitRatio, bestHit, k.Nominal.TTFTP90Ms, kp.Nominal.TTFTP90Ms, d.Nominal.TTFTP90Ms,
-				k.Overloaded.HitRatio, overHit[replay.PolicyKvgate], kp.Overloaded.HitRatio, overHit[replay.PolicyKvgatePending],
-				k.Overloaded.ThroughputRPS, overRPS[replay.PolicyKvgate], kp.Overloaded.ThroughputRPS, overRPS[replay.PolicyKvgatePending])
+				k.Overloaded.HitRatio, overHit[replay.PolicyKvgate], kp.Overloaded.HitRatio, overHit[replay.PolicyKvgateEventsOnly],
+				k.Overloaded.ThroughputRPS, overRPS[replay.PolicyKvgate], kp.Overloaded.ThroughputRPS, overRPS[replay.PolicyKvgateEventsOnly])
 		}
 		fmt.Fprintf(w, "\nCharts (one line per policy): ")
 		for i, r := range rows {
@@ -270,7 +302,7 @@ func benchReplayHostTier(ctx context.Context, w io.Writer, _ time.Duration) erro
 	for _, mult := range []int{0, 2, 8} {
 		gpu := replay.DefaultGPUBlocks(replay.TraceBlockSize)
 		opt := replay.Options{Workers: workers, Seed: 1, GPUBlocks: gpu, HostBlocks: mult * gpu,
-			Policies: []string{replay.PolicyDynamo, replay.PolicyKvgate, replay.PolicyKvgatePending}}
+			Policies: []string{replay.PolicyDynamo, replay.PolicyKvgate, replay.PolicyKvgateEventsOnly}}
 		res, err := replay.Sweep(ctx, wl.name, reqs, replay.SweepOptions{Replay: opt})
 		if err != nil {
 			return fmt.Errorf("host-tier sweep at %d× GPU: %w", mult, err)

@@ -45,7 +45,7 @@ func TestReplayJSONPrintsExactlyOneObject(t *testing.T) {
 	if err := json.Unmarshal(doc["policies"], &pols); err != nil {
 		t.Fatal(err)
 	}
-	wantPolicies := []string{"approx-prefix", "dynamo", "kvgate", "kvgate-pending", "least-loaded", "random", "round-robin"}
+	wantPolicies := []string{"approx-prefix", "dynamo", "kvgate", "kvgate-events-only", "least-loaded", "random", "round-robin"}
 	var gotPolicies []string
 	for p, fields := range pols {
 		gotPolicies = append(gotPolicies, p)

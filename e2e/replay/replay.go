@@ -18,24 +18,24 @@ const (
 	PolicyLeastLoaded  = "least-loaded"
 	PolicyApproxPrefix = "approx-prefix"
 	PolicyDynamo       = "dynamo"
-	PolicyKvgate       = "kvgate"
-	// PolicyKvgatePending is the kvgate policy with pending-prefix credit:
-	// a worker is also credited, for PendingPrefixTTL, with the prefixes
-	// of requests kvgate routed to it whose KV events have not arrived yet
-	// (index depth and own-decision depth, whichever is deeper). extproc
-	// records its own decisions only for workers without KV events
-	// (extproc/router.go, Router.match), so this policy is a proposal the
-	// replay measures, not what extproc runs today.
-	PolicyKvgatePending = "kvgate-pending"
+	// PolicyKvgate is what extproc runs: the kvgate picker on the index's
+	// match deepened by pending-prefix credit (loadview.Pending, as
+	// extproc/router.go Router.match does): a worker is also credited, for
+	// PendingPrefixTTL, with the prefixes of requests routed to it whose
+	// KV events have not arrived yet.
+	PolicyKvgate = "kvgate"
+	// PolicyKvgateEventsOnly is the kvgate picker on the index alone (the
+	// default before pending credit), kept to measure what the credit buys.
+	PolicyKvgateEventsOnly = "kvgate-events-only"
 )
 
-// PendingPrefixTTL is how long kvgate-pending credits a routed prefix
+// PendingPrefixTTL is how long kvgate credits a routed prefix
 // before only KV events count: longer than a prefill under load, shorter
 // than a cache lifetime.
 const PendingPrefixTTL = loadview.PendingTTL
 
 // AllPolicies lists every policy, baselines first.
-var AllPolicies = []string{PolicyRandom, PolicyRoundRobin, PolicyLeastLoaded, PolicyApproxPrefix, PolicyDynamo, PolicyKvgate, PolicyKvgatePending}
+var AllPolicies = []string{PolicyRandom, PolicyRoundRobin, PolicyLeastLoaded, PolicyApproxPrefix, PolicyDynamo, PolicyKvgate, PolicyKvgateEventsOnly}
 
 // Options configure a replay. Zero fields take the defaults noted.
 type Options struct {

@@ -34,7 +34,7 @@ type simulation struct {
 	idx     *index.Memory     // dynamo, kvgate: fed by KV events
 	ingest  []*ingest.Worker  // per engine
 	recent  *loadview.Recent  // approx-prefix: kvgate's own decisions
-	pending *loadview.Pending // kvgate-pending: own decisions beside the index
+	pending *loadview.Pending // kvgate: own decisions beside the index
 	est     []*picker.ThroughputEstimator
 	pick    picker.Config
 	rnd     *rand.Rand
@@ -79,7 +79,7 @@ func newSimulation(policy string, idx uint64, reqs []TraceRequest, opt *Options)
 	s.pick = picker.DefaultConfig()
 	s.pick.Fallbacks = 0
 	switch policy {
-	case PolicyKvgate, PolicyKvgatePending:
+	case PolicyKvgate, PolicyKvgateEventsOnly:
 		if opt.Kvgate != nil {
 			s.pick = *opt.Kvgate
 			s.pick.Fallbacks = 0
@@ -88,10 +88,10 @@ func newSimulation(policy string, idx uint64, reqs []TraceRequest, opt *Options)
 	case PolicyDynamo, PolicyApproxPrefix:
 		s.pick.Policy = picker.PolicyDynamo
 	}
-	if policy == PolicyDynamo || policy == PolicyKvgate || policy == PolicyKvgatePending {
+	if policy == PolicyDynamo || policy == PolicyKvgate || policy == PolicyKvgateEventsOnly {
 		s.idx = index.NewMemory(index.MemoryConfig{})
 	}
-	if policy == PolicyKvgatePending {
+	if policy == PolicyKvgate {
 		r, err := loadview.NewPending(loadview.RecentConfig{TTL: PendingPrefixTTL, MaxEntries: min(1<<26, max(1<<18, 4*opt.Workers*opt.GPUBlocks))})
 		if err != nil {
 			return nil, err

@@ -157,7 +157,7 @@ func Sweep(ctx context.Context, name string, reqs []TraceRequest, o SweepOptions
 	}
 	// Every policy is also replayed at each kvgate policy's overload rate,
 	// so that they are compared at one load.
-	for _, subj := range []string{PolicyKvgate, PolicyKvgatePending} {
+	for _, subj := range []string{PolicyKvgate, PolicyKvgateEventsOnly} {
 		ref := res.Policy(subj)
 		if ref == nil || ref.Capacity == 0 {
 			continue
