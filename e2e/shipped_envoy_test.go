@@ -129,7 +129,10 @@ func TestShippedEnvoyConfigsEndToEnd(t *testing.T) {
 			lateOK := 0
 			const n = 30
 			for i := range n {
-				body := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"shipped config %s, request %d"}],"max_tokens":4}`, modelName, c.file, i)
+				// The request number leads, so no two prompts share a first
+				// block: load spreads them and the dead worker gets its share
+				// (a shared prefix would hold them all on its holder).
+				body := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"request %d, shipped config %s"}],"max_tokens":4}`, modelName, i, c.file)
 				req, _ := http.NewRequest("POST", gw+"/v1/chat/completions", strings.NewReader(body))
 				req.Header.Set("content-type", "application/json")
 				req.Header.Set("x-kvgate-debug", "1")

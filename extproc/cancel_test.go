@@ -32,7 +32,12 @@ func TestCancelledPDRequestReleasesBothLegs(t *testing.T) {
 		pinned = append(pinned, r.router.load.Begin(index.WorkerID{Endpoint: w}, 200000, 0, time.Now()))
 	}
 	base := r.router.Load().Stats()
-	long := chatBody("qwen3", strings.Repeat("An uncached question about the contract's clauses. ", 120))
+	// Each phase asks its own question: a repeat would be credited to the
+	// earlier phase's decode worker as pending (pendingcredit.go) and, with
+	// little left to prefill, not split.
+	long := func(phase string) []byte {
+		return chatBody("qwen3", phase+": "+strings.Repeat("An uncached question about the contract's clauses. ", 120))
+	}
 	phases := []struct {
 		name         string
 		run          func(x *envoyharness.Exchange)
@@ -50,7 +55,7 @@ func TestCancelledPDRequestReleasesBothLegs(t *testing.T) {
 	}
 	for _, p := range phases {
 		before := r.router.Load().Stats()
-		x, err := r.harness.Start(context.Background(), post(long))
+		x, err := r.harness.Start(context.Background(), post(long(p.name)))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -31,6 +31,9 @@ type ticket struct {
 	// serving is the worker the load is booked on: the primary until the
 	// proxy reports that a fallback served.
 	serving index.WorkerID
+	// chain is the prompt's block hashes, credited to the serving worker
+	// as pending until its KV events arrive (pendingcredit.go).
+	chain []uint64
 
 	once   sync.Once
 	served string
@@ -43,6 +46,15 @@ var (
 	_ server.ResponseReporter = (*ticket)(nil)
 )
 
+// servingWorker is the worker running the request: the primary unless the
+// proxy reported a fallback.
+func (t *ticket) servingWorker() index.WorkerID {
+	if t.serving.Endpoint != "" {
+		return t.serving
+	}
+	return t.worker
+}
+
 func (t *ticket) ResponseStatus(status int, _ bool) { t.status = status }
 
 func (t *ticket) FirstByte() {
@@ -54,10 +66,7 @@ func (t *ticket) FirstByte() {
 		return
 	}
 	r := t.router
-	w := t.worker
-	if t.serving.Endpoint != "" {
-		w = t.serving
-	}
+	w := t.servingWorker()
 	r.mu.Lock()
 	est := r.throughput[w]
 	if est == nil {
@@ -108,7 +117,10 @@ func (t *ticket) Served(endpoint string) {
 		id := t.fallbackIDs[i]
 		// The primary did not serve: its booking ends as a failure.
 		t.load.Finish(loadview.OutcomeUpstreamError)
-		t.load = t.router.load.Begin(id, t.uncached, t.decodeBlocks, t.router.now())
+		now := t.router.now()
+		t.load = t.router.load.Begin(id, t.uncached, t.decodeBlocks, now)
+		t.router.withdrawPending(t.servingWorker(), t.chain)
+		t.router.pending.Record(id, t.chain, now)
 		t.serving = id
 		return
 	}
@@ -126,6 +138,7 @@ func (t *ticket) Finish(o server.Outcome) {
 			lo = loadview.OutcomeCanceled
 		case server.OutcomeUpstreamError, server.OutcomeStreamError:
 			lo = loadview.OutcomeUpstreamError
+			t.router.withdrawPending(t.servingWorker(), t.chain)
 		case server.OutcomeTimeout:
 			lo = loadview.OutcomeTimeout
 		}

@@ -2,6 +2,7 @@ package extproc
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -222,7 +223,11 @@ func TestRouterEjectsFailingWorker(t *testing.T) {
 	r.router.now = func() time.Time { return clock }
 	bad := ""
 	for i := 0; i < 40 && bad == ""; i++ {
-		x, err := r.harness.Start(context.Background(), post(chatBody("qwen3", "question "+strings.Repeat("x", i))))
+		// A prompt shorter than one block: no prefix to hold, so load alone
+		// spreads the requests and the failing worker gets its share (with
+		// chatBody's shared system prompt, the pending credit of the first
+		// request's worker would draw them all there).
+		x, err := r.harness.Start(context.Background(), post(shortBody(i)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -303,4 +308,9 @@ kvgate_extproc_workers_ejected 1
 			t.Fatalf("still warming after slow_start: %+v", c.Worker)
 		}
 	}
+}
+
+// shortBody is a chat request under one block of the rig's model.
+func shortBody(i int) []byte {
+	return []byte(fmt.Sprintf(`{"model":"qwen3","stream":true,"messages":[{"role":"user","content":"q%d"}]}`, i))
 }

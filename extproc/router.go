@@ -65,6 +65,7 @@ type Router struct {
 	idx     index.Index
 	load    *loadview.View
 	recent  *loadview.Recent
+	pending *loadview.Pending // decisions not yet in the index (pendingcredit.go)
 	fleet   atomic.Pointer[fleet]
 	pick    picker.Config
 	pd      picker.PDConfig
@@ -111,12 +112,16 @@ func NewRouter(cfg config.Config, reg *preprocess.Registry, idx index.Index, log
 	if err != nil {
 		return nil, err
 	}
+	pending, err := loadview.NewPending(loadview.DefaultPendingConfig())
+	if err != nil {
+		return nil, err
+	}
 	debugOK, err := newDebugAccess(x.DebugHeader)
 	if err != nil {
 		return nil, err
 	}
 	r := &Router{
-		cfg: x, reg: reg, idx: idx, load: loadview.New(), recent: recent, debugOK: debugOK,
+		cfg: x, reg: reg, idx: idx, load: loadview.New(), recent: recent, pending: pending, debugOK: debugOK,
 		pick: pc, pd: pd, log: log,
 		metrics: newMetrics(), debug: newDecisionLog(x.DecisionsKept), now: time.Now,
 		rnd:        rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0x6b766761)),
@@ -220,6 +225,7 @@ func (r *Router) SetMembers(members []Member) error {
 		for _, w := range old.all {
 			if !slices.ContainsFunc(f.all, func(n picker.Worker) bool { return n.ID == w.ID }) {
 				r.recent.ForgetWorker(w.ID)
+				r.pending.ForgetWorker(w.ID)
 			}
 		}
 	}
@@ -352,7 +358,7 @@ func (r *Router) Route(ctx context.Context, req *server.Request) (*server.Decisi
 	uncached := int64(len(res.Tokens) - chosen.Depths[index.TierDevice]*res.Model.BlockSize)
 	decodeBlocks := int64((len(res.Tokens) + expected + res.Model.BlockSize - 1) / res.Model.BlockSize)
 	now := r.now()
-	t := &ticket{router: r, worker: chosen.Worker.ID, start: now, uncached: uncached, decodeBlocks: decodeBlocks, model: res.Served}
+	t := &ticket{router: r, worker: chosen.Worker.ID, chain: res.Sequence, start: now, uncached: uncached, decodeBlocks: decodeBlocks, model: res.Served}
 	t.load = r.load.Begin(chosen.Worker.ID, uncached, decodeBlocks, now)
 	if prefill != nil {
 		// The prefill leg is accounted on the prefill worker until the
@@ -361,6 +367,10 @@ func (r *Router) Route(ctx context.Context, req *server.Request) (*server.Decisi
 	}
 	if p.approx[chosen.Worker.ID] {
 		r.recent.Record(chosen.Worker.ID, res.Sequence, now)
+	}
+	r.recordPending(p, chosen.Worker.ID, res.Sequence, now)
+	if prefill != nil {
+		r.recordPending(p, prefill.Worker.ID, res.Sequence, now)
 	}
 	d := &server.Decision{Endpoint: chosen.Worker.Endpoint, Ticket: t}
 	for _, fb := range dec.Fallbacks {
@@ -397,9 +407,10 @@ func (r *Router) Route(ctx context.Context, req *server.Request) (*server.Decisi
 	return d, nil
 }
 
-// match asks the index (and, for workers without KV events, kvgate's own
-// recent decisions). An index failure or timeout routes on load alone:
-// counted, never a 5xx.
+// match asks the index, deepened by the prefixes routed but not yet
+// confirmed by KV events (pendingcredit.go), and, for workers without KV
+// events, kvgate's own recent decisions. An index failure or timeout
+// routes on load alone: counted, never a 5xx.
 func (r *Router) match(ctx context.Context, p *pool, chain []uint64, now time.Time) index.Match {
 	if len(chain) == 0 {
 		return nil
@@ -412,6 +423,7 @@ func (r *Router) match(ctx context.Context, p *pool, chain []uint64, now time.Ti
 		r.log.Warn("index match failed; routing on load only", "err", err)
 		m = index.Match{}
 	}
+	m = r.pending.Merge(m, chain, now)
 	if len(p.approx) > 0 {
 		for w, d := range r.recent.Match(chain, now) {
 			if p.approx[w] {

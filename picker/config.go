@@ -75,6 +75,18 @@ type KvgateConfig struct {
 	HerdWeight    float64
 	HerdTieBlocks float64
 	HerdMinTied   int
+
+	// (d) Affinity under load: charge every worker RecomputeWeight per
+	// prompt block it would compute that the best-cached worker (the
+	// holder) would load from cache. Leaving the holder then pays only
+	// when the holder's queue exceeds the recompute cost by this margin,
+	// because under load the recompute is work taken from the fleet's
+	// only spare capacity. HolderMaxWaitSeconds bounds the wait this
+	// buys: when the holder's predicted TTFT (its queued prefill drained,
+	// then this prompt's uncached part) exceeds it, the term is dropped.
+	// 0 disables the term; a 0 bound means unbounded.
+	RecomputeWeight      float64
+	HolderMaxWaitSeconds float64
 }
 
 // DefaultConfig is Dynamo's default router behaviour with two fallbacks,
@@ -93,9 +105,16 @@ func DefaultConfig() Config {
 // DefaultKvgateConfig turns every kvgate term on with small weights, so that
 // the kvgate policy departs from Dynamo only where a term has evidence: a
 // measured rate, a reported KV capacity, or a crowd of equally good workers.
+//
+// Measured on `kvgate bench --only capacity` (BENCHMARKS.md, capacity):
+// term (d) at weight 8 with no wait bound raised SLA capacity and the hit
+// ratio under overload on every mix and fleet size tried, and term (a) is
+// off: extproc measures a worker's prefill rate from time to first byte,
+// which includes its queue, so under load the busy cache holder looks slow
+// and (a) pushes requests off it, the collapse (d) exists to prevent.
 func DefaultKvgateConfig() KvgateConfig {
 	return KvgateConfig{
-		ThroughputAware: true,
+		ThroughputAware: false,
 		// The Dynamo mocker's prefill model (lib/mocker) puts an 8k-token
 		// batch near 170 ms, ~48k tokens/s; half of that is a cautious guess.
 		DefaultPrefillTokensPerSec: 20000,
@@ -107,6 +126,7 @@ func DefaultKvgateConfig() KvgateConfig {
 		HerdWeight:       0.1,
 		HerdTieBlocks:    1,
 		HerdMinTied:      2,
+		RecomputeWeight:  8,
 	}
 }
 
@@ -160,6 +180,10 @@ func (k KvgateConfig) validate() error {
 		return fmt.Errorf("herd tie blocks %v outside [0, 1e9]", k.HerdTieBlocks)
 	case k.HerdMinTied < 2:
 		return fmt.Errorf("herd min tied %d below 2", k.HerdMinTied)
+	case !finiteIn(k.RecomputeWeight, 0, 1e6):
+		return fmt.Errorf("recompute weight %v outside [0, 1e6]", k.RecomputeWeight)
+	case !finiteIn(k.HolderMaxWaitSeconds, 0, 1e6):
+		return fmt.Errorf("holder max wait %v s outside [0, 1e6]", k.HolderMaxWaitSeconds)
 	}
 	return nil
 }

@@ -9,8 +9,16 @@
 //
 //   - "dynamo" reproduces the default cost function of NVIDIA Dynamo's KV
 //     router (see dynamo_cost.go), the baseline to beat;
-//   - "kvgate" keeps Dynamo's structure and adds three small, separately
-//     switchable terms (see kvgate_cost.go) for the replay benchmark to judge.
+//   - "kvgate" keeps Dynamo's structure and adds separately switchable
+//     terms (see kvgate_cost.go) that the replay benchmark judges. By
+//     default it holds cache affinity under load (term d: a worker is
+//     charged RecomputeWeight per prompt block it would recompute that the
+//     best-cached worker would load, so a request leaves the holder only
+//     when the holder's extra queue exceeds that recompute with a margin),
+//     counts the decode footprint (b) and spreads ties (c); throughput-aware
+//     prefill (a) is off (BENCHMARKS.md, capacity section, says why).
+//     Unmeasured workers are priced at the fleet's median measured prefill
+//     rate, so a fresh worker does not look faster than a measured holder.
 //
 // DecidePD decides whether a request should be split into a remote prefill
 // and a local decode (prefill/decode disaggregation).

@@ -6,20 +6,14 @@ package picker
 //
 //	(a) throughput-aware prefill — predicted TTFT instead of block counts;
 //	(b) decode footprint        — expected output, device dedup, KV capacity;
-//	(c) anti-herding            — spread ties in credit by in-flight share.
+//	(c) anti-herding            — spread ties in credit by in-flight share;
+//	(d) affinity under load     — leaving the cache holder pays the recompute.
 //
 // Units stay Dynamo's (KV blocks), so PrefillLoadScale and Temperature mean
 // the same under both policies.
 
-// fleetRate summarises the eligible candidates' prefill rates: their mean,
-// and whether they all agree (then rates cancel out exactly, see below).
-type fleetRate struct {
-	mean    float64
-	uniform bool
-}
-
 // kvgateTerms fills t for an eligible candidate under the kvgate policy.
-func kvgateTerms(req *Request, c *Candidate, cfg *Config, fleet fleetRate, t *Terms) {
+func kvgateTerms(req *Request, c *Candidate, cfg *Config, fleet *fleetView, t *Terms) {
 	k := &cfg.Kvgate
 	bs := float64(req.BlockSize)
 	credit, device := tierCredit(&c.Depths, req.Blocks, &cfg.TierWeights)
@@ -29,7 +23,7 @@ func kvgateTerms(req *Request, c *Candidate, cfg *Config, fleet fleetRate, t *Te
 	if req.Stage != StageDecode {
 		t.PrefillBlocks = rawPrefillBlocks(req, &c.Load)
 		prefill = max(0, t.PrefillBlocks-credit) // Dynamo's adjusted prefill
-		rate := prefillTokensPerSec(&c.Load, k.DefaultPrefillTokensPerSec)
+		rate := fleet.rateOf(&c.Load)
 		// (a) The worker first drains its queued prefill, then computes the
 		// part of this prompt it cannot load from cache.
 		t.TTFTSeconds = prefill * bs / rate
@@ -101,5 +95,43 @@ func addHerdPenalties(req *Request, cands []Candidate, terms []Terms, k *KvgateC
 			t.HerdPenalty = k.HerdWeight * size * excess
 			t.Cost += t.HerdPenalty
 		}
+	}
+}
+
+// addRecomputePenalties is term (d). Under overload every worker has a
+// queue, and Dynamo's cost moves a request off the worker caching its
+// prefix as soon as that worker's queue exceeds the others' by the cached
+// blocks: the request is then recomputed elsewhere, the fleet does more
+// work for the same traffic, and the hit ratio falls exactly when cached
+// prefill is the only spare capacity. Charging each worker the blocks it
+// would recompute relative to the holder keeps the request with the holder
+// until the holder's extra queue exceeds (1 + RecomputeWeight) × the
+// recompute, or until the holder's predicted TTFT passes the wait bound.
+func addRecomputePenalties(req *Request, terms []Terms, cfg *Config) {
+	k := &cfg.Kvgate
+	if k.RecomputeWeight == 0 || req.Stage == StageDecode {
+		return
+	}
+	holder := -1
+	for i := range terms {
+		t := &terms[i]
+		if t.Eligible && (holder < 0 || t.Credit > terms[holder].Credit || (t.Credit == terms[holder].Credit && t.Cost < terms[holder].Cost)) {
+			holder = i
+		}
+	}
+	if holder < 0 || terms[holder].Credit == 0 {
+		return
+	}
+	if k.HolderMaxWaitSeconds > 0 && terms[holder].TTFTSeconds > k.HolderMaxWaitSeconds {
+		return
+	}
+	best := terms[holder].Credit
+	for i := range terms {
+		t := &terms[i]
+		if !t.Eligible || t.Credit >= best {
+			continue
+		}
+		t.RecomputePenalty = cfg.PrefillLoadScale * k.RecomputeWeight * (best - t.Credit)
+		t.Cost += t.RecomputePenalty
 	}
 }

@@ -17,7 +17,7 @@ func kvgateConfig(mut func(*KvgateConfig)) Config {
 }
 
 func allTermsOff(k *KvgateConfig) {
-	k.ThroughputAware, k.AnticipateDecode, k.HerdWeight = false, false, 0
+	k.ThroughputAware, k.AnticipateDecode, k.HerdWeight, k.RecomputeWeight = false, false, 0, 0
 }
 
 // With its three terms off, or with uniform measured rates and the other two
@@ -76,7 +76,7 @@ func TestKvgateThroughputAware(t *testing.T) {
 		cand(0, depth(0), Load{PrefillTokens: 640, PrefillTokensPerSec: 10000}),
 		cand(1, depth(0), Load{PrefillTokens: 640, PrefillTokensPerSec: 40000}),
 	}
-	cfg := kvgateConfig(func(k *KvgateConfig) { k.AnticipateDecode, k.HerdWeight = false, 0 })
+	cfg := kvgateConfig(func(k *KvgateConfig) { k.AnticipateDecode, k.HerdWeight, k.ThroughputAware = false, 0, true })
 	d, err := Pick(req16(40), cands, cfg, nil)
 	if err != nil {
 		t.Fatal(err)

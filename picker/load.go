@@ -35,11 +35,13 @@ func inflight(l *Load) float64 {
 // prefillTokensPerSec is the worker's measured rate, or fallback when it is
 // unknown or implausible (below 1 token/s it would make every TTFT infinite).
 func prefillTokensPerSec(l *Load, fallback float64) float64 {
-	if v := l.PrefillTokensPerSec; finiteIn(v, 1, maxRate) {
+	if v := l.PrefillTokensPerSec; measuredRate(v) {
 		return v
 	}
 	return fallback
 }
+
+func measuredRate(v float64) bool { return finiteIn(v, 1, maxRate) }
 
 // usedKVBlocks is the decode footprint kvgate routed, or the engine-reported
 // usage when that is larger.

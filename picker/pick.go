@@ -45,8 +45,7 @@ func PickInto(dst *Decision, req Request, cands []Candidate, cfg Config, rnd *ra
 	}
 
 	eligible := 0
-	fleet := fleetRate{uniform: true}
-	first := -1.0
+	dst.rates = dst.rates[:0]
 	for i := range cands {
 		c := &cands[i]
 		if r := exclusion(c, req.Stage, &cfg); r != "" {
@@ -55,16 +54,26 @@ func PickInto(dst *Decision, req Request, cands []Candidate, cfg Config, rnd *ra
 		}
 		terms[i].Eligible = true
 		eligible++
-		rate := prefillTokensPerSec(&c.Load, cfg.Kvgate.DefaultPrefillTokensPerSec)
+		if v := c.Load.PrefillTokensPerSec; measuredRate(v) {
+			dst.rates = append(dst.rates, v)
+		}
+	}
+	if eligible == 0 {
+		return ErrNoEligible
+	}
+	fleet := newFleetView(dst.rates, cfg.Kvgate.DefaultPrefillTokensPerSec)
+	first := -1.0
+	for i := range cands {
+		if !terms[i].Eligible {
+			continue
+		}
+		rate := fleet.rateOf(&cands[i].Load)
 		fleet.mean += rate
 		if first < 0 {
 			first = rate
 		} else if rate != first {
 			fleet.uniform = false
 		}
-	}
-	if eligible == 0 {
-		return ErrNoEligible
 	}
 	fleet.mean /= float64(eligible)
 
@@ -73,13 +82,14 @@ func PickInto(dst *Decision, req Request, cands []Candidate, cfg Config, rnd *ra
 			continue
 		}
 		if cfg.Policy == PolicyKvgate {
-			kvgateTerms(&req, &cands[i], &cfg, fleet, &terms[i])
+			kvgateTerms(&req, &cands[i], &cfg, &fleet, &terms[i])
 		} else {
 			dynamoTerms(&req, &cands[i], &cfg, &terms[i])
 		}
 	}
 	if cfg.Policy == PolicyKvgate {
 		addHerdPenalties(&req, cands, terms, &cfg.Kvgate)
+		addRecomputePenalties(&req, terms, &cfg)
 	}
 
 	if cfg.Temperature == 0 || rnd == nil {

@@ -163,7 +163,10 @@ type Terms struct {
 	RequestsTerm  float64 // ActiveRequestWeight × in-flight requests
 	TTFTSeconds   float64 // predicted time to first token (kvgate policy; 0 under dynamo)
 	HerdPenalty   float64 // anti-herding term (kvgate policy)
-	Cost          float64 // lower is better
+	// RecomputePenalty charges the prompt blocks this worker would compute
+	// that the best-cached worker would not (kvgate policy, affinity term).
+	RecomputePenalty float64
+	Cost             float64 // lower is better
 }
 
 // Decision is the picker's answer. Indices refer to the candidates slice.
@@ -171,6 +174,8 @@ type Decision struct {
 	Primary   int   // -1 when no candidate was chosen
 	Fallbacks []int // next best eligible candidates, distinct, best first
 	Terms     []Terms
+
+	rates []float64 // scratch: the eligible workers' measured prefill rates
 }
 
 // ErrNoEligible is returned when every candidate is excluded.

@@ -88,20 +88,34 @@ func runBench(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	fmt.Fprintf(&doc, "# kvgate benchmarks\n\nWritten by `make bench` (`kvgate bench %s`) on %s.\n", strings.Join(args, " "), time.Now().UTC().Format("2006-01-02 15:04 MST"))
 	fmt.Fprintf(&doc, "Machine: %d CPUs (GOMAXPROCS %d), %s/%s, %s. Shared machines are noisy: compare the ratios to the baseline measured in the same run, not absolute figures across runs.\n",
 		runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH, runtime.Version())
+	var ran []renderedSection
 	for _, s := range benchSections {
 		if len(want) > 0 && !want[s.name] {
 			continue
 		}
 		fmt.Fprintf(stderr, "kvgate bench: %s…\n", s.name)
-		fmt.Fprintf(&doc, "\n")
-		if err := s.run(ctx, &doc, *phase); err != nil {
+		var body bytes.Buffer
+		if err := s.run(ctx, &body, *phase); err != nil {
 			fmt.Fprintf(stderr, "kvgate bench: %s: %v\n", s.name, err)
 			return 1
 		}
+		ran = append(ran, renderedSection{s.name, body.Bytes()})
+		doc.WriteString("\n")
+		writeMarkedSection(&doc, s.name, body.Bytes())
 	}
 	if *out == "-" {
 		stdout.Write(doc.Bytes())
 		return 0
+	}
+	if len(want) > 0 {
+		// --only replaces its own sections in the file and keeps the rest.
+		if old, err := os.ReadFile(*out); err == nil {
+			doc.Reset()
+			doc.Write(mergeBenchSections(old, ran))
+		} else if !os.IsNotExist(err) {
+			fmt.Fprintf(stderr, "kvgate bench: %v\n", err)
+			return 1
+		}
 	}
 	if err := os.WriteFile(*out, doc.Bytes(), 0o644); err != nil {
 		fmt.Fprintf(stderr, "kvgate bench: %v\n", err)
@@ -109,6 +123,112 @@ func runBench(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "kvgate bench: wrote %s\n", *out)
 	return 0
+}
+
+// renderedSection is one section's Markdown, as its run wrote it.
+type renderedSection struct {
+	name string
+	body []byte
+}
+
+// Each section is written between HTML comments (invisible in rendered
+// Markdown) naming it, so that a later `--only` run finds and replaces
+// exactly that section.
+func benchMarkers(name string) (begin, end string) {
+	return "<!-- bench:" + name + " -->\n", "<!-- /bench:" + name + " -->\n"
+}
+
+func writeMarkedSection(w *bytes.Buffer, name string, body []byte) {
+	begin, end := benchMarkers(name)
+	w.WriteString(begin)
+	w.Write(body)
+	if len(body) > 0 && body[len(body)-1] != '\n' {
+		w.WriteByte('\n')
+	}
+	w.WriteString(end)
+}
+
+// mergeBenchSections puts each section into old in place of its previous
+// version and leaves everything else as it was. The previous version is
+// found by its markers; in a file written before markers existed, by the
+// section's first "## " heading, up to the next heading the new version
+// does not have; a section found neither way is appended.
+func mergeBenchSections(old []byte, sections []renderedSection) []byte {
+	doc := string(old)
+	for _, s := range sections {
+		var b bytes.Buffer
+		writeMarkedSection(&b, s.name, s.body)
+		begin, end := benchMarkers(s.name)
+		if i := strings.Index(doc, begin); i >= 0 {
+			if j := strings.Index(doc[i:], end); j >= 0 {
+				doc = doc[:i] + b.String() + doc[i+j+len(end):]
+				continue
+			}
+		}
+		if i, j, ok := headingSpan(doc, s.body); ok {
+			if j < len(doc) {
+				b.WriteString("\n") // the blank line before the next heading
+			}
+			doc = doc[:i] + b.String() + doc[j:]
+			continue
+		}
+		if !strings.HasSuffix(doc, "\n") {
+			doc += "\n"
+		}
+		doc += "\n" + b.String()
+	}
+	return []byte(doc)
+}
+
+// headingSpan is where, in an unmarked doc, the old version of a section
+// whose new body is body lies: from the line of body's first "## " heading
+// to the next "## " line (or marker) that body does not contain.
+func headingSpan(doc string, body []byte) (int, int, bool) {
+	var first string
+	own := map[string]bool{}
+	for _, l := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(l, "## ") {
+			if first == "" {
+				first = l
+			}
+			own[l] = true
+		}
+	}
+	if first == "" {
+		return 0, 0, false
+	}
+	i := -1
+	for off := 0; off < len(doc); {
+		k := strings.Index(doc[off:], first+"\n")
+		if k < 0 {
+			break
+		}
+		if at := off + k; at == 0 || doc[at-1] == '\n' {
+			i = at
+			break
+		}
+		off += k + 1
+	}
+	if i < 0 {
+		return 0, 0, false
+	}
+	j := i + len(first) + 1
+	for j < len(doc) {
+		nl := strings.IndexByte(doc[j:], '\n')
+		line := doc[j:]
+		if nl >= 0 {
+			line = doc[j : j+nl]
+		}
+		if (strings.HasPrefix(line, "## ") && !own[line]) || strings.HasPrefix(line, "<!-- bench:") {
+			break
+		}
+		if nl < 0 {
+			j = len(doc)
+			break
+		}
+		j += nl + 1
+	}
+	return i, j, true
 }
 
 // benchIndex measures the in-memory backend, Redis standalone and a

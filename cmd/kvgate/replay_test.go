@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -33,7 +34,7 @@ func TestReplayJSONPrintsExactlyOneObject(t *testing.T) {
 		slices.Sort(ks)
 		return ks
 	}
-	if got := keys(doc); !slices.Equal(got, []string{"ideal_hit_ratio", "policies", "requests", "trace", "workers"}) {
+	if got := keys(doc); !slices.Equal(got, []string{"ideal_hit_ratio", "policies", "pooled_lru_hit_ratio", "requests", "trace", "workers"}) {
 		t.Fatalf("top-level keys %v", got)
 	}
 	var n struct{ Workers, Requests int }
@@ -44,11 +45,11 @@ func TestReplayJSONPrintsExactlyOneObject(t *testing.T) {
 	if err := json.Unmarshal(doc["policies"], &pols); err != nil {
 		t.Fatal(err)
 	}
-	wantPolicies := []string{"approx-prefix", "dynamo", "kvgate", "least-loaded", "random", "round-robin"}
+	wantPolicies := []string{"approx-prefix", "dynamo", "kvgate", "kvgate-events-only", "least-loaded", "random", "round-robin"}
 	var gotPolicies []string
 	for p, fields := range pols {
 		gotPolicies = append(gotPolicies, p)
-		if got := keys(fields); !slices.Equal(got, []string{"e2e_p90_ms", "hit_ratio", "itl_p50_ms", "load_imbalance", "throughput_rps", "ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms"}) {
+		if got := keys(fields); !slices.Equal(got, []string{"e2e_p90_ms", "hit_ratio", "itl_p50_ms", "itl_p90_ms", "load_imbalance", "throughput_rps", "ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms"}) {
 			t.Errorf("%s: fields %v", p, got)
 		}
 		for k, v := range fields {
@@ -92,5 +93,38 @@ func TestReplayTableAndBadInput(t *testing.T) {
 		if code := dispatch(args, nil, &out, &errb); code != 2 || errb.Len() == 0 {
 			t.Errorf("%v: exit %d, stderr %q", args, code, errb.String())
 		}
+	}
+}
+
+func TestReplaySweepReportsCapacityProgressAndPlots(t *testing.T) {
+	var out, errb bytes.Buffer
+	dir := t.TempDir()
+	code := dispatch([]string{"replay", "--trace", replayTestdataTrace, "--limit", "40", "--workers", "2", "--sweep",
+		"--policies", "round-robin,kvgate", "--ttft-sla", "3s", "--sweep-tolerance", "0.25", "--plot", dir, "--json"}, nil, &out, &errb)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	var res struct {
+		TTFTSLAMs float64 `json:"ttft_sla_ms"`
+		Pooled    float64 `json:"pooled_lru_hit_ratio"`
+		Policies  []struct {
+			Policy   string
+			Capacity float64
+		}
+	}
+	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+		t.Fatal(err)
+	}
+	if res.TTFTSLAMs != 3000 || len(res.Policies) != 2 || res.Policies[0].Policy != "round-robin" || res.Policies[1].Capacity <= 0 {
+		t.Fatalf("sweep %+v", res)
+	}
+	for _, want := range []string{"sweep round-robin ×1:", "sweep kvgate ×", "wrote " + filepath.Join(dir, "ttft_p90_vs_load.svg"), "wrote " + filepath.Join(dir, "throughput_vs_load.svg")} {
+		if !strings.Contains(errb.String(), want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errb.String())
+		}
+	}
+	errb.Reset()
+	if code := dispatch([]string{"replay", "--trace", replayTestdataTrace, "--sweep", "--rate-scale", "2"}, nil, &out, &errb); code != 2 || !strings.Contains(errb.String(), "--rate-scale") {
+		t.Errorf("--sweep with --rate-scale: exit %d, %q", code, errb.String())
 	}
 }

@@ -169,3 +169,114 @@ func trimFloat(v float64) string {
 	s = strings.TrimRight(strings.TrimRight(s, "0"), ".")
 	return s
 }
+
+// WriteSweepPlots writes ttft_p90_vs_load.svg and throughput_vs_load.svg
+// into dir, one line per policy over the rates its sweep replayed, and
+// returns the paths written.
+func WriteSweepPlots(dir, prefix string, res *SweepResult) ([]string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("plot dir: %w", err)
+	}
+	var paths []string
+	for _, c := range []struct {
+		name string
+		draw func(io.Writer, *SweepResult)
+	}{{"ttft_p90_vs_load.svg", drawTTFTVsLoad}, {"throughput_vs_load.svg", drawThroughputVsLoad}} {
+		var b strings.Builder
+		c.draw(&b, res)
+		path := filepath.Join(dir, prefix+c.name)
+		if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+			return paths, fmt.Errorf("plot %s: %w", path, err)
+		}
+		paths = append(paths, path)
+	}
+	return paths, nil
+}
+
+func sweepRateRange(res *SweepResult) (lo, hi float64) {
+	lo, hi = math.Inf(1), 0
+	for _, p := range res.Policies {
+		for _, pt := range p.Points {
+			lo, hi = min(lo, pt.Rate), max(hi, pt.Rate)
+		}
+	}
+	if math.IsInf(lo, 1) {
+		return 0.5, 2
+	}
+	lo = math.Pow(2, math.Floor(math.Log2(lo)))
+	hi = math.Pow(2, math.Ceil(math.Log2(max(hi, lo*2))))
+	return lo, hi
+}
+
+func drawSweep(w io.Writer, res *SweepResult, f *frame, title, ylabel string, yticks func(), y func(SweepPoint) float64) {
+	f.begin(title, "arrival rate (× the trace's, log scale)", ylabel)
+	yticks()
+	for v := f.xmin; v <= f.xmax*1.0001; v *= 2 {
+		f.xtick(v, trimFloat(v))
+	}
+	for i, p := range res.Policies {
+		var xs, ys []float64
+		for _, pt := range p.Points {
+			xs, ys = append(xs, pt.Rate), append(ys, y(pt))
+		}
+		c := policyColor(p.Policy)
+		f.polyline(xs, ys, c, false)
+		f.legend(i, fmt.Sprintf("%s (cap %.3g×)", p.Policy, p.Capacity), c, false)
+	}
+}
+
+func drawTTFTVsLoad(w io.Writer, res *SweepResult) {
+	lo, hi := sweepRateRange(res)
+	ymax := res.TTFTSLAMs * 2
+	for _, p := range res.Policies {
+		for _, pt := range p.Points {
+			ymax = max(ymax, pt.TTFTP90Ms)
+		}
+	}
+	ymax = math.Pow(10, math.Ceil(math.Log10(max(ymax, 10))))
+	f := &frame{w: w, xmin: lo, xmax: hi, ymin: 0, ymax: math.Log10(ymax), logX: true}
+	// The y axis is log10(ms): TTFT spans milliseconds to minutes.
+	yticks := func() {
+		for e := 0.0; e <= f.ymax+1e-9; e++ {
+			f.ytick(e, trimFloat(math.Pow(10, e)))
+		}
+	}
+	drawSweep(w, res, f, fmt.Sprintf("TTFT p90 vs load — %s, %d workers", res.Trace, res.Workers), "TTFT p90 (ms, log scale)", yticks,
+		func(pt SweepPoint) float64 { return math.Log10(max(pt.TTFTP90Ms, 1)) })
+	sla := math.Log10(res.TTFTSLAMs)
+	f.polyline([]float64{lo, hi}, []float64{sla, sla}, "#000", true)
+	f.legend(len(res.Policies), fmt.Sprintf("SLA %.0f ms", res.TTFTSLAMs), "#000", true)
+	fmt.Fprintln(w, "</svg>")
+}
+
+func drawThroughputVsLoad(w io.Writer, res *SweepResult) {
+	lo, hi := sweepRateRange(res)
+	ymax := 0.0
+	for _, p := range res.Policies {
+		for _, pt := range p.Points {
+			ymax = max(ymax, pt.ThroughputRPS)
+		}
+	}
+	ymax = max(1, ymax*1.1)
+	f := &frame{w: w, xmin: lo, xmax: hi, ymin: 0, ymax: ymax, logX: true}
+	yticks := func() {
+		for k := 0; k <= 5; k++ {
+			v := ymax * float64(k) / 5
+			f.ytick(v, trimFloat(math.Round(v*10)/10))
+		}
+	}
+	drawSweep(w, res, f, fmt.Sprintf("Throughput vs load — %s, %d workers", res.Trace, res.Workers), "completed requests / s", yticks,
+		func(pt SweepPoint) float64 { return pt.ThroughputRPS })
+	fmt.Fprintln(w, "</svg>")
+}
+
+// policyColor keeps a policy's colour the same on every sweep chart,
+// whichever subset of policies it shows.
+func policyColor(policy string) string {
+	for i, q := range AllPolicies {
+		if q == policy {
+			return palette[i%len(palette)]
+		}
+	}
+	return palette[len(palette)-1]
+}

@@ -31,15 +31,18 @@ type simulation struct {
 	engines []*enginesim.Engine
 	workers []picker.Worker
 	load    *loadview.View
-	idx     *index.Memory    // dynamo, kvgate: fed by KV events
-	ingest  []*ingest.Worker // per engine
-	recent  *loadview.Recent // approx-prefix: kvgate's own decisions
+	idx     *index.Memory     // dynamo, kvgate: fed by KV events
+	ingest  []*ingest.Worker  // per engine
+	recent  *loadview.Recent  // approx-prefix: kvgate's own decisions
+	pending *loadview.Pending // kvgate: own decisions beside the index
 	est     []*picker.ThroughputEstimator
 	pick    picker.Config
 	rnd     *rand.Rand
 	rr      int
 	seed    uint64 // block-hash seed (no LoRA, no namespace)
 	ingErr  error
+
+	tiers []*enginesim.StoreTier // with Options.HostBlocks
 
 	flights []flight
 	cands   []picker.Candidate
@@ -76,13 +79,24 @@ func newSimulation(policy string, idx uint64, reqs []TraceRequest, opt *Options)
 	s.pick = picker.DefaultConfig()
 	s.pick.Fallbacks = 0
 	switch policy {
-	case PolicyKvgate:
+	case PolicyKvgate, PolicyKvgateEventsOnly:
+		if opt.Kvgate != nil {
+			s.pick = *opt.Kvgate
+			s.pick.Fallbacks = 0
+		}
 		s.pick.Policy = picker.PolicyKvgate
 	case PolicyDynamo, PolicyApproxPrefix:
 		s.pick.Policy = picker.PolicyDynamo
 	}
-	if policy == PolicyDynamo || policy == PolicyKvgate {
+	if policy == PolicyDynamo || policy == PolicyKvgate || policy == PolicyKvgateEventsOnly {
 		s.idx = index.NewMemory(index.MemoryConfig{})
+	}
+	if policy == PolicyKvgate {
+		r, err := loadview.NewPending(loadview.RecentConfig{TTL: PendingPrefixTTL, MaxEntries: min(1<<26, max(1<<18, 4*opt.Workers*opt.GPUBlocks))})
+		if err != nil {
+			return nil, err
+		}
+		s.pending = r
 	}
 	if policy == PolicyApproxPrefix {
 		// Dynamo's approximate indexer TTL (120 s), with room for every
@@ -102,7 +116,7 @@ func newSimulation(policy string, idx uint64, reqs []TraceRequest, opt *Options)
 		s.workers = append(s.workers, picker.Worker{ID: id, Endpoint: id.Endpoint, Role: picker.RoleBoth})
 		var on func([]kvevents.Event)
 		if s.idx != nil {
-			w := ingest.NewWorker(id, s.idx, ingest.Config{BlockSize: opt.BlockSize, MaxBlocks: 2*opt.GPUBlocks + 1024})
+			w := ingest.NewWorker(id, s.idx, ingest.Config{BlockSize: opt.BlockSize, MaxBlocks: 2*(opt.GPUBlocks+opt.HostBlocks) + 1024})
 			s.ingest = append(s.ingest, w)
 			on = func(evs []kvevents.Event) {
 				if err := w.Apply(context.Background(), kvevents.Batch{Events: evs}); err != nil && s.ingErr == nil {
@@ -110,8 +124,19 @@ func newSimulation(policy string, idx uint64, reqs []TraceRequest, opt *Options)
 				}
 			}
 		}
-		e, err := enginesim.New(ecfg, on)
+		cfg := ecfg
+		if opt.HostBlocks > 0 {
+			tier, err := enginesim.NewStoreTier(enginesim.StoreTierConfig{HostBlocks: opt.HostBlocks, CopyBlockBytes: opt.HostBlockBytes}, on)
+			if err != nil {
+				s.close()
+				return nil, err
+			}
+			s.tiers = append(s.tiers, tier)
+			cfg.KVTier = tier
+		}
+		e, err := enginesim.New(cfg, on)
 		if err != nil {
+			s.close()
 			return nil, err
 		}
 		s.engines = append(s.engines, e)
@@ -129,7 +154,16 @@ func newSimulation(policy string, idx uint64, reqs []TraceRequest, opt *Options)
 	return s, nil
 }
 
+// close drops the host tiers' arenas.
+func (s *simulation) close() {
+	for _, t := range s.tiers {
+		_ = t.Close()
+	}
+	s.tiers = nil
+}
+
 func (s *simulation) run(ctx context.Context) (*PolicyResult, error) {
+	defer s.close()
 	next := 0
 	var toks []uint32
 	progressEvery := max(1, len(s.reqs)/100)
@@ -164,6 +198,11 @@ func (s *simulation) run(ctx context.Context) (*PolicyResult, error) {
 		if s.ingErr != nil {
 			return nil, fmt.Errorf("KV events of %s: %w", s.workers[w].ID, s.ingErr)
 		}
+		if len(s.tiers) > 0 {
+			if err := s.tiers[w].Err(); err != nil {
+				return nil, fmt.Errorf("host tier of %s: %w", s.workers[w].ID, err)
+			}
+		}
 	}
 	if s.opt.Progress != nil {
 		s.opt.Progress(s.policy, len(s.reqs), len(s.reqs))
@@ -171,7 +210,20 @@ func (s *simulation) run(ctx context.Context) (*PolicyResult, error) {
 	if s.completed != len(s.reqs) {
 		return nil, fmt.Errorf("%d of %d requests completed", s.completed, len(s.reqs))
 	}
-	return s.result(), nil
+	r := s.result()
+	var hostTok uint64
+	for _, e := range s.engines {
+		hostTok += e.Stats().TierHitTokens
+	}
+	if s.promptTok > 0 && hostTok > 0 {
+		r.HostHitRatio = float64(hostTok) / float64(s.promptTok)
+	}
+	for _, w := range s.ingest {
+		for _, n := range w.Stats().Rejected {
+			r.IndexRejects += n
+		}
+	}
+	return r, nil
 }
 
 // nextEngineEvent is the earliest engine event and its engine.
@@ -214,6 +266,9 @@ func (s *simulation) route(i int, toks []uint32, at time.Duration) error {
 			if m, err = s.idx.Match(context.Background(), chain); err != nil {
 				return fmt.Errorf("index match: %w", err)
 			}
+			if s.pending != nil {
+				m = s.pending.Merge(m, chain, now)
+			}
 		}
 		// Candidates as extproc's Router.candidates builds them: index
 		// depths, kvgate's own load accounting and the measured prefill rate.
@@ -239,6 +294,9 @@ func (s *simulation) route(i int, toks []uint32, at time.Duration) error {
 	s.flights[i] = flight{ticket: s.load.Begin(id, uncached, decodeBlocks, now), worker: w, uncached: uncached, arrival: at}
 	if s.recent != nil {
 		s.recent.Record(id, chain, now)
+	}
+	if s.pending != nil {
+		s.pending.Record(id, chain, now)
 	}
 	s.routed[w]++
 	err := s.engines[w].Submit(enginesim.Request{ID: strconv.Itoa(i), Tokens: toks, MaxTokens: max(1, r.OutputLength), Arrival: at})

@@ -25,6 +25,7 @@ func (s *simulation) result() *PolicyResult {
 		TTFTP90Ms: percentile(s.ttft, 90),
 		TTFTP99Ms: percentile(s.ttft, 99),
 		ITLP50Ms:  percentile(s.itl, 50),
+		ITLP90Ms:  percentile(s.itl, 90),
 		E2EP90Ms:  percentile(s.e2e, 90),
 		TTFTsMs:   s.ttft,
 	}

@@ -9,8 +9,8 @@ import (
 // WriteTable prints res as an aligned text table.
 func WriteTable(w io.Writer, res *Result) error {
 	if res.BlockSize > 0 {
-		fmt.Fprintf(w, "trace %s: %d requests, %d workers, block size %d, %d GPU blocks per worker; ideal hit ratio %.3f\n\n",
-			res.Trace, res.Requests, res.Workers, res.BlockSize, res.GPUBlocks, res.IdealHitRatio)
+		fmt.Fprintf(w, "trace %s: %d requests, %d workers, block size %d, %d GPU blocks per worker; ideal hit ratio %.3f (infinite cache), pooled-LRU bound %.3f (one LRU of %d blocks)\n\n",
+			res.Trace, res.Requests, res.Workers, res.BlockSize, res.GPUBlocks, res.IdealHitRatio, res.PooledLRUHitRatio, res.Workers*res.GPUBlocks)
 	} else { // a live replay: the fleet's cache geometry is not known here
 		fmt.Fprintf(w, "trace %s: %d requests, %d workers served; ideal hit ratio %.3f (one infinite cache, empty at the start)\n\n",
 			res.Trace, res.Requests, res.Workers, res.IdealHitRatio)

@@ -1,0 +1,148 @@
+package loadview
+
+import (
+	"time"
+
+	"github.com/kvgate/kvgate/indexer/index"
+)
+
+// PendingTTL is how long a routed prefix is credited before only KV events
+// count: longer than a prefill under load (the engine publishes a block's
+// BlockStored once it is computed), shorter than a cache lifetime.
+const PendingTTL = 10 * time.Second
+
+// Pending credits a worker with the prefixes of requests kvgate routed to
+// it whose KV events have not arrived yet. Without it, a burst of requests
+// sharing a new prefix scatters across the fleet: until the first one's
+// blocks are stored and published, the index shows no holder and every
+// request in the burst looks like a cold miss everywhere.
+//
+// Dynamo's router keeps the same per-worker record of routed requests'
+// block hashes (ActiveSequences, lib/llm/src/kv_router/sequence.rs in
+// ai-dynamo/dynamo) but uses it for load only (potential active and prefill
+// blocks, docs/design_docs/router_design.md); its overlap score comes from
+// the KvIndexer's events alone, or, with --no-kv-events, from the
+// ApproxKvIndexer's 120 s TTL instead of events. Pending is the middle
+// ground: events are the truth, own decisions fill the gap until they come.
+//
+// A credit ends at the TTL, when the index confirms it (Merge then forgets
+// the confirmed pairs, so later removals and resets in the index take
+// effect at once), when its pairs are evicted to stay within MaxEntries, or
+// when ForgetWorker is called for a worker that left or reset. It is safe
+// for concurrent use.
+type Pending struct {
+	r *Recent
+}
+
+// NewPending returns an empty Pending; cfg bounds the TTL and the number of
+// (block, worker) pairs remembered.
+func NewPending(cfg RecentConfig) (*Pending, error) {
+	r, err := NewRecent(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Pending{r: r}, nil
+}
+
+// DefaultPendingConfig is PendingTTL with the Recent view's default bound.
+func DefaultPendingConfig() RecentConfig {
+	return RecentConfig{TTL: PendingTTL, MaxEntries: DefaultRecentConfig().MaxEntries}
+}
+
+// Record notes that the prompt whose block sequence hashes are chain was
+// routed to w at now.
+func (p *Pending) Record(w index.WorkerID, chain []uint64, now time.Time) {
+	p.r.Record(w, chain, now)
+}
+
+// ForgetWorker drops every credit of w (it left the fleet or reset).
+func (p *Pending) ForgetWorker(w index.WorkerID) { p.r.ForgetWorker(w) }
+
+// Stats reads the underlying counters.
+func (p *Pending) Stats() RecentStats { return p.r.Stats() }
+
+// Merge deepens the index match m for chain with the pending credits at
+// now and returns it (m is updated in place; nil m is allowed). For each
+// worker the pending run is followed from the block where the index's
+// device depth ends, so a prefix half confirmed by events and half still
+// pending counts whole; the device depth is the end of that run and deeper
+// tiers are raised to it, since depths are cumulative. A pending prefix
+// counts as on the device: it is being computed there.
+//
+// Pairs the index already confirms on the device are forgotten: from then
+// on the index alone says whether the worker holds them.
+func (p *Pending) Merge(m index.Match, chain []uint64, now time.Time) index.Match {
+	if len(chain) == 0 {
+		return m
+	}
+	t := now.UnixNano()
+	r := p.r
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	// Workers the index knows, then pending holders of the first block the
+	// index does not cover for them (block 0 for workers it does not know).
+	for w, d := range m {
+		dev := d[index.TierDevice]
+		end := r.runLocked(w, chain, dev, t)
+		if end > dev {
+			for i := range d {
+				d[i] = max(d[i], end)
+			}
+			m[w] = d
+		}
+		r.forgetLocked(w, chain[:min(dev, len(chain))])
+	}
+	for _, h := range r.entries[chain[0]] {
+		if _, known := m[h.w]; known || h.exp <= t {
+			continue
+		}
+		if m == nil {
+			m = index.Match{}
+		}
+		m[h.w] = depthsOf(r.runLocked(h.w, chain, 0, t))
+	}
+	return m
+}
+
+// runLocked returns the end of w's unexpired pending run in chain starting
+// at from (from itself when chain[from] is not pending for w).
+func (r *Recent) runLocked(w index.WorkerID, chain []uint64, from int, t int64) int {
+	d := from
+	for d < len(chain) && holds(r.entries[chain[d]], w, t) {
+		d++
+	}
+	return d
+}
+
+// forgetLocked drops w's pairs for hashes; their queue records become
+// stale and fall out as they reach the front.
+func (r *Recent) forgetLocked(w index.WorkerID, hashes []uint64) {
+	for _, h := range hashes {
+		hs := r.entries[h]
+		for i := range hs {
+			if hs[i].w != w {
+				continue
+			}
+			hs[i] = hs[len(hs)-1]
+			hs[len(hs)-1] = holder{}
+			hs = hs[:len(hs)-1]
+			r.live--
+			if len(hs) == 0 {
+				delete(r.entries, h)
+			} else {
+				r.entries[h] = hs
+			}
+			break
+		}
+	}
+}
+
+// Withdraw drops w's credit for chain: the request routed there failed or
+// was served by another worker, so w is not computing that prefix. Blocks
+// another in-flight request to w shares lose their credit too, which only
+// errs towards trusting the index.
+func (p *Pending) Withdraw(w index.WorkerID, chain []uint64) {
+	p.r.mu.Lock()
+	p.r.forgetLocked(w, chain)
+	p.r.mu.Unlock()
+}

@@ -1,0 +1,129 @@
+package loadview
+
+import (
+	"testing"
+	"time"
+
+	"github.com/kvgate/kvgate/indexer/index"
+)
+
+func newPending(t *testing.T) *Pending {
+	t.Helper()
+	p, err := NewPending(RecentConfig{TTL: PendingTTL, MaxEntries: 1 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+var (
+	wa = index.WorkerID{Endpoint: "a:8000"}
+	wb = index.WorkerID{Endpoint: "b:8000"}
+	wW = index.WorkerID{Endpoint: "w:8000"}
+)
+
+func dev(d index.Depths) int { return d[index.TierDevice] }
+
+func TestPendingCreditsARoutedPrefixTheIndexHasNotSeen(t *testing.T) {
+	p := newPending(t)
+	now := time.Unix(1000, 0)
+	p.Record(wa, []uint64{1, 2, 3, 4}, now)
+	m := p.Merge(nil, []uint64{1, 2, 3, 9}, now.Add(time.Second))
+	if got := dev(m[wa]); got != 3 {
+		t.Fatalf("pending depth of a = %d, want 3 (blocks 1,2,3 routed there)", got)
+	}
+	for tier, d := range m[wa] {
+		if d != 3 {
+			t.Fatalf("tier %d depth %d, want 3: a pending prefix counts on every tier", tier, d)
+		}
+	}
+	if len(m) != 1 {
+		t.Fatalf("match %v, want only a", m)
+	}
+}
+
+func TestPendingContinuesWhereTheIndexDepthEnds(t *testing.T) {
+	p := newPending(t)
+	now := time.Unix(1000, 0)
+	chain := []uint64{1, 2, 3, 4, 5}
+	p.Record(wa, chain, now)
+	// Events for the first two blocks arrived, with a host copy of three.
+	m := index.Match{wa: {2, 3, 3, 3}, wb: {4, 4, 4, 4}}
+	m = p.Merge(m, chain, now)
+	if got := m[wa]; got != (index.Depths{5, 5, 5, 5}) {
+		t.Fatalf("a = %v, want 5 on every tier (2 confirmed + 3 pending)", got)
+	}
+	if got := m[wb]; got != (index.Depths{4, 4, 4, 4}) {
+		t.Fatalf("b = %v, want its index depths unchanged", got)
+	}
+	// The two confirmed pairs are forgotten: the index owns them now.
+	if got := p.Stats().Entries; got != 3 {
+		t.Fatalf("entries after confirming 2 of 5 = %d, want 3", got)
+	}
+}
+
+func TestPendingConfirmedPrefixFollowsTheIndexAfterwards(t *testing.T) {
+	p := newPending(t)
+	now := time.Unix(1000, 0)
+	chain := []uint64{1, 2, 3}
+	p.Record(wa, chain, now)
+	m := p.Merge(index.Match{wa: {3, 3, 3, 3}}, chain, now)
+	if dev(m[wa]) != 3 {
+		t.Fatalf("a = %v, want 3", m[wa])
+	}
+	if got := p.Stats().Entries; got != 0 {
+		t.Fatalf("entries after full confirmation = %d, want 0", got)
+	}
+	// The worker then evicted (or reset): the index no longer lists it, and
+	// no stale credit remains although the TTL has not passed.
+	m = p.Merge(index.Match{}, chain, now.Add(time.Second))
+	if _, ok := m[wa]; ok {
+		t.Fatalf("a still credited after the index removed a confirmed prefix: %v", m)
+	}
+}
+
+func TestPendingExpiresAndForgetsWorkers(t *testing.T) {
+	p := newPending(t)
+	now := time.Unix(1000, 0)
+	chain := []uint64{7, 8}
+	p.Record(wa, chain, now)
+	p.Record(wb, chain, now)
+	if m := p.Merge(nil, chain, now.Add(PendingTTL)); len(m) != 0 {
+		t.Fatalf("credits past the TTL: %v", m)
+	}
+	p.Record(wa, chain, now.Add(time.Minute))
+	p.Record(wb, chain, now.Add(time.Minute))
+	p.ForgetWorker(wa)
+	m := p.Merge(nil, chain, now.Add(time.Minute+time.Second))
+	if _, ok := m[wa]; ok || dev(m[wb]) != 2 {
+		t.Fatalf("after forgetting a: %v, want only b at 2", m)
+	}
+}
+
+func TestPendingStaysWithinItsBound(t *testing.T) {
+	p, err := NewPending(RecentConfig{TTL: PendingTTL, MaxEntries: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1000, 0)
+	for i := range 100 {
+		p.Record(wW, []uint64{uint64(3 * i), uint64(3*i + 1), uint64(3*i + 2)}, now)
+	}
+	if got := p.Stats().Entries; got > 8 {
+		t.Fatalf("entries %d beyond the bound 8", got)
+	}
+	if m := p.Merge(nil, []uint64{297, 298, 299}, now); dev(m[wW]) != 3 {
+		t.Fatalf("latest prompt = %v, want 3 (most recent pairs kept)", m)
+	}
+	if _, err := NewPending(RecentConfig{TTL: 0, MaxEntries: 8}); err == nil {
+		t.Fatal("zero TTL accepted")
+	}
+}
+
+func TestPendingEmptyChain(t *testing.T) {
+	p := newPending(t)
+	p.Record(wa, []uint64{1}, time.Unix(1, 0))
+	if m := p.Merge(nil, nil, time.Unix(1, 0)); m != nil {
+		t.Fatalf("empty chain match %v, want nil", m)
+	}
+}
