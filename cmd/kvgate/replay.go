@@ -20,14 +20,10 @@ func init() {
 	})
 }
 
-// defaultTracePath is the shared conversation trace, relative to the
-// repository root.
-const defaultTracePath = "../shared/traces/mooncake/conversation_trace.jsonl"
-
 func runReplay(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("kvgate replay", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	tracePath := fs.String("trace", defaultTracePath, "Mooncake JSONL trace (timestamp ms, input_length, output_length, hash_ids)")
+	tracePath := fs.String("trace", "", "Mooncake JSONL trace (timestamp ms, input_length, output_length, hash_ids); default: the first 1000 requests of Mooncake's conversation trace, embedded in the binary")
 	workers := fs.Int("workers", 8, "simulated engines in the fleet")
 	blockSize := fs.Int("block-size", replay.TraceBlockSize, "engine KV block size in tokens")
 	gpuBlocks := fs.Int("gpu-blocks", 0, "KV cache capacity per engine in blocks (0: 1 Mi tokens, the Dynamo mocker's 16384×64)")
@@ -39,11 +35,11 @@ func runReplay(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	speedup := fs.Float64("speedup", 1, "engine speed-up (divides every step's duration)")
 	plotDir := fs.String("plot", "", "write SVG charts (TTFT CDF, hit ratio over time) into this directory")
 	asJSON := fs.Bool("json", false, "print exactly one JSON object instead of a table")
-	gateway := fs.String("gateway", "", "replay live over HTTP through this gateway (e.g. http://127.0.0.1:8080: Envoy with kvgate extproc in front of real engines or `kvgate enginesim`), wall clock, instead of in-process; reported as the policy \"live\"")
+	gateway := fs.String("gateway", "", "replay live over HTTP through this gateway (e.g. http://127.0.0.1:8080: Envoy with kvgate extproc in front of real engines or kvgate enginesim), wall clock, instead of in-process; reported as the policy \"live\"")
 	model := fs.String("model", "qwen3", "with --gateway: the served model name to request")
 	maxTokens := fs.Int("max-tokens", 0, "with --gateway: cap each request's output tokens (0: the trace's)")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return flagExit(err)
 	}
 	if fs.NArg() != 0 {
 		fmt.Fprintf(stderr, "kvgate replay: unexpected arguments %q\n", fs.Args())
@@ -74,7 +70,7 @@ func runReplay(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	if f, ok := stderr.(*os.File); ok && isTerminal(f) {
 		opt.Progress = progressBar(f)
 	}
-	reqs, err := replay.LoadTrace(*tracePath, *limit)
+	reqs, traceName, err := loadTrace(*tracePath, *limit)
 	if err != nil {
 		fmt.Fprintf(stderr, "kvgate replay: %v\n", err)
 		return 2
@@ -83,9 +79,9 @@ func runReplay(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	defer stop()
 	var res *replay.Result
 	if *gateway != "" {
-		res, err = liveResult(ctx, *gateway, *tracePath, reqs, liveOptions{model: *model, compression: *compression * *rateScale, maxTokens: *maxTokens})
+		res, err = liveResult(ctx, *gateway, traceName, reqs, liveOptions{model: *model, compression: *compression * *rateScale, maxTokens: *maxTokens})
 	} else {
-		res, err = replay.Run(ctx, *tracePath, reqs, opt)
+		res, err = replay.Run(ctx, traceName, reqs, opt)
 	}
 	if opt.Progress != nil {
 		fmt.Fprint(stderr, "\r\033[K")
