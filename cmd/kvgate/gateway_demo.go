@@ -142,58 +142,31 @@ func gatewayDemo(ctx context.Context, out io.Writer, o gatewayDemoOptions) error
 	if err != nil {
 		return err
 	}
-	cfg := config.Default()
-	cfg.Models = []config.Model{{Name: demoModel, BlockSize: 64, Tokenizer: tokDir}}
-	cfg.Extproc.Listen, cfg.Extproc.Admin = "127.0.0.1:0", "127.0.0.1:0"
-	// The demo shows, and its replay reads, each decision in x-kvgate-debug;
-	// everything listens on loopback. Production leaves it off.
-	cfg.Extproc.DebugHeader.AllowAnyClient = true
+	cfg := demoConfig(tokDir)
 	cfg.Engines = cfgEngines
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
 
-	fmt.Fprintln(out, "starting kvgate extproc (tokenizer, in-memory index subscribed to the engines' KV events)…")
-	type addrs struct{ grpc, admin net.Addr }
-	ready := make(chan addrs, 1)
-	routerc := make(chan *extproc.Router, 1)
-	extErr := make(chan error, 1)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		extErr <- serveExtproc(runCtx, cfg, extprocOptions{drain: time.Second, log: quiet,
-			listening:   func(g, a net.Addr) { ready <- addrs{g, a} },
-			routerReady: func(r *extproc.Router) { routerc <- r },
-		})
-	}()
-	var a addrs
-	select {
-	case a = <-ready:
-	case err := <-extErr:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	router := <-routerc
-	fmt.Fprintln(out, "starting the gateway (envoy/envoy.yaml played by extproc/envoyharness) and waiting for its ext_proc health check…")
-	gw, err := demoProxy(cfg, a.grpc.String(), quiet)
+	fmt.Fprintln(out, "starting kvgate extproc (tokenizer, in-memory index subscribed to the engines' KV events) and the gateway…")
+	kvgw, err := startDemoGateway(runCtx, &wg, cfg, quiet)
 	if err != nil {
 		return err
 	}
-	defer gw.Close()
+	defer kvgw.proxy.Close()
 	gln, err := listenOrFallback(out, o.listen, "gateway")
 	if err != nil {
 		return err
 	}
-	gws := newHTTPServer(gw)
+	gws := newHTTPServer(kvgw.proxy)
 	go gws.Serve(gln)
 	defer gws.Close()
 	base := "http://" + gln.Addr().String()
 
-	fmt.Fprintf(out, "\nkvgate demo: %d simulated vLLM engines (%s, KV events over ZMQ), kvgate extproc on %s (in-memory index),\n", o.engines, demoModel, a.grpc)
-	fmt.Fprintf(out, "and a gateway playing Envoy's side of ext_proc on %s. Metrics and recent decisions: http://%s/metrics, http://%s/debug/decisions\n\n", base, a.admin, a.admin)
+	fmt.Fprintf(out, "\nkvgate demo: %d simulated vLLM engines (%s, KV events over ZMQ), kvgate extproc on %s (in-memory index),\n", o.engines, demoModel, kvgw.grpc)
+	fmt.Fprintf(out, "and a gateway playing Envoy's side of ext_proc on %s. Metrics and recent decisions: http://%s/metrics, http://%s/debug/decisions\n\n", base, kvgw.admin, kvgw.admin)
 	fmt.Fprintf(out, "Try it:\n  curl -s %s/v1/chat/completions -H 'content-type: application/json' -H 'x-kvgate-debug: 1' -D - \\\n    -d '{\"model\":\"%s\",\"messages\":[{\"role\":\"user\",\"content\":\"Hello!\"}],\"max_tokens\":16}'\n\n", base, demoModel)
-	fmt.Fprint(out, plannerDemoHint(cfg.Engines, a.admin.String()))
+	fmt.Fprint(out, plannerDemoHint(cfg.Engines, kvgw.admin.String()))
 
 	if len(reqs) > 0 {
 		fmt.Fprintf(out, "Replaying the same %d requests of %s through two fresh fleets of %d engines, one after the other\n"+
@@ -208,7 +181,7 @@ func gatewayDemo(ctx context.Context, out io.Writer, o gatewayDemoOptions) error
 			return err
 		}
 		writeSideBySide(out, reqs, rr, kv)
-		st := router.Load().Stats()
+		st := kvgw.router.Load().Stats()
 		fmt.Fprintf(out, "kvgate accounting after the replay: %d requests begun, %d still open\n", st.Begun, st.Open)
 		if rr.failed+kv.failed > 0 {
 			return fmt.Errorf("%d of %d round-robin and %d of %d kvgate requests failed", rr.failed, len(reqs), kv.failed, len(reqs))
@@ -220,10 +193,50 @@ func gatewayDemo(ctx context.Context, out io.Writer, o gatewayDemoOptions) error
 	fmt.Fprintf(out, "\nThe kvgate gateway stays up at %s; Ctrl-C stops everything.\n", base)
 	select {
 	case <-ctx.Done():
-	case err := <-extErr:
+	case err := <-kvgw.extErr:
 		return err
 	}
 	return nil
+}
+
+// demoGateway is a kvgate extproc and the gateway (envoyharness playing
+// envoy/envoy.yaml) in front of it.
+type demoGateway struct {
+	grpc, admin net.Addr
+	router      *extproc.Router
+	extErr      <-chan error // the extproc's end
+	proxy       *envoyharness.Proxy
+}
+
+// startDemoGateway starts a kvgate extproc on cfg and a gateway using it,
+// and waits for the gateway's ext_proc health check to pass.
+func startDemoGateway(ctx context.Context, wg *sync.WaitGroup, cfg config.Config, log *slog.Logger) (*demoGateway, error) {
+	type addrs struct{ grpc, admin net.Addr }
+	ready := make(chan addrs, 1)
+	routerc := make(chan *extproc.Router, 1)
+	extErr := make(chan error, 1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		extErr <- serveExtproc(ctx, cfg, extprocOptions{drain: time.Second, log: log,
+			listening:   func(g, a net.Addr) { ready <- addrs{g, a} },
+			routerReady: func(r *extproc.Router) { routerc <- r },
+		})
+	}()
+	var a addrs
+	select {
+	case a = <-ready:
+	case err := <-extErr:
+		return nil, err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	g := &demoGateway{grpc: a.grpc, admin: a.admin, router: <-routerc, extErr: extErr}
+	var err error
+	if g.proxy, err = demoProxy(cfg, a.grpc.String(), log); err != nil {
+		return nil, err
+	}
+	return g, nil
 }
 
 // startDemoEngines starts n simulated vLLM engines on loopback, serving
@@ -269,10 +282,16 @@ func listenOrFallback(out io.Writer, addr, what string) (net.Listener, error) {
 	return ln, nil
 }
 
-// roundRobinFleetRun replays reqs through a fresh fleet behind a
-// round-robin balancer and stops that fleet.
+// roundRobinFleetRun replays reqs through a fresh fleet routed round
+// robin, and stops that fleet. The requests take the same path as the
+// kvgate fleet's (the gateway, a kvgate extproc parsing, tokenizing and
+// hashing each request and seeing its response) so that the comparison
+// is of the routing alone: this extproc knows one engine, a round-robin
+// balancer in front of the fleet (what Envoy's ROUND_ROBIN load balancer
+// does), and routes everything there. The balancer is one extra loopback
+// hop that only this fleet pays.
 func roundRobinFleetRun(ctx context.Context, out io.Writer, reqs []replay.TraceRequest, o gatewayDemoOptions, tokDir string, log *slog.Logger) (*demoFleetRun, error) {
-	fmt.Fprintf(out, "starting %d more simulated engines behind a round-robin balancer…\n", o.engines)
+	fmt.Fprintf(out, "starting %d more simulated engines behind a round-robin balancer, with its own gateway and extproc…\n", o.engines)
 	fleetCtx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -292,7 +311,36 @@ func roundRobinFleetRun(ctx context.Context, out io.Writer, reqs []replay.TraceR
 	srv := newHTTPServer(newRoundRobinProxy(targets))
 	go srv.Serve(ln)
 	defer srv.Close()
-	return demoReplay(ctx, out, "round-robin", "http://"+ln.Addr().String(), reqs, o, engines)
+	cfg := demoConfig(tokDir)
+	// No events: the extproc routes this one "engine" in approximate mode.
+	cfg.Engines = []config.Engine{{Endpoint: ln.Addr().String(), Model: demoModel, DPRanks: 1, Role: "both"}}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	g, err := startDemoGateway(fleetCtx, &wg, cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	defer g.proxy.Close()
+	gln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	gws := newHTTPServer(g.proxy)
+	go gws.Serve(gln)
+	defer gws.Close()
+	return demoReplay(ctx, out, "round-robin", "http://"+gln.Addr().String(), reqs, o, engines)
+}
+
+// demoConfig is the demo extprocs' configuration, without engines.
+func demoConfig(tokDir string) config.Config {
+	cfg := config.Default()
+	cfg.Models = []config.Model{{Name: demoModel, BlockSize: 64, Tokenizer: tokDir}}
+	cfg.Extproc.Listen, cfg.Extproc.Admin = "127.0.0.1:0", "127.0.0.1:0"
+	// The demo shows, and its replay reads, each decision in x-kvgate-debug;
+	// everything listens on loopback. Production leaves it off.
+	cfg.Extproc.DebugHeader.AllowAnyClient = true
+	return cfg
 }
 
 // demoReplay sends reqs through the gateway at base as token-id

@@ -10,7 +10,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sort"
+	"strings"
 )
 
 // command is one subcommand. run returns the process exit code: 0 success,
@@ -71,6 +73,24 @@ func flagExit(err error) int {
 		return 0
 	}
 	return 2
+}
+
+// selfCommand is how to run this binary again, for the commands a demo
+// prints: the path it was started by when that has a directory in it
+// (bin/kvgate under `make run`), else kvgate (found on PATH).
+func selfCommand() string {
+	a := os.Args[0]
+	if !strings.ContainsRune(a, filepath.Separator) {
+		return "kvgate"
+	}
+	if filepath.IsAbs(a) {
+		if wd, err := os.Getwd(); err == nil {
+			if rel, err := filepath.Rel(wd, a); err == nil && !strings.HasPrefix(rel, "..") {
+				return rel
+			}
+		}
+	}
+	return a
 }
 
 func usage(w io.Writer) {

@@ -273,7 +273,8 @@ func plannerDemoHint(engines []config.Engine, extprocAdmin string) string {
 	for i, e := range engines {
 		eps[i] = e.Endpoint
 	}
-	return fmt.Sprintf("Planner, advisory (another terminal):\n  kvgate planner profile --engine http://%s --out /tmp/kvgate-profile.json\n"+
-		"  kvgate planner --advisory --profile /tmp/kvgate-profile.json --engines %s --extproc %s --interval 5s --journal /tmp/kvgate-planner.jsonl\n\n",
-		eps[0], strings.Join(eps, ","), extprocAdmin)
+	self := selfCommand()
+	return fmt.Sprintf("Planner, advisory (another terminal):\n  %s planner profile --engine http://%s --out /tmp/kvgate-profile.json\n"+
+		"  %s planner --advisory --profile /tmp/kvgate-profile.json --engines %s --extproc %s --interval 5s --journal /tmp/kvgate-planner.jsonl\n\n",
+		self, eps[0], self, strings.Join(eps, ","), extprocAdmin)
 }
