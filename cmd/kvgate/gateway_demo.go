@@ -41,6 +41,8 @@ type gatewayDemoOptions struct {
 	duration  time.Duration
 	speedup   float64
 	exitAfter bool
+	// compare also replays through a round-robin fleet first.
+	compare bool
 	// progressEvery is how often the replay prints how far it is (0: 5 s).
 	progressEvery time.Duration
 }
@@ -56,6 +58,7 @@ func runGatewayDemo(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.duration, "replay-duration", 30*time.Second, "compress the slice's arrivals into about this long (per fleet)")
 	fs.Float64Var(&o.speedup, "speedup", 10, "engine speed-up over the simulated GPU timing model")
 	fs.BoolVar(&o.exitAfter, "exit", false, "exit after the summary instead of serving until Ctrl-C")
+	fs.BoolVar(&o.compare, "compare", true, "replay through a round-robin fleet first and print both side by side (false: the kvgate fleet only)")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: kvgate demo [flags]\n\n"+
 			"Replays a trace slice through two fleets of simulated vLLM engines, one behind a round-robin\n"+
@@ -169,22 +172,37 @@ func gatewayDemo(ctx context.Context, out io.Writer, o gatewayDemoOptions) error
 	fmt.Fprint(out, plannerDemoHint(cfg.Engines, kvgw.admin.String()))
 
 	if len(reqs) > 0 {
-		fmt.Fprintf(out, "Replaying the same %d requests of %s through two fresh fleets of %d engines, one after the other\n"+
-			"(arrivals compressed into %s each, engines %.0f× faster than the timing model):\n",
-			len(reqs), traceName, o.engines, o.duration, o.speedup)
-		rr, err := roundRobinFleetRun(ctx, out, reqs, o, tokDir, quiet)
-		if err != nil {
-			return err
-		}
-		kv, err := demoReplay(ctx, out, "kvgate", base, reqs, o, engines)
-		if err != nil {
-			return err
-		}
-		writeSideBySide(out, reqs, rr, kv)
-		st := kvgw.router.Load().Stats()
-		fmt.Fprintf(out, "kvgate accounting after the replay: %d requests begun, %d still open\n", st.Begun, st.Open)
-		if rr.failed+kv.failed > 0 {
-			return fmt.Errorf("%d of %d round-robin and %d of %d kvgate requests failed", rr.failed, len(reqs), kv.failed, len(reqs))
+		if !o.compare {
+			fmt.Fprintf(out, "Replaying %d requests of %s through the gateway (arrivals compressed into %s, engines %.0f× faster than the timing model):\n",
+				len(reqs), traceName, o.duration, o.speedup)
+			kv, err := demoReplay(ctx, out, "kvgate", base, reqs, o, engines)
+			if err != nil {
+				return err
+			}
+			writeOneFleet(out, reqs, kv)
+			st := kvgw.router.Load().Stats()
+			fmt.Fprintf(out, "kvgate accounting after the replay: %d requests begun, %d still open\n", st.Begun, st.Open)
+			if kv.failed > 0 {
+				return fmt.Errorf("%d of %d requests failed", kv.failed, len(reqs))
+			}
+		} else {
+			fmt.Fprintf(out, "Replaying the same %d requests of %s through two fresh fleets of %d engines, one after the other\n"+
+				"(arrivals compressed into %s each, engines %.0f× faster than the timing model):\n",
+				len(reqs), traceName, o.engines, o.duration, o.speedup)
+			rr, err := roundRobinFleetRun(ctx, out, reqs, o, tokDir, quiet)
+			if err != nil {
+				return err
+			}
+			kv, err := demoReplay(ctx, out, "kvgate", base, reqs, o, engines)
+			if err != nil {
+				return err
+			}
+			writeSideBySide(out, reqs, rr, kv)
+			st := kvgw.router.Load().Stats()
+			fmt.Fprintf(out, "kvgate accounting after the replay: %d requests begun, %d still open\n", st.Begun, st.Open)
+			if rr.failed+kv.failed > 0 {
+				return fmt.Errorf("%d of %d round-robin and %d of %d kvgate requests failed", rr.failed, len(reqs), kv.failed, len(reqs))
+			}
 		}
 	}
 	if o.exitAfter {
@@ -389,6 +407,18 @@ func demoReplay(ctx context.Context, out io.Writer, name, base string, reqs []re
 		fmt.Fprintf(out, "  %s: first failure: %v\n", name, firstErr)
 	}
 	return run, nil
+}
+
+// writeOneFleet prints the kvgate fleet's figures alone (--compare=false).
+func writeOneFleet(out io.Writer, reqs []replay.TraceRequest, kv *demoFleetRun) {
+	fmt.Fprintf(out, "\nSummary: %d requests, %d failed\n", len(reqs), kv.failed)
+	fmt.Fprintf(out, "  prefix-cache hit ratio %.1f%% of prompt tokens (the slice's infinite-cache ideal: %.1f%%)\n",
+		100*kv.res.HitRatio, 100*replay.IdealHitRatio(reqs, 64))
+	fmt.Fprintf(out, "  time to first token p50 %.0f ms, p90 %.0f ms, p99 %.0f ms; requests per engine:", kv.res.TTFTP50Ms, kv.res.TTFTP90Ms, kv.res.TTFTP99Ms)
+	for _, n := range kv.perEngine {
+		fmt.Fprintf(out, " %d", n)
+	}
+	fmt.Fprintln(out)
 }
 
 // writeSideBySide prints the two fleets' figures and kvgate's ratio to

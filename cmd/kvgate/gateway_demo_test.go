@@ -45,7 +45,7 @@ func TestGatewayDemo(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		done <- gatewayDemo(ctx, &out, gatewayDemoOptions{engines: 2, listen: "127.0.0.1:0", requests: 25,
+		done <- gatewayDemo(ctx, &out, gatewayDemoOptions{engines: 2, listen: "127.0.0.1:0", requests: 25, compare: true,
 			duration: 2 * time.Second, speedup: 50, trace: "../../e2e/replay/testdata/conversation_head300.jsonl"})
 	}()
 	re := regexp.MustCompile(`ext_proc on (http://\S+)\.`)
@@ -203,5 +203,23 @@ func TestEmbeddedTrace(t *testing.T) {
 	}
 	if r := replay.IdealHitRatio(reqs[:600], 64); r < 0.10 {
 		t.Fatalf("ideal hit ratio of the first 600: %.3f", r)
+	}
+}
+
+// --compare=false (what make screenshots runs): the kvgate fleet alone,
+// then exit with --exit.
+func TestGatewayDemoKvgateOnly(t *testing.T) {
+	var out lockedBuffer
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	err := gatewayDemo(ctx, &out, gatewayDemoOptions{engines: 2, listen: "127.0.0.1:0", requests: 10, exitAfter: true,
+		duration: time.Second, speedup: 50, trace: "../../e2e/replay/testdata/conversation_head300.jsonl"})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	s := out.String()
+	if strings.Contains(s, "round-robin") || !strings.Contains(s, "Summary: 10 requests, 0 failed") ||
+		!regexp.MustCompile(`prefix-cache hit ratio \d+\.\d% of prompt tokens`).MatchString(s) || !strings.Contains(s, "0 still open") {
+		t.Fatalf("unexpected output:\n%s", s)
 	}
 }
