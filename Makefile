@@ -58,7 +58,7 @@ all: build
 # clone) is minutes; say so first.
 build:
 	@if [ -x $(BIN) ]; then echo "building $(BIN) (up to date in seconds unless sources changed)…"; \
-	else echo "building $(BIN) (the first build compiles every dependency: 5-8 minutes on 2 cores)…"; fi
+	else echo "building $(BIN) (the first build compiles every dependency: minutes, about 10 on a busy 2-core machine)…"; fi
 	$(GO) build -o $(BIN) ./cmd/kvgate
 
 # A working local gateway on embedded defaults (no Redis): simulated engines,
