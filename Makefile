@@ -6,8 +6,14 @@ PKGS      := ./...
 # slow input on a loaded machine can turn into a spurious "context deadline
 # exceeded" failure.
 FUZZTIME  ?= 5000x
-# Each fuzz target, as package:FuzzName, run briefly by `make test` and at
-# length by `make fuzz FUZZTIME=10m`.
+# Each fuzz target, as package:FuzzName. `make test` runs every target's seed
+# corpus (f.Add and testdata/fuzz) as an ordinary test, uninstrumented, in
+# its `go test ./...`; `make fuzz` fuzzes each for FUZZTIME. Fuzzing builds
+# the target's whole dependency tree again with coverage instrumentation
+# (Kubernetes, go-control-plane, gRPC: minutes from a cold cache) for seconds
+# of fuzzing, which is why it is not part of `make test`. A test in
+# cmd/kvgate (TestMakefileFuzzTargets) checks this list against the repo's
+# Fuzz functions, both ways.
 FUZZ_TARGETS := \
 	./cmd/kvgate:FuzzHashInput \
 	./config:FuzzParse \
@@ -40,29 +46,44 @@ FUZZ_TARGETS := \
 	./indexer/kvstream:FuzzParseFrames \
 	./indexer/kvstream:FuzzFrameLimitScan
 
+# Test binaries are linked without DWARF (-w): linking is a large share of a
+# test run's time (tens of large test binaries) and nobody debugs them.
+TESTFLAGS ?= -count=1 -ldflags=-w
+
 .PHONY: all build run test unit fuzz bench lint e2e soak models golden screenshots clean
 
 all: build
 
+# `go build` prints nothing while it compiles, which on a cold cache (a fresh
+# clone) is minutes; say so first.
 build:
+	@if [ -x $(BIN) ]; then echo "building $(BIN) (up to date in seconds unless sources changed)…"; \
+	else echo "building $(BIN) (the first build compiles every dependency: minutes, about 10 on a busy 2-core machine)…"; fi
 	$(GO) build -o $(BIN) ./cmd/kvgate
 
 # A working local gateway on embedded defaults (no Redis): simulated engines,
 # the extproc, a gateway on localhost:8080, a trace replay. Ctrl-C stops it.
-run: build models
+run: models build
 	$(BIN) demo $(ARGS)
 
-test: unit fuzz
+# Everything a fresh clone needs: the tokenizer files, then vet and every
+# package's tests (fuzz seed corpora included).
+test: models unit
 
+# `go vet -v` names each package as it is compiled (the slow part on a cold
+# cache); `go test` prints one line per package as it finishes.
 unit:
-	$(GO) vet $(PKGS)
-	$(GO) test -count=1 $(PKGS)
+	@echo "vet: go vet $(PKGS) (a cold cache compiles every package first; package names follow)…"
+	$(GO) vet -v $(PKGS)
+	@echo "test: go test $(TESTFLAGS) $(PKGS) (one line per package as it finishes)…"
+	$(GO) test $(TESTFLAGS) $(PKGS)
 
 fuzz:
-	@set -e; for t in $(FUZZ_TARGETS); do \
-		pkg=$${t%%:*}; name=$${t##*:}; \
-		echo "fuzz $$pkg $$name ($(FUZZTIME))"; \
-		$(GO) test -run='^$$' -fuzz="^$$name\$$" -fuzztime=$(FUZZTIME) -fuzzminimizetime=2s $$pkg; \
+	@echo "fuzz: $(words $(FUZZ_TARGETS)) targets, $(FUZZTIME) each; the first one instruments and compiles its dependencies (minutes, silent)"
+	@set -e; n=0; for t in $(FUZZ_TARGETS); do \
+		n=$$((n+1)); pkg=$${t%%:*}; name=$${t##*:}; \
+		echo "fuzz [$$n/$(words $(FUZZ_TARGETS))] $$pkg $$name ($(FUZZTIME))"; \
+		$(GO) test -run='^$$' -fuzz="^$$name\$$" -fuzztime=$(FUZZTIME) -fuzzminimizetime=2s -ldflags=-w $$pkg; \
 	done
 
 bench: build

@@ -37,6 +37,14 @@ type Config struct {
 	Engines []Engine `yaml:"engines"`
 	Kvagent Kvagent  `yaml:"kvagent"`
 	Planner Planner  `yaml:"planner"`
+	Log     Log      `yaml:"log"`
+}
+
+// Log configures every kvgate process's log lines (library lines
+// included: go-redis, klog, the standard log package).
+type Log struct {
+	// Format is "json" (default) or "text"; a --log-format flag overrides it.
+	Format string `yaml:"format"`
 }
 
 // Extproc configures the `kvgate extproc` process (the Envoy-facing picker).
@@ -389,6 +397,9 @@ func Parse(r io.Reader) (Config, error) {
 	if len(data) > MaxFileBytes {
 		return Config{}, fmt.Errorf("larger than %d bytes", MaxFileBytes)
 	}
+	if err := checkDocument(data); err != nil {
+		return Config{}, err
+	}
 	var c Config
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
@@ -520,6 +531,9 @@ func (c *Config) applyDefaults() {
 // It rewrites engine endpoints to Envoy's canonical ip:port
 // (extproc/envoyaddr).
 func (c *Config) Validate() error {
+	if f := c.Log.Format; f != "" && f != "json" && f != "text" {
+		return fmt.Errorf("log.format: %q is not one of json, text", f)
+	}
 	switch c.Index.Backend {
 	case "memory":
 		if c.Index.Memory.MaxEntries < 0 {

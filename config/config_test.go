@@ -63,7 +63,7 @@ func TestParseErrorsNameThePath(t *testing.T) {
 		"index: {backend: etcd}":                                       "index.backend",
 		"index: {backend: redis}":                                      "index.redis.addrs",
 		"index: {backend: redis, redis: {addrs: [x]}}":                 "index.redis.addrs[0]",
-		"index: {bakend: memory}":                                      "field bakend not found",
+		"index: {bakend: memory}":                                      "index.bakend: unknown key (did you mean backend?)",
 		"index: {redis: {worker_ttl: soon}}":                           "bad duration",
 		"models: [{name: m, block_size: 0}]":                           "models[0].block_size",
 		"models: [{name: m, block_size: 4}, {name: m, block_size: 4}]": "models[1].name",

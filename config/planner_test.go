@@ -135,7 +135,7 @@ func TestPlannerTunedRulesAndScrapeValidation(t *testing.T) {
 		`planner: {error_headroom: -1}`:                     "planner.error_headroom: -1 is not in [0, 10]",
 		`planner: {error_headroom: 11}`:                     "planner.error_headroom: 11 is not in [0, 10]",
 		`planner: {error_headroom: .nan}`:                   "planner.error_headroom: NaN is not in [0, 10]",
-		`planner: {error_headroom: lots}`:                   "line 1: cannot unmarshal",
+		`planner: {error_headroom: lots}`:                   `line 1: planner.error_headroom: want a number, got "lots"`,
 		`planner: {peak_hold: 25h}`:                         "planner.peak_hold: must be at most 24h",
 		`planner: {peak_hold: "-1s"}`:                       "bad duration",
 		`planner: {backlog_drain: 25h}`:                     "planner.backlog_drain: must be at most 24h",

@@ -22,10 +22,7 @@ import (
 	"testing"
 	"time"
 
-	"gonum.org/v1/plot"
-	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/plotutil"
-	"gonum.org/v1/plot/vg"
+	"github.com/kvgate/kvgate/e2e/soakplot"
 )
 
 // The soak test (issue 9 item 6; `make soak`): a steady open-loop stream
@@ -343,44 +340,15 @@ func writeSoakReport(mdPath, pngPath string, names []string, samples []soakSampl
 		return err
 	}
 
-	p := plot.New()
-	p.Title.Text = fmt.Sprintf("kvgate soak, target %d req/s", rps)
-	p.X.Label.Text = "minutes"
-	p.Y.Label.Text = "see legend"
-	p.Add(plotter.NewGrid())
-	// One scale for all: each series is in the tens to hundreds.
-	series := map[string]func(soakSample) float64{
-		"extproc RSS (MiB)":  func(s soakSample) float64 { return s.rss["extproc"] / (1 << 20) },
-		"extproc goroutines": func(s soakSample) float64 { return s.goroutines["extproc"] },
-		"engine0 RSS (MiB)":  func(s soakSample) float64 { return s.rss["engine0"] / (1 << 20) },
-		"req/s ÷ 10":         func(s soakSample) float64 { return s.rps / 10 },
-		"decision p99 (ms)":  func(s soakSample) float64 { return s.p99 * 1e3 },
-		"open tickets":       func(s soakSample) float64 { return s.openTickets },
-	}
-	keys := make([]string, 0, len(series))
-	for k := range series {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for i, k := range keys {
-		xy := make(plotter.XYs, 0, len(samples))
-		for _, s := range samples {
-			v := series[k](s)
-			if math.IsNaN(v) || math.IsInf(v, 0) {
-				continue
-			}
-			xy = append(xy, plotter.XY{X: s.at.Minutes(), Y: v})
+	// One panel per quantity, each in its own unit (e2e/soakplot).
+	plotted := make([]soakplot.Sample, len(samples))
+	for i, s := range samples {
+		rss := map[string]float64{}
+		for n, v := range s.rss {
+			rss[n] = v / (1 << 20)
 		}
-		line, err := plotter.NewLine(xy)
-		if err != nil {
-			return fmt.Errorf("plot %s: %w", k, err)
-		}
-		line.Color = plotutil.Color(i)
-		line.Dashes = [][]vg.Length{nil, {vg.Points(4), vg.Points(2)}, {vg.Points(1), vg.Points(2)}, {vg.Points(6), vg.Points(2), vg.Points(1), vg.Points(2)}, {vg.Points(8), vg.Points(4)}}[i%5]
-		line.Width = vg.Points(1.5)
-		p.Add(line)
-		p.Legend.Add(k, line)
+		plotted[i] = soakplot.Sample{At: s.at, RPS: s.rps, DecisionP99Ms: s.p99 * 1e3, OpenTickets: s.openTickets,
+			RSSMiB: rss, Goroutines: s.goroutines}
 	}
-	p.Legend.Top = true
-	return p.Save(9*vg.Inch, 5*vg.Inch, pngPath)
+	return soakplot.Write(pngPath, fmt.Sprintf("kvgate soak, %s at a target of %d requests/s", duration, rps), plotted)
 }

@@ -58,7 +58,7 @@ func runBench(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	phase := fs.Duration("phase", 2*time.Second, "length of each measured phase")
 	list := fs.Bool("list", false, "print the section names and exit")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return flagExit(err)
 	}
 	if *list {
 		for _, s := range benchSections {

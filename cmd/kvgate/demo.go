@@ -45,11 +45,11 @@ func runDemo(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	convs := fs.Int("conversations", 24, "conversations (1..1000)")
 	turns := fs.Int("turns", 6, "turns per conversation (1..50)")
 	rate := fs.Float64("rate", 100, "requests per second sent to each fleet")
-	listen := fs.String("listen", "127.0.0.1:9400", "HTTP address for the indexer's /metrics /status (falls back to a free port)")
+	listen := fs.String("listen", "127.0.0.1:9400", "HTTP address for the indexer's /metrics /status (when taken, the demo says so and takes a free port)")
 	hold := fs.Duration("hold", 0, "keep the indexer serving this long after the run (0 = exit)")
 	seed := fs.Uint64("seed", 1, "workload seed")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return flagExit(err)
 	}
 	if *perFleet < 1 || *perFleet > 32 || *convs < 1 || *convs > 1000 || *turns < 1 || *turns > 50 || *rate <= 0 {
 		fmt.Fprintln(stderr, "kvgate index-demo: --engines 1..32, --conversations 1..1000, --turns 1..50, --rate > 0")
@@ -112,11 +112,9 @@ func demo(ctx context.Context, out io.Writer, o demoOptions) error {
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", o.listen)
+	ln, err := listenOrFallback(out, o.listen, "indexer HTTP")
 	if err != nil {
-		if ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
-			return err
-		}
+		return err
 	}
 	srv := newHTTPServer(svc.Handler())
 	go srv.Serve(ln)

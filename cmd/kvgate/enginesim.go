@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"github.com/kvgate/kvgate/indexer/kvstream"
 	"io"
-	"log/slog"
 	"net"
 	"os"
 	"os/signal"
@@ -37,9 +36,10 @@ func runEnginesim(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("kvgate enginesim", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	listen := fs.String("listen", "127.0.0.1:8000", "HTTP listen address (host:port)")
+	logFmt := fs.String("log-format", "json", "log lines as json or text")
 	model := fs.String("model", "Qwen/Qwen3-0.6B", "served model name")
 	loras := fs.String("loras", "", "comma-separated LoRA adapter names served too")
-	tokDir := fs.String("tokenizer", "", "Hugging Face model directory with tokenizer.json and the chat template (default: the qwen3 files of `make models`)")
+	tokDir := fs.String("tokenizer", "", "Hugging Face model directory with tokenizer.json and the chat template (default: the qwen3 files that 'make models' fetches)")
 	blockSize := fs.Int("block-size", enginesim.DefaultBlockSize, "KV block size in tokens")
 	gpuBlocks := fs.Int("gpu-blocks", enginesim.DefaultNumGPUBlocks, "KV cache capacity in blocks")
 	maxSeqs := fs.Int("max-num-seqs", enginesim.DefaultMaxNumSeqs, "running sequences per step")
@@ -68,7 +68,7 @@ func runEnginesim(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	kvagentSock := fs.String("kvagent", "", "a kvgate kvagent's connector socket: offload evicted GPU blocks there, onboard hits from it")
 	h2dGBps := fs.Float64("kvagent-gbps", enginesim.DefaultHostToGPUGBps, "host-to-GPU copy bandwidth (GB/s) charged for blocks onboarded from the kvagent")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return flagExit(err)
 	}
 	if fs.NArg() != 0 {
 		fmt.Fprintf(stderr, "kvgate enginesim: unexpected arguments %q\n", fs.Args())
@@ -91,7 +91,12 @@ func runEnginesim(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "kvgate enginesim: --drain must be positive, got %v\n", *drain)
 		return 2
 	}
-	cfg.Logger = slog.New(slog.NewJSONHandler(stderr, nil))
+	log, err := newProcessLogger(stderr, logFormat(*logFmt, ""))
+	if err != nil {
+		fmt.Fprintf(stderr, "kvgate enginesim: --log-format: %v\n", err)
+		return 2
+	}
+	cfg.Logger = log
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if *kvagentSock != "" {

@@ -43,20 +43,22 @@ const embeddedEnvoyFile = "envoy.yaml"
 
 // gatewayFlags are the command line as given.
 type gatewayFlags struct {
-	listen, envoyFile, cfgPath, extproc, workers string
-	allowDebug                                   bool
+	listen, envoyFile, cfgPath, extproc, workers, logFormat string
+	allowDebug                                              bool
 }
 
 // gatewayPlan is what the gateway will run: the Envoy configuration it
 // plays and the hosts of its two clusters.
 type gatewayPlan struct {
-	envoy    envoyharness.Config
-	source   string // the Envoy file, for the start-up line
-	listen   string
-	extproc  []string
-	workers  []string // nil: the Envoy config's own (ORIGINAL_DST has none)
-	exposed  bool     // listen is beyond loopback
-	debugSet bool     // --allow-client-debug
+	envoy   envoyharness.Config
+	source  string // the Envoy file, for the start-up line
+	listen  string
+	extproc []string
+	workers []string // nil: the Envoy config's own (ORIGINAL_DST has none)
+	// logFormat is the kvgate config's log.format ("" without --config).
+	logFormat string
+	exposed   bool // listen is beyond loopback
+	debugSet  bool // --allow-client-debug
 }
 
 func runGateway(args []string, _ io.Reader, stdout, stderr io.Writer) int {
@@ -65,6 +67,7 @@ func runGateway(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	var f gatewayFlags
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:8080", "HTTP address clients send OpenAI requests to (host:port)")
 	fs.StringVar(&f.envoyFile, "envoy-config", "", "Envoy configuration to play: a bootstrap, an Istio EnvoyFilter or Envoy Gateway policies (default: the shipped envoy/envoy.yaml, embedded)")
+	fs.StringVar(&f.logFormat, "log-format", "", "log lines as json or text (default: the config's log.format, else json)")
 	fs.StringVar(&f.cfgPath, "config", "", "kvgate configuration file: the ext_proc replica is its extproc.listen and the workers its engines[].endpoint, unless --extproc / --workers say otherwise")
 	fs.StringVar(&f.extproc, "extproc", "", "comma-separated kvgate extproc replicas (host:port), the ext_proc cluster's endpoints (default: extproc.listen of --config, else the Envoy config's)")
 	fs.StringVar(&f.workers, "workers", "", "comma-separated worker endpoints (ip:port), what EDS would deliver to the worker cluster (default: engines[].endpoint of --config)")
@@ -108,7 +111,11 @@ Flags:
 		fmt.Fprintf(stderr, "kvgate gateway: %v\n", err)
 		return 2
 	}
-	log := slog.New(slog.NewJSONHandler(stderr, nil))
+	log, err := newProcessLogger(stderr, logFormat(f.logFormat, plan.logFormat))
+	if err != nil {
+		fmt.Fprintf(stderr, "kvgate gateway: --log-format: %v\n", err)
+		return 2
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if err := serveGateway(ctx, stop, plan, *drain, log, stdout); err != nil {
@@ -163,6 +170,7 @@ func planGateway(f gatewayFlags) (gatewayPlan, error) {
 			return p, fmt.Errorf("--config: %w", err)
 		}
 		kv = &c
+		p.logFormat = c.Log.Format
 		// What kvgate sends must be what this Envoy file can route (the
 		// check `kvgate validate-envoy --config` runs).
 		if _, err := envoyconfig.ValidateWith(envoyData, &envoyconfig.Kvgate{EnvoyRouting: c.Extproc.EnvoyRouting, Fallbacks: c.Extproc.Fallbacks}); err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 
@@ -21,8 +22,19 @@ func init() {
 const maxHashInput = 64 << 20
 
 func runHash(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	if len(args) != 0 {
-		fmt.Fprintf(stderr, "kvgate hash: takes no arguments, got %q\n", args)
+	fs := flag.NewFlagSet("kvgate hash", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, "usage: kvgate hash < request.json\n\n"+
+			"Reads {\"tokens\":[…],\"block_size\":N,\"lora\":\"…\",\"namespace\":\"…\"} on stdin and prints\n"+
+			"{\"local\":[…],\"sequence\":[…]}: the block hashes Dynamo's router computes (lora and namespace optional).\n\n"+
+			"example:\n  echo '{\"tokens\":[1,2,3,4],\"block_size\":2}' | kvgate hash\n")
+	}
+	if err := fs.Parse(args); err != nil {
+		return flagExit(err)
+	}
+	if fs.NArg() != 0 {
+		fmt.Fprintf(stderr, "kvgate hash: takes no arguments, got %q\n", fs.Args())
 		return 2
 	}
 	res, err := hashInput(stdin)

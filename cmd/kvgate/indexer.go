@@ -27,9 +27,10 @@ func runIndexer(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("kvgate indexer", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfgPath := fs.String("config", "", "configuration file (YAML); embedded defaults when empty")
+	logFmt := fs.String("log-format", "", "log lines as json or text, library lines included (default: the config's log.format, else json)")
 	listen := fs.String("listen", "", "override indexer.listen (host:port for /metrics, /healthz, /readyz, /status)")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return flagExit(err)
 	}
 	cfg := config.Default()
 	if *cfgPath != "" {
@@ -46,7 +47,11 @@ func runIndexer(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 			return 2
 		}
 	}
-	log := slog.New(slog.NewJSONHandler(stderr, nil))
+	log, err := newProcessLogger(stderr, logFormat(*logFmt, cfg.Log.Format))
+	if err != nil {
+		fmt.Fprintf(stderr, "kvgate indexer: --log-format: %v\n", err)
+		return 2
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if err := serveIndexer(ctx, cfg, log, func(addr net.Addr) {

@@ -27,8 +27,9 @@ func runKvagent(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	cfgPath := fs.String("config", "", "configuration file (YAML) with a kvagent section")
 	advertise := fs.String("advertise-host", "", "host (IP or DNS name) peers dial for this agent's transfer engine; overrides kvagent.peer.advertise_host (a DaemonSet passes its pod IP)")
+	logFmt := fs.String("log-format", "", "log lines as json or text, library lines included (default: the config's log.format, else json)")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return flagExit(err)
 	}
 	if *cfgPath == "" {
 		fmt.Fprintln(stderr, "kvgate kvagent: --config is required")
@@ -54,7 +55,11 @@ func runKvagent(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		}
 		cfg.Kvagent.Peer.AdvertiseHost = *advertise
 	}
-	log := slog.New(slog.NewJSONHandler(stderr, nil))
+	log, err := newProcessLogger(stderr, logFormat(*logFmt, cfg.Log.Format))
+	if err != nil {
+		fmt.Fprintf(stderr, "kvgate kvagent: --log-format: %v\n", err)
+		return 2
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if err := serveKvagent(ctx, cfg.Kvagent, log, func(admin net.Addr, a *kvagent.Agent) {

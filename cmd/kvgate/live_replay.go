@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kvgate/kvgate/e2e/replay"
@@ -26,6 +27,9 @@ type liveOptions struct {
 	span        time.Duration
 	compression float64
 	maxTokens   int // cap on each request's output tokens (0: the trace's)
+	// answered, when set, counts requests as their responses end (for
+	// progress lines while the replay runs).
+	answered *atomic.Int64
 }
 
 // liveRequest is what one request's response showed.
@@ -72,6 +76,9 @@ func liveReplay(ctx context.Context, base string, reqs []replay.TraceRequest, o 
 		go func(i int, tokens []uint32, out int) {
 			defer wg.Done()
 			results[i] = sendCompletion(ctx, client, base, o.model, tokens, max(out, 1))
+			if o.answered != nil {
+				o.answered.Add(1)
+			}
 		}(i, replay.Tokens(nil, r), out)
 	}
 	wg.Wait()

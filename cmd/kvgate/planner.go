@@ -43,10 +43,11 @@ func runPlanner(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("kvgate planner", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfgPath := fs.String("config", "", "configuration file (YAML); the planner: section and engines:")
+	logFmt := fs.String("log-format", "", "log lines as json or text, library lines included (default: the config's log.format, else json)")
 	advisory := fs.Bool("advisory", false, "decide, journal and export metrics, but change nothing")
 	interval := fs.Duration("interval", 0, "time between decisions (default planner.interval)")
 	journalPath := fs.String("journal", "", "append decisions to this JSONL file (default planner.journal)")
-	profilePath := fs.String("profile", "", "performance profile from `kvgate planner profile` (default planner.profile)")
+	profilePath := fs.String("profile", "", "performance profile written by 'kvgate planner profile' (default planner.profile)")
 	engines := fs.String("engines", "", "comma-separated engine host:port list to scrape (role both), besides engines:")
 	extprocAdmin := fs.String("extproc", "", "kvgate extproc admin host:port to scrape (default planner.scrape.extproc)")
 	admin := fs.String("admin", "", "serve /metrics and /healthz here (default planner.admin)")
@@ -59,7 +60,7 @@ func runPlanner(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return flagExit(err)
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "kvgate planner: unexpected argument %q\n", fs.Arg(0))
@@ -100,7 +101,11 @@ func runPlanner(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "kvgate planner: --interval and --steps must be >= 0")
 		return 2
 	}
-	log := slog.New(slog.NewJSONHandler(stderr, nil))
+	log, err := newProcessLogger(stderr, logFormat(*logFmt, cfg.Log.Format))
+	if err != nil {
+		fmt.Fprintf(stderr, "kvgate planner: --log-format: %v\n", err)
+		return 2
+	}
 	loop, err := planner.New(cfg, planner.Options{Advisory: *advisory, Interval: *interval, Journal: *journalPath, Profile: *profilePath, Log: log})
 	if err != nil {
 		fmt.Fprintf(stderr, "kvgate planner: %v\n", err)
@@ -169,7 +174,7 @@ func runPlannerProfile(args []string, stdout, stderr io.Writer) int {
 	outTokens := fs.Int("output-tokens", 64, "tokens each decode request generates")
 	timeout := fs.Duration("timeout", 5*time.Minute, "bound on one request")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return flagExit(err)
 	}
 	if *engine == "" || *out == "" {
 		fmt.Fprintln(stderr, "kvgate planner profile: --engine and --out are required")
@@ -230,7 +235,7 @@ func runPlannerExplain(args []string, stdout, stderr io.Writer) int {
 	path := fs.String("journal", "", "the planner's JSONL journal")
 	at := fs.String("at", "", "explain the last decision at or before this time (RFC 3339; default: the last decision)")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return flagExit(err)
 	}
 	if *path == "" {
 		fmt.Fprintln(stderr, "kvgate planner explain: --journal is required")
@@ -268,7 +273,8 @@ func plannerDemoHint(engines []config.Engine, extprocAdmin string) string {
 	for i, e := range engines {
 		eps[i] = e.Endpoint
 	}
-	return fmt.Sprintf("Planner, advisory (another terminal):\n  kvgate planner profile --engine http://%s --out /tmp/kvgate-profile.json\n"+
-		"  kvgate planner --advisory --profile /tmp/kvgate-profile.json --engines %s --extproc %s --interval 5s --journal /tmp/kvgate-planner.jsonl\n\n",
-		eps[0], strings.Join(eps, ","), extprocAdmin)
+	self := selfCommand()
+	return fmt.Sprintf("Planner, advisory (another terminal):\n  %s planner profile --engine http://%s --out /tmp/kvgate-profile.json\n"+
+		"  %s planner --advisory --profile /tmp/kvgate-profile.json --engines %s --extproc %s --interval 5s --journal /tmp/kvgate-planner.jsonl\n\n",
+		self, eps[0], self, strings.Join(eps, ","), extprocAdmin)
 }

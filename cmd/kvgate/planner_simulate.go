@@ -11,17 +11,17 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
+	"github.com/kvgate/kvgate/e2e/replay"
 	"github.com/kvgate/kvgate/planner-sidecar/forecast"
 	"github.com/kvgate/kvgate/planner-sidecar/plan"
 	"github.com/kvgate/kvgate/planner-sidecar/simulate"
 )
 
-// Default traces, relative to the repository root (as `kvgate replay`'s).
-const (
-	defaultAzureTrace    = "planner-sidecar/simulate/testdata/AzureLLMInferenceTrace_conv.csv"
-	defaultMooncakeTrace = defaultTracePath
-)
+// defaultAzureTrace is relative to the repository root; the Mooncake
+// default is the slice embedded in the binary (demo_trace.go).
+const defaultAzureTrace = "planner-sidecar/simulate/testdata/AzureLLMInferenceTrace_conv.csv"
 
 // runPlannerSimulate is `kvgate planner simulate` (dispatched from
 // planner.go): the planner, a threshold (HPA-style) policy and static
@@ -30,7 +30,7 @@ func runPlannerSimulate(args []string, _ io.Reader, stdout, stderr io.Writer) in
 	fs := flag.NewFlagSet("kvgate planner simulate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	shape := fs.String("shape", "sine", "load shape: azure (Azure LLM inference trace 2023 CSV), sine (Dynamo-style sinusoidal), mooncake (Mooncake JSONL trace), or a generated one: bursts, weekly, code (drawn from --seed)")
-	trace := fs.String("trace", "", "trace file for --shape azure or mooncake (default: the shared Azure conversation trace / Mooncake conversation trace)")
+	trace := fs.String("trace", "", "trace file for --shape azure or mooncake (default: "+defaultAzureTrace+" from the repository root / the first 1000 requests of Mooncake's conversation trace, embedded)")
 	limit := fs.Int("limit", 0, "use only the first N requests of the trace (0: all)")
 	timeScale := fs.Float64("time-scale", 1, "play the load this many times faster (arrival times divided; the same requests in less time)")
 	rateScale := fs.Float64("rate-scale", 1, "multiply the arrival rate on the same timeline (thinning below 1, copies above)")
@@ -64,7 +64,7 @@ func runPlannerSimulate(args []string, _ io.Reader, stdout, stderr io.Writer) in
 	asJSON := fs.Bool("json", false, `print exactly one JSON object {"policies":{"<name>":{"sla_attainment","gpu_hours","ttft_p90_ms","itl_p90_ms","scale_events"}}}`)
 	plotDir := fs.String("plot", "", "write PNG charts (replicas, TTFT and ITL over time per policy) into this directory")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return flagExit(err)
 	}
 	bad := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "kvgate planner simulate: "+format+"\n", a...)
@@ -118,7 +118,15 @@ func runPlannerSimulate(args []string, _ io.Reader, stdout, stderr io.Writer) in
 	case "azure":
 		load, err = simulate.LoadAzure(orDefault(*trace, defaultAzureTrace), *limit)
 	case "mooncake":
-		load, err = simulate.LoadMooncake(orDefault(*trace, defaultMooncakeTrace), *limit)
+		if *trace != "" {
+			load, err = simulate.LoadMooncake(*trace, *limit)
+			break
+		}
+		var reqs []replay.TraceRequest
+		var name string
+		if reqs, name, err = loadTrace("", *limit); err == nil {
+			load = simulate.FromMooncake(name, reqs)
+		}
 	case "bursts", "weekly", "code":
 		var g simulate.Shape
 		if g, err = simulate.GeneratedShape(*shape, *seed); err == nil {
@@ -152,13 +160,28 @@ func runPlannerSimulate(args []string, _ io.Reader, stdout, stderr io.Writer) in
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	// Compare runs every policy before it returns (a minute or more on
+	// the default sine); say so on stderr, which --json leaves clean.
+	static := "the cheapest static fleet reaching 99 % SLA attainment (searched)"
+	if *statics != "" {
+		static = "static fleets " + *statics
+	}
+	fmt.Fprintf(stderr, "kvgate planner simulate: simulating %d requests of %s under the planner, a threshold policy and %s; a minute or more…\n",
+		len(load.Requests), load.Name, static)
+	began := time.Now()
 	rep, err := simulate.Compare(ctx, cfg, &load, opt)
 	if err != nil {
 		fmt.Fprintf(stderr, "kvgate planner simulate: %v\n", err)
 		return 1
 	}
+	fmt.Fprintf(stderr, "kvgate planner simulate: %d simulations done in %s\n", len(rep.Results), time.Since(began).Round(100*time.Millisecond))
 	if *plotDir != "" {
+		began := time.Now()
 		if err := simulate.WritePlots(*plotDir, rep); err != nil {
+			fmt.Fprintf(stderr, "kvgate planner simulate: %v\n", err)
+			return 1
+		}
+		if err := reportWritten(stderr, *plotDir, began); err != nil {
 			fmt.Fprintf(stderr, "kvgate planner simulate: %v\n", err)
 			return 1
 		}

@@ -24,14 +24,10 @@ func init() {
 	})
 }
 
-// defaultTracePath is the shared conversation trace, relative to the
-// repository root.
-const defaultTracePath = "../shared/traces/mooncake/conversation_trace.jsonl"
-
 func runReplay(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("kvgate replay", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	tracePath := fs.String("trace", defaultTracePath, "Mooncake JSONL trace (timestamp ms, input_length, output_length, hash_ids), or an Azure LLM inference trace .csv (replayed with every prompt unique)")
+	tracePath := fs.String("trace", "", "Mooncake JSONL trace (timestamp ms, input_length, output_length, hash_ids), or an Azure LLM inference trace .csv (replayed with every prompt unique); default: the first 1000 requests of Mooncake's conversation trace, embedded in the binary")
 	mix := fs.String("mix", "", "replay a generated workload instead of --trace: one of "+strings.Join(append(append([]string(nil), workload.TuningMixes...), workload.HeldOutMixes...), ", ")+" (e2e/workload; --limit requests, default 1500)")
 	workers := fs.Int("workers", 8, "simulated engines in the fleet")
 	blockSize := fs.Int("block-size", replay.TraceBlockSize, "engine KV block size in tokens")
@@ -46,7 +42,7 @@ func runReplay(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	speedup := fs.Float64("speedup", 1, "engine speed-up (divides every step's duration)")
 	plotDir := fs.String("plot", "", "write SVG charts (TTFT CDF, hit ratio over time) into this directory")
 	asJSON := fs.Bool("json", false, "print exactly one JSON object instead of a table")
-	gateway := fs.String("gateway", "", "replay live over HTTP through this gateway (e.g. http://127.0.0.1:8080: Envoy with kvgate extproc in front of real engines or `kvgate enginesim`), wall clock, instead of in-process; reported as the policy \"live\"")
+	gateway := fs.String("gateway", "", "replay live over HTTP through this gateway (e.g. http://127.0.0.1:8080: Envoy with kvgate extproc in front of real engines or kvgate enginesim), wall clock, instead of in-process; reported as the policy \"live\"")
 	model := fs.String("model", "qwen3", "with --gateway: the served model name to request")
 	maxTokens := fs.Int("max-tokens", 0, "with --gateway: cap each request's output tokens (0: the trace's)")
 	sweep := fs.Bool("sweep", false, "find each policy's SLA capacity: the highest --rate-scale with TTFT p90 within --ttft-sla (and ITL p90 within --itl-sla), by bisection; prints figures at 1×, at capacity and at 4/3 of it")
@@ -54,7 +50,7 @@ func runReplay(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	itlSLA := fs.Duration("itl-sla", 0, "with --sweep: the ITL p90 bound (0: none)")
 	tolerance := fs.Float64("sweep-tolerance", 0.05, "with --sweep: stop bisecting when the bracket's hi/lo is within 1+this")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return flagExit(err)
 	}
 	if fs.NArg() != 0 {
 		fmt.Fprintf(stderr, "kvgate replay: unexpected arguments %q\n", fs.Args())
@@ -85,12 +81,11 @@ func runReplay(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	if f, ok := stderr.(*os.File); ok && isTerminal(f) {
 		opt.Progress = progressBar(f)
 	}
-	reqs, name, err := loadReplayWorkload(*tracePath, *mix, *limit)
+	reqs, traceName, err := loadReplayWorkload(*tracePath, *mix, *limit)
 	if err != nil {
 		fmt.Fprintf(stderr, "kvgate replay: %v\n", err)
 		return 2
 	}
-	*tracePath = name
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	if *sweep {
@@ -99,14 +94,14 @@ func runReplay(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 			return 2
 		}
 		opt.Progress = nil
-		return runSweep(ctx, *tracePath, reqs, replay.SweepOptions{Replay: opt, TTFTSLA: *ttftSLA, ITLSLA: *itlSLA, Tolerance: *tolerance},
+		return runSweep(ctx, traceName, reqs, replay.SweepOptions{Replay: opt, TTFTSLA: *ttftSLA, ITLSLA: *itlSLA, Tolerance: *tolerance},
 			*plotDir, *asJSON, stdout, stderr)
 	}
 	var res *replay.Result
 	if *gateway != "" {
-		res, err = liveResult(ctx, *gateway, *tracePath, reqs, liveOptions{model: *model, compression: *compression * *rateScale, maxTokens: *maxTokens})
+		res, err = liveResult(ctx, *gateway, traceName, reqs, liveOptions{model: *model, compression: *compression * *rateScale, maxTokens: *maxTokens})
 	} else {
-		res, err = replay.Run(ctx, *tracePath, reqs, opt)
+		res, err = replay.Run(ctx, traceName, reqs, opt)
 	}
 	if opt.Progress != nil {
 		fmt.Fprint(stderr, "\r\033[K")
@@ -239,6 +234,5 @@ func loadReplayWorkload(tracePath, mix string, limit int) ([]replay.TraceRequest
 		reqs, err := workload.FromAzure(f, tracePath, limit)
 		return reqs, tracePath, err
 	}
-	reqs, err := replay.LoadTrace(tracePath, limit)
-	return reqs, tracePath, err
+	return loadTrace(tracePath, limit)
 }

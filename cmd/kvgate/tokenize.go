@@ -28,7 +28,7 @@ func runTokenize(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	chat := fs.Bool("chat", false, "stdin is an OpenAI chat-completions request: render its chat template, then tokenize (prints the prompt too)")
 	now := fs.String("now", "", "RFC 3339 time for templates' strftime_now (default: the current time)")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return flagExit(err)
 	}
 	fail := func(code int, format string, a ...any) int {
 		fmt.Fprintf(stderr, "kvgate tokenize: "+format+"\n", a...)

@@ -5,45 +5,96 @@
 package modelfiles
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 )
 
 // EnvDir overrides where the model directories are looked up.
 const EnvDir = "KVGATE_MODELS_DIR"
 
-// Dir returns the folder holding one directory per model: $KVGATE_MODELS_DIR,
-// else .cache/models in the repository above the working directory.
-func Dir() (string, error) {
+// MissingError says that a model's tokenizer files are in none of the
+// places looked at, and how to get them there.
+type MissingError struct {
+	Model  string
+	Looked []string // the models folders tried, in order
+}
+
+func (e *MissingError) Error() string {
+	where := "no kvgate checkout above the working directory or the binary"
+	if len(e.Looked) > 0 {
+		where = "looked in " + strings.Join(e.Looked, ", ")
+	}
+	return fmt.Sprintf("tokenizer files for model %s not found (%s): run `make models` in the kvgate checkout, "+
+		"or set %s to a folder holding %s/tokenizer.json", e.Model, where, EnvDir, e.Model)
+}
+
+// Dirs returns the folders that may hold one directory per model, in the
+// order they are tried: $KVGATE_MODELS_DIR alone when set; else
+// .cache/models of the repository above the working directory, then of
+// the repository above the executable (so `bin/kvgate demo` works from
+// any directory).
+func Dirs() []string {
 	if d := os.Getenv(EnvDir); d != "" {
-		return d, nil
+		return []string{d}
 	}
-	wd, err := os.Getwd()
-	if err != nil {
-		return "", err
+	var dirs []string
+	if wd, err := os.Getwd(); err == nil {
+		if root, ok := repoAbove(wd); ok {
+			dirs = append(dirs, filepath.Join(root, ".cache", "models"))
+		}
 	}
-	for d := wd; ; d = filepath.Dir(d) {
+	if exe, err := os.Executable(); err == nil {
+		if exe, err = filepath.EvalSymlinks(exe); err == nil {
+			if root, ok := repoAbove(filepath.Dir(exe)); ok {
+				d := filepath.Join(root, ".cache", "models")
+				if len(dirs) == 0 || dirs[0] != d {
+					dirs = append(dirs, d)
+				}
+			}
+		}
+	}
+	return dirs
+}
+
+// repoAbove returns the nearest directory at or above d with a go.mod.
+func repoAbove(d string) (string, bool) {
+	for {
 		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-			return filepath.Join(d, ".cache", "models"), nil
+			return d, true
 		}
 		if filepath.Dir(d) == d {
-			return "", errors.New("no go.mod above the working directory; set " + EnvDir)
+			return "", false
 		}
+		d = filepath.Dir(d)
 	}
 }
 
-// Model returns the directory of one fetched model (e.g. "qwen3"), or an
-// error telling how to fetch it.
+// Dir returns the first of Dirs that exists, else the first of Dirs (where
+// `make models` would put them), or a *MissingError when there is none.
+func Dir() (string, error) {
+	dirs := Dirs()
+	for _, d := range dirs {
+		if fi, err := os.Stat(d); err == nil && fi.IsDir() {
+			return d, nil
+		}
+	}
+	if len(dirs) == 0 {
+		return "", &MissingError{Model: "(any)"}
+	}
+	return dirs[0], nil
+}
+
+// Model returns the directory of one fetched model (e.g. "qwen3"), or a
+// *MissingError telling how to fetch it.
 func Model(name string) (string, error) {
-	dir, err := Dir()
-	if err != nil {
-		return "", err
+	dirs := Dirs()
+	for _, d := range dirs {
+		m := filepath.Join(d, name)
+		if _, err := os.Stat(filepath.Join(m, "tokenizer.json")); err == nil {
+			return m, nil
+		}
 	}
-	m := filepath.Join(dir, name)
-	if _, err := os.Stat(filepath.Join(m, "tokenizer.json")); err != nil {
-		return "", fmt.Errorf("model %s not found in %s: run `make models`", name, dir)
-	}
-	return m, nil
+	return "", &MissingError{Model: name, Looked: dirs}
 }

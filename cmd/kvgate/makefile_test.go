@@ -1,0 +1,114 @@
+package main
+
+import (
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// makefileVariable returns the words of a `NAME := a b \` variable of the
+// repository's Makefile, following backslash continuations.
+func makefileVariable(t *testing.T, makefile, name string) []string {
+	t.Helper()
+	var words []string
+	in := false
+	for _, line := range strings.Split(makefile, "\n") {
+		if !in {
+			rest, ok := strings.CutPrefix(line, name+" :=")
+			if !ok {
+				continue
+			}
+			in, line = true, rest
+		}
+		cont := strings.HasSuffix(strings.TrimSpace(line), `\`)
+		words = append(words, strings.Fields(strings.TrimSuffix(strings.TrimSpace(line), `\`))...)
+		if !cont {
+			return words
+		}
+	}
+	if !in {
+		t.Fatalf("Makefile: no %s := variable", name)
+	}
+	return words
+}
+
+var fuzzFuncRe = regexp.MustCompile(`(?m)^func (Fuzz\w+)\(\w+ \*testing\.F\)`)
+
+// TestMakefileFuzzTargets: `make test` runs fuzz seed corpora through
+// `go test ./...` and only `make fuzz` walks FUZZ_TARGETS, so nothing else
+// would notice a target renamed, moved or added without being listed.
+func TestMakefileFuzzTargets(t *testing.T) {
+	b, err := os.ReadFile("../../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := makefileVariable(t, string(b), "FUZZ_TARGETS")
+	if len(listed) == 0 {
+		t.Fatal("Makefile: FUZZ_TARGETS is empty")
+	}
+	var found []string
+	err = filepath.WalkDir("../..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && path != "../.." && (strings.HasPrefix(d.Name(), ".") || d.Name() == "node_modules" || d.Name() == "testdata") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel("../..", filepath.Dir(path))
+		if err != nil {
+			return err
+		}
+		for _, m := range fuzzFuncRe.FindAllStringSubmatch(string(src), -1) {
+			found = append(found, "./"+filepath.ToSlash(rel)+":"+m[1])
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(found) == 0 {
+		t.Fatal("found no Fuzz functions under the repository root")
+	}
+	for _, l := range listed {
+		if !slices.Contains(found, l) {
+			t.Errorf("Makefile FUZZ_TARGETS lists %s, which is no Fuzz function in that package", l)
+		}
+	}
+	for _, f := range found {
+		if !slices.Contains(listed, f) {
+			t.Errorf("%s is missing from the Makefile's FUZZ_TARGETS (`make fuzz` would never fuzz it)", f)
+		}
+	}
+}
+
+// TestMakefileTestDoesItsOwnSetup: on a fresh clone `make test` and
+// `make run` must fetch the tokenizer files first (issue 17: `make test`
+// failed with "run make models" because it did not depend on it).
+func TestMakefileTestDoesItsOwnSetup(t *testing.T) {
+	b, err := os.ReadFile("../../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, target := range []string{"test", "run"} {
+		re := regexp.MustCompile(`(?m)^` + target + `:([^\n]*)$`)
+		m := re.FindStringSubmatch(string(b))
+		if m == nil {
+			t.Errorf("Makefile: no %s target", target)
+			continue
+		}
+		if !slices.Contains(strings.Fields(m[1]), "models") {
+			t.Errorf("Makefile: %s depends on %q, not on models", target, strings.TrimSpace(m[1]))
+		}
+	}
+}
