@@ -273,6 +273,16 @@ func TestFetchAChainFromAPeersHostAndDiskTiers(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitTiers(t, cb, onDisk.hashes, []pb.Tier{pb.Tier_TIER_DISK, pb.Tier_TIER_DISK})
+	// And for the host chain's write-through too: fetching the disk chain
+	// promotes it to b's host tier, evicting host blocks, and a block
+	// evicted before its copy reached the disk is gone (the write-through
+	// is asynchronous). CI on a loaded machine hit that race.
+	for b.Store().Stats().Disk.Blocks < 6 {
+		if time.Now().After(deadline) {
+			t.Fatal("the host chain never reached b's disk")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 
 	if err := a.AddPeer("b", b.PeerAddr()); err != nil {
 		t.Fatal(err)
