@@ -136,6 +136,9 @@ func (c chart) save(path string) error {
 			named = true
 		}
 	}
+	// Headroom above the highest line, so a target at the top of the data
+	// is not drawn on the frame.
+	p.Y.Max += 0.05 * (p.Y.Max - p.Y.Min)
 	img := vgimg.New(chartWidth, chartHeight)
 	dc := draw.New(img)
 	if named {
