@@ -184,11 +184,11 @@ func drawHitOverTime(w io.Writer, res *Result) {
 	fmt.Fprintln(w, "</svg>")
 }
 
-// niceStep is the smallest of 1, 2 or 5 × a power of ten that is at least
+// niceStep is the smallest of 1, 2, 2.5 or 5 × a power of ten at least
 // raw: tick spacing a reader can add up.
 func niceStep(raw float64) float64 {
 	mag := math.Pow(10, math.Floor(math.Log10(raw)))
-	for _, m := range []float64{1, 2, 5, 10} {
+	for _, m := range []float64{1, 2, 2.5, 5, 10} {
 		if m*mag >= raw*(1-1e-9) {
 			return m * mag
 		}

@@ -68,7 +68,7 @@ func TestHitRatioChartTicksAndEmptySeries(t *testing.T) {
 }
 
 func TestNiceStep(t *testing.T) {
-	for _, c := range []struct{ raw, want float64 }{{8.6, 10}, {0.3, 0.5}, {1, 1}, {1.5, 2}, {0.0002, 0.0002}, {42, 50}} {
+	for _, c := range []struct{ raw, want float64 }{{8.6, 10}, {0.3, 0.5}, {1, 1}, {1.5, 2}, {0.0002, 0.0002}, {42, 50}, {22, 25}} {
 		if got := niceStep(c.raw); got < c.want*(1-1e-9) || got > c.want*(1+1e-9) {
 			t.Errorf("niceStep(%v) = %v, want %v", c.raw, got, c.want)
 		}
