@@ -8,6 +8,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -81,10 +83,26 @@ func TestGatewayDemo(t *testing.T) {
 	}
 	// `kvgate replay --gateway` against the same gateway, live.
 	var rout, rerr bytes.Buffer
+	plotDir := t.TempDir()
 	code := dispatch([]string{"replay", "--gateway", base, "--json", "--limit", "12", "--time-compression", "100", "--max-tokens", "8",
-		"--trace", "../../e2e/replay/testdata/conversation_head300.jsonl"}, strings.NewReader(""), &rout, &rerr)
+		"--trace", "../../e2e/replay/testdata/conversation_head300.jsonl", "--plot", plotDir}, strings.NewReader(""), &rout, &rerr)
 	if code != 0 {
 		t.Fatalf("replay --gateway: exit %d: %s", code, rerr.String())
+	}
+	// Every chart of the live replay draws data (its hit-ratio chart once
+	// had an empty series), and each file is announced.
+	for _, name := range []string{"ttft_cdf.svg", "hit_ratio.svg"} {
+		path := filepath.Join(plotDir, name)
+		if !strings.Contains(rerr.String(), "wrote "+path+"\n") {
+			t.Errorf("stderr does not say it wrote %s:\n%s", path, rerr.String())
+		}
+		svg, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := replay.CheckSVGSeries(svg); err != nil {
+			t.Errorf("%s: %v\n%s", name, err, svg)
+		}
 	}
 	var live struct {
 		Requests int `json:"requests"`

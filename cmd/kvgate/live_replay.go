@@ -36,6 +36,7 @@ type liveOptions struct {
 type liveRequest struct {
 	prompt, cached, outputs int
 	ttft, e2e, lastChunk    time.Duration
+	sentAt                  time.Duration // since the replay's first request was due
 	chosen                  string
 	err                     error
 }
@@ -75,7 +76,9 @@ func liveReplay(ctx context.Context, base string, reqs []replay.TraceRequest, o 
 		wg.Add(1)
 		go func(i int, tokens []uint32, out int) {
 			defer wg.Done()
+			sentAt := time.Since(start)
 			results[i] = sendCompletion(ctx, client, base, o.model, tokens, max(out, 1))
+			results[i].sentAt = sentAt
 			if o.answered != nil {
 				o.answered.Add(1)
 			}
@@ -112,6 +115,7 @@ func liveReplay(ctx context.Context, base string, reqs []replay.TraceRequest, o 
 		ITLP50Ms: pctl(itls, 0.5), E2EP90Ms: pctl(e2es, 0.9),
 		ThroughputRPS: float64(ok) / elapsed.Seconds(),
 		TTFTsMs:       ttfts, Elapsed: elapsed,
+		HitOverTime: liveHitOverTime(results),
 	}
 	if len(perWorker) > 0 {
 		most, total := 0, 0
@@ -122,6 +126,37 @@ func liveReplay(ctx context.Context, base string, reqs []replay.TraceRequest, o 
 		res.LoadImbalance = float64(most) / (float64(total) / float64(len(perWorker)))
 	}
 	return res, results, nil
+}
+
+// liveHitOverTime buckets the answered requests by when they were sent, as
+// the in-process replay buckets arrivals (e2e/replay simulation: span/60,
+// at least a second); a live replay is often only seconds long, so here the
+// bucket is span/30, at least a millisecond, to still draw a line.
+func liveHitOverTime(results []liveRequest) []replay.HitPoint {
+	var span time.Duration
+	for _, r := range results {
+		if r.err == nil {
+			span = max(span, r.sentAt)
+		}
+	}
+	bucket := max(time.Millisecond, span/30)
+	n := int(span/bucket) + 1
+	prompt, cached := make([]int, n), make([]int, n)
+	for _, r := range results {
+		if r.err != nil {
+			continue
+		}
+		b := min(int(r.sentAt/bucket), n-1)
+		prompt[b] += r.prompt
+		cached[b] += r.cached
+	}
+	var pts []replay.HitPoint
+	for b := range prompt {
+		if prompt[b] > 0 {
+			pts = append(pts, replay.HitPoint{At: bucket * time.Duration(b), HitRatio: float64(cached[b]) / float64(prompt[b])})
+		}
+	}
+	return pts
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -9,7 +9,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -111,12 +110,13 @@ func runReplay(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		return 1
 	}
 	if *plotDir != "" {
-		if err := replay.WritePlots(*plotDir, res); err != nil {
+		paths, err := replay.WritePlots(*plotDir, res)
+		if err != nil {
 			fmt.Fprintf(stderr, "kvgate replay: %v\n", err)
 			return 1
 		}
-		for _, name := range []string{"ttft_cdf.svg", "hit_ratio.svg"} {
-			fmt.Fprintf(stderr, "wrote %s\n", filepath.Join(*plotDir, name))
+		for _, p := range paths {
+			fmt.Fprintf(stderr, "wrote %s\n", p)
 		}
 	}
 	if *asJSON {
@@ -171,6 +171,7 @@ func liveResult(ctx context.Context, gateway, trace string, reqs []replay.TraceR
 		Trace: trace, Workers: len(workers), Requests: len(reqs),
 		IdealHitRatio: replay.IdealHitRatio(reqs, replay.TraceBlockSize),
 		Policies:      map[string]*replay.PolicyResult{"live": pr}, Order: []string{"live"},
+		WallClock: true,
 	}, nil
 }
 

@@ -10,8 +10,8 @@ import (
 )
 
 // reportWritten prints "wrote PATH" for each file in dir modified since
-// since: the plot writers (simulate.WritePlots, replay.WritePlots) write a
-// fixed set of files into a folder and return no list, and a user should
+// since: the plot writer simulate.WritePlots writes a
+// fixed set of files into a folder and returns no list, and a user should
 // not have to guess what appeared where.
 func reportWritten(w io.Writer, dir string, since time.Time) error {
 	entries, err := os.ReadDir(dir)

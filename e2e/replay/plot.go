@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // Charts are hand-written SVG: no dependency, and a person can open them in
@@ -20,19 +21,26 @@ const (
 	marginL, marginR, marginT, marginB = 70, 170, 40, 50
 )
 
-// WritePlots writes ttft_cdf.svg and hit_ratio.svg into dir.
-func WritePlots(dir string, res *Result) error {
+// WritePlots writes ttft_cdf.svg and hit_ratio.svg into dir and returns the
+// paths written.
+func WritePlots(dir string, res *Result) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("plot dir: %w", err)
+		return nil, fmt.Errorf("plot dir: %w", err)
 	}
-	for name, draw := range map[string]func(io.Writer, *Result){"ttft_cdf.svg": drawTTFTCDF, "hit_ratio.svg": drawHitOverTime} {
+	var paths []string
+	for _, c := range []struct {
+		name string
+		draw func(io.Writer, *Result)
+	}{{"ttft_cdf.svg", drawTTFTCDF}, {"hit_ratio.svg", drawHitOverTime}} {
 		var b strings.Builder
-		draw(&b, res)
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(b.String()), 0o644); err != nil {
-			return fmt.Errorf("plot %s: %w", name, err)
+		c.draw(&b, res)
+		path := filepath.Join(dir, c.name)
+		if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+			return paths, fmt.Errorf("plot %s: %w", path, err)
 		}
+		paths = append(paths, path)
 	}
-	return nil
+	return paths, nil
 }
 
 type frame struct {
@@ -134,18 +142,30 @@ func drawTTFTCDF(w io.Writer, res *Result) {
 }
 
 func drawHitOverTime(w io.Writer, res *Result) {
-	var tmax float64
+	var tmax time.Duration
 	for _, p := range res.Order {
 		for _, h := range res.Policies[p].HitOverTime {
-			tmax = max(tmax, h.At.Minutes())
+			tmax = max(tmax, h.At)
 		}
 	}
-	tmax = max(tmax, 1e-3)
-	f := &frame{w: w, xmin: 0, xmax: tmax, ymin: 0, ymax: 1}
-	f.begin(fmt.Sprintf("Prefix-cache hit ratio over time — %d workers", res.Workers), "arrival time (min, simulated)", "cached prompt tokens / prompt tokens")
-	for k := 0; k <= 5; k++ {
-		v := tmax * float64(k) / 5
-		f.xtick(v, trimFloat(math.Round(v*10)/10))
+	// Seconds for a short replay (a live one is often under a minute),
+	// minutes otherwise: the ticks should read as whole numbers of the unit.
+	unit, unitName := time.Minute, "min"
+	if tmax < 2*time.Minute {
+		unit, unitName = time.Second, "s"
+	}
+	span := max(float64(tmax)/float64(unit), 1e-3)
+	step := niceStep(span / 5)
+	xmax := math.Ceil(span/step) * step
+	clock := "simulated"
+	if res.WallClock {
+		clock = "wall clock"
+	}
+	f := &frame{w: w, xmin: 0, xmax: xmax, ymin: 0, ymax: 1}
+	f.begin(fmt.Sprintf("Prefix-cache hit ratio over time — %d workers", res.Workers),
+		fmt.Sprintf("arrival time (%s, %s)", unitName, clock), "cached prompt tokens / prompt tokens")
+	for v := 0.0; v <= xmax+step/1000; v += step {
+		f.xtick(v, trimFloat(v))
 	}
 	for q := 0.0; q <= 1.0001; q += 0.2 {
 		f.ytick(q, fmt.Sprintf("%.1f", q))
@@ -153,15 +173,27 @@ func drawHitOverTime(w io.Writer, res *Result) {
 	for i, p := range res.Order {
 		var xs, ys []float64
 		for _, h := range res.Policies[p].HitOverTime {
-			xs, ys = append(xs, h.At.Minutes()), append(ys, h.HitRatio)
+			xs, ys = append(xs, float64(h.At)/float64(unit)), append(ys, h.HitRatio)
 		}
 		c := palette[i%len(palette)]
 		f.polyline(xs, ys, c, false)
 		f.legend(i, p, c, false)
 	}
-	f.polyline([]float64{0, tmax}, []float64{res.IdealHitRatio, res.IdealHitRatio}, "#000", true)
+	f.polyline([]float64{0, xmax}, []float64{res.IdealHitRatio, res.IdealHitRatio}, "#000", true)
 	f.legend(len(res.Order), fmt.Sprintf("ideal (%.3f)", res.IdealHitRatio), "#000", true)
 	fmt.Fprintln(w, "</svg>")
+}
+
+// niceStep is the smallest of 1, 2, 2.5 or 5 × a power of ten at least
+// raw: tick spacing a reader can add up.
+func niceStep(raw float64) float64 {
+	mag := math.Pow(10, math.Floor(math.Log10(raw)))
+	for _, m := range []float64{1, 2, 2.5, 5, 10} {
+		if m*mag >= raw*(1-1e-9) {
+			return m * mag
+		}
+	}
+	return 10 * mag
 }
 
 func trimFloat(v float64) string {

@@ -174,6 +174,9 @@ type Result struct {
 	Order             []string                 `json:"-"` // policies in the order run
 	BlockSize         int                      `json:"-"`
 	GPUBlocks         int                      `json:"-"`
+	// WallClock marks a live replay: HitOverTime is in wall-clock time
+	// since the first request was sent, not virtual time.
+	WallClock bool `json:"-"`
 }
 
 // PolicyResult holds one policy's figures.
@@ -210,7 +213,7 @@ type PolicyResult struct {
 
 // HitPoint is the hit ratio of the requests arriving in one time bucket.
 type HitPoint struct {
-	At       time.Duration // bucket start, virtual time
+	At       time.Duration // bucket start, virtual time (wall clock for a live replay)
 	HitRatio float64
 }
 

@@ -103,6 +103,9 @@ func TestSweepFindsTheKneeOfEachPolicy(t *testing.T) {
 		if err != nil || !strings.HasPrefix(string(svg), "<svg") || !strings.Contains(string(svg), "<polyline") || !strings.HasPrefix(filepath.Base(p), "x_") {
 			t.Errorf("%s: %v, %d bytes", p, err, len(svg))
 		}
+		if err := CheckSVGSeries(svg); err != nil {
+			t.Errorf("%s: %v", p, err)
+		}
 	}
 }
 

@@ -52,6 +52,9 @@ type Report struct {
 	// reaching SLAGoal; nil when none did.
 	Cheapest *Result
 	Profile  perfmodel.Profile
+	// TTFTTarget and ITLTarget are the SLA targets scored (Config.TTFT,
+	// Config.ITL after defaults); the latency charts draw them.
+	TTFTTarget, ITLTarget time.Duration
 }
 
 // Result by policy name.
@@ -115,7 +118,7 @@ func Compare(ctx context.Context, cfg Config, load *Load, opt CompareOptions) (*
 	if err != nil {
 		return nil, err
 	}
-	rep := &Report{Load: load.Name, Requests: len(load.Requests), Profile: profile}
+	rep := &Report{Load: load.Name, Requests: len(load.Requests), Profile: profile, TTFTTarget: cfg.TTFT, ITLTarget: cfg.ITL}
 	b := &batch{ctx: ctx, cfg: cfg, load: load, sem: make(chan struct{}, opt.Parallel)}
 	b.start(planner)
 	var oracle plan.Policy
