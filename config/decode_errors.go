@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/kvgate/kvgate/internal/didyoumean"
 )
 
 // maxDecodeErrors bounds how many key errors one Parse reports.
@@ -202,37 +205,17 @@ func yamlFields(t reflect.Type) map[string]reflect.StructField {
 }
 
 // suggestKey names the closest known key when the unknown one looks
-// misspelt (edit distance ≤ 2, as validate-envoy's suggestField).
+// misspelt (the same rule as validate-envoy's suggestField); keys are
+// tried in sorted order so that ties always suggest the same one.
 func suggestKey(key string, fields map[string]reflect.StructField) string {
-	best, bestDist := "", 3
+	names := make([]string, 0, len(fields))
 	for name := range fields {
-		if d := keyDistance(strings.ToLower(key), name); d < bestDist || (d == bestDist && name < best) {
-			best, bestDist = name, d
-		}
+		names = append(names, name)
 	}
+	slices.Sort(names)
+	best := didyoumean.Closest(strings.ToLower(key), names)
 	if best == "" {
 		return ""
 	}
 	return fmt.Sprintf(" (did you mean %s?)", best)
-}
-
-// keyDistance is the Levenshtein distance between a and b.
-func keyDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }

@@ -14,6 +14,8 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/kvgate/kvgate/internal/didyoumean"
 )
 
 // decodeMessage checks the JSON value v against msg's descriptor and, if it
@@ -218,38 +220,16 @@ func lookupField(md protoreflect.MessageDescriptor, name string) protoreflect.Fi
 
 // suggestField names the closest field when a name looks misspelt.
 func suggestField(md protoreflect.MessageDescriptor, name string) string {
-	best, bestDist := "", 3
 	fields := md.Fields()
-	for i := 0; i < fields.Len(); i++ {
-		n := string(fields.Get(i).Name())
-		if d := editDistance(strings.ToLower(name), n); d < bestDist {
-			best, bestDist = n, d
-		}
+	names := make([]string, fields.Len())
+	for i := range names {
+		names[i] = string(fields.Get(i).Name())
 	}
+	best := didyoumean.Closest(strings.ToLower(name), names)
 	if best == "" {
 		return ""
 	}
 	return fmt.Sprintf(" (did you mean %q?)", best)
-}
-
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
 
 func jsonKind(v any) string {
