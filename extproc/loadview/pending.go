@@ -118,22 +118,7 @@ func (r *Recent) runLocked(w index.WorkerID, chain []uint64, from int, t int64) 
 // stale and fall out as they reach the front.
 func (r *Recent) forgetLocked(w index.WorkerID, hashes []uint64) {
 	for _, h := range hashes {
-		hs := r.entries[h]
-		for i := range hs {
-			if hs[i].w != w {
-				continue
-			}
-			hs[i] = hs[len(hs)-1]
-			hs[len(hs)-1] = holder{}
-			hs = hs[:len(hs)-1]
-			r.live--
-			if len(hs) == 0 {
-				delete(r.entries, h)
-			} else {
-				r.entries[h] = hs
-			}
-			break
-		}
+		r.dropHolderLocked(h, w)
 	}
 }
 

@@ -224,23 +224,31 @@ func depthsOf(d int) index.Depths {
 func (r *Recent) ForgetWorker(w index.WorkerID) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for h, hs := range r.entries {
-		for i := range hs {
-			if hs[i].w == w {
-				hs[i] = hs[len(hs)-1]
-				hs[len(hs)-1] = holder{}
-				hs = hs[:len(hs)-1]
-				r.live--
-				if len(hs) == 0 {
-					delete(r.entries, h)
-				} else {
-					r.entries[h] = hs
-				}
-				break
-			}
-		}
+	for h := range r.entries {
+		r.dropHolderLocked(h, w)
 	}
 	// Its queue records are now stale and fall out as they reach the front.
+}
+
+// dropHolderLocked removes w from h's holders, if it is one; the queue
+// record behind it becomes stale and falls out when it reaches the front.
+func (r *Recent) dropHolderLocked(h uint64, w index.WorkerID) {
+	hs := r.entries[h]
+	for i := range hs {
+		if hs[i].w != w {
+			continue
+		}
+		hs[i] = hs[len(hs)-1]
+		hs[len(hs)-1] = holder{}
+		hs = hs[:len(hs)-1]
+		r.live--
+		if len(hs) == 0 {
+			delete(r.entries, h)
+		} else {
+			r.entries[h] = hs
+		}
+		return
+	}
 }
 
 // RecentStats is a snapshot of a Recent's size and churn.
