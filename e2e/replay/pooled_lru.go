@@ -1,10 +1,6 @@
 package replay
 
-import (
-	"container/list"
-
-	"github.com/kvgate/kvgate/indexer/blockhash"
-)
+import "container/list"
 
 // PooledLRUHitRatio is the hit ratio of one LRU prefix cache holding
 // capacityBlocks blocks of blockSize tokens (pass the fleet's total GPU
@@ -25,40 +21,23 @@ func PooledLRUHitRatio(reqs []TraceRequest, blockSize, capacityBlocks int) float
 	if blockSize <= 0 || capacityBlocks <= 0 {
 		return 0
 	}
-	seed := blockhash.Seed("", "")
 	lru := list.New() // front = most recently used; values are hashes
 	where := make(map[uint64]*list.Element, capacityBlocks)
-	var cached, total int64
-	var toks []uint32
-	for _, r := range reqs {
-		toks = Tokens(toks, r)
-		chain := blockhash.SequenceHashes(blockhash.LocalHashes(toks, blockSize, seed))
-		limit := (len(toks) - 1) / blockSize
-		hit := 0
-		for hit < limit {
-			if _, ok := where[chain[hit]]; !ok {
-				break
+	return singleCacheHitRatio(reqs, blockSize,
+		func(h uint64) bool { _, ok := where[h]; return ok },
+		func(chain []uint64) {
+			for i := len(chain) - 1; i >= 0; i-- {
+				h := chain[i]
+				if e, ok := where[h]; ok {
+					lru.MoveToFront(e)
+					continue
+				}
+				where[h] = lru.PushFront(h)
+				if lru.Len() > capacityBlocks {
+					old := lru.Back()
+					delete(where, old.Value.(uint64))
+					lru.Remove(old)
+				}
 			}
-			hit++
-		}
-		for i := len(chain) - 1; i >= 0; i-- {
-			h := chain[i]
-			if e, ok := where[h]; ok {
-				lru.MoveToFront(e)
-				continue
-			}
-			where[h] = lru.PushFront(h)
-			if lru.Len() > capacityBlocks {
-				old := lru.Back()
-				delete(where, old.Value.(uint64))
-				lru.Remove(old)
-			}
-		}
-		cached += int64(hit * blockSize)
-		total += int64(len(toks))
-	}
-	if total == 0 {
-		return 0
-	}
-	return float64(cached) / float64(total)
+		})
 }
