@@ -52,40 +52,11 @@ func Extproc(ctx context.Context, w io.Writer, indexes map[string]index.Index, o
 	if opt.Workers <= 0 {
 		opt.Workers = 16
 	}
-	dir, err := modelfiles.Model("qwen3")
+	cfg, reg, err := decisionFleet(opt.Workers)
 	if err != nil {
 		return err
 	}
-	cfg := config.Default()
-	cfg.Extproc.MaxBodyBytes = 8 << 20
-	cfg.Models = []config.Model{{Name: "qwen3", BlockSize: 16, Tokenizer: dir}}
-	for i := 0; i < opt.Workers; i++ {
-		cfg.Engines = append(cfg.Engines, config.Engine{Endpoint: fmt.Sprintf("10.1.0.%d:8000", i+1), Model: "qwen3", DPRanks: 1, Role: "both", Events: "tcp://127.0.0.1:1"})
-	}
-	reg, err := preprocess.New(cfg.Models, preprocess.Options{Limits: openai.Limits{MaxBodyBytes: cfg.Extproc.MaxBodyBytes}})
-	if err != nil {
-		return err
-	}
-	rnd := rand.New(rand.NewPCG(3, 5))
-	type prompt struct {
-		name string
-		body []byte
-	}
-	var prompts []prompt
-	for _, c := range []struct {
-		name         string
-		msgs, tokens int
-	}{{"~1k tokens", 4, 1000}, {"~8k tokens", 16, 8000}, {"~32k tokens", 40, 32000}, {"220 KB", 1, 0}} {
-		var msgs []string
-		if c.tokens == 0 {
-			msgs = []string{text(rnd, 220<<10)}
-		} else {
-			for i := 0; i < c.msgs; i++ {
-				msgs = append(msgs, text(rnd, c.tokens*4/c.msgs))
-			}
-		}
-		prompts = append(prompts, prompt{c.name, chatBody("qwen3", msgs)})
-	}
+	prompts := decisionPrompts()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 
 	type result struct {
@@ -238,4 +209,56 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// decisionFleet is the decision bench's configuration: workers engines
+// serving qwen3 (block size 16) with an 8 MiB body limit, and its
+// preprocessors. Extproc and the go test benchmarks (decisionRig) share it
+// so that their figures describe the same request path.
+func decisionFleet(workers int) (config.Config, *preprocess.Registry, error) {
+	dir, err := modelfiles.Model("qwen3")
+	if err != nil {
+		return config.Config{}, nil, err
+	}
+	cfg := config.Default()
+	cfg.Extproc.MaxBodyBytes = 8 << 20
+	cfg.Models = []config.Model{{Name: "qwen3", BlockSize: 16, Tokenizer: dir}}
+	for i := 0; i < workers; i++ {
+		cfg.Engines = append(cfg.Engines, config.Engine{Endpoint: fmt.Sprintf("10.1.0.%d:8000", i+1), Model: "qwen3", DPRanks: 1, Role: "both", Events: "tcp://127.0.0.1:1"})
+	}
+	reg, err := preprocess.New(cfg.Models, preprocess.Options{Limits: openai.Limits{MaxBodyBytes: cfg.Extproc.MaxBodyBytes}})
+	if err != nil {
+		return config.Config{}, nil, err
+	}
+	return cfg, reg, nil
+}
+
+// decisionPrompt is one of the decision bench's chat bodies: name labels
+// the table's rows, short the go test sub-benchmarks ("" where a prompt
+// is only in the table).
+type decisionPrompt struct {
+	name, short string
+	body        []byte
+}
+
+// decisionPrompts draws the bench's prompts from one fixed seed, so every
+// run and both benches see the same bodies.
+func decisionPrompts() []decisionPrompt {
+	rnd := rand.New(rand.NewPCG(3, 5))
+	var prompts []decisionPrompt
+	for _, c := range []struct {
+		name, short  string
+		msgs, tokens int
+	}{{"~1k tokens", "1k", 4, 1000}, {"~8k tokens", "8k", 16, 8000}, {"~32k tokens", "32k", 40, 32000}, {"220 KB", "", 1, 0}} {
+		var msgs []string
+		if c.tokens == 0 {
+			msgs = []string{text(rnd, 220<<10)}
+		} else {
+			for i := 0; i < c.msgs; i++ {
+				msgs = append(msgs, text(rnd, c.tokens*4/c.msgs))
+			}
+		}
+		prompts = append(prompts, decisionPrompt{c.name, c.short, chatBody("qwen3", msgs)})
+	}
+	return prompts
 }

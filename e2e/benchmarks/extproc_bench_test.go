@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"strconv"
 	"strings"
@@ -16,12 +15,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/kvgate/kvgate/config"
 	"github.com/kvgate/kvgate/extproc"
 	"github.com/kvgate/kvgate/extproc/envoyharness"
-	"github.com/kvgate/kvgate/extproc/modelfiles"
-	"github.com/kvgate/kvgate/extproc/openai"
-	"github.com/kvgate/kvgate/extproc/preprocess"
 	"github.com/kvgate/kvgate/extproc/server"
 	"github.com/kvgate/kvgate/indexer/index"
 )
@@ -35,17 +30,7 @@ type decisionRig struct {
 
 func newDecisionRig(tb testing.TB) *decisionRig {
 	tb.Helper()
-	dir, err := modelfiles.Model("qwen3")
-	if err != nil {
-		tb.Fatalf("qwen3 tokenizer: %v", err)
-	}
-	cfg := config.Default()
-	cfg.Extproc.MaxBodyBytes = 8 << 20
-	cfg.Models = []config.Model{{Name: "qwen3", BlockSize: 16, Tokenizer: dir}}
-	for i := 0; i < 16; i++ {
-		cfg.Engines = append(cfg.Engines, config.Engine{Endpoint: fmt.Sprintf("10.1.0.%d:8000", i+1), Model: "qwen3", DPRanks: 1, Role: "both", Events: "tcp://127.0.0.1:1"})
-	}
-	reg, err := preprocess.New(cfg.Models, preprocess.Options{Limits: openai.Limits{MaxBodyBytes: cfg.Extproc.MaxBodyBytes}})
+	cfg, reg, err := decisionFleet(16)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -54,25 +39,19 @@ func newDecisionRig(tb testing.TB) *decisionRig {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	rnd := rand.New(rand.NewPCG(3, 5))
 	d := &decisionRig{router: router, prompt: map[string][]byte{}}
-	for _, c := range []struct {
-		name         string
-		msgs, tokens int
-	}{{"1k", 4, 1000}, {"8k", 16, 8000}, {"32k", 40, 32000}} {
-		var msgs []string
-		for i := 0; i < c.msgs; i++ {
-			msgs = append(msgs, text(rnd, c.tokens*4/c.msgs))
+	for _, p := range decisionPrompts() {
+		if p.short == "" {
+			continue
 		}
-		body := chatBody("qwen3", msgs)
-		res, err := reg.Chat(body)
+		res, err := reg.Chat(p.body)
 		if err != nil {
 			tb.Fatal(err)
 		}
 		if err := idx.Store(context.Background(), index.WorkerID{Endpoint: "10.1.0.3:8000"}, index.TierDevice, res.Sequence); err != nil {
 			tb.Fatal(err)
 		}
-		d.prompt[c.name] = body
+		d.prompt[p.short] = p.body
 	}
 	return d
 }
