@@ -21,8 +21,8 @@ FUZZ_TARGETS := \
 	./extproc/openai:FuzzParseChat \
 	./extproc/openai:FuzzParseCompletion \
 	./extproc/openai:FuzzParseValue \
-	./indexer/index:FuzzRedisApplyBlock \
-	./indexer/index:FuzzMemoryAgainstModel \
+	./indexer/kvindex:FuzzRedisApplyBlock \
+	./indexer/kvindex:FuzzMemoryAgainstModel \
 	./extproc/tokenizer:FuzzEncodeRoundTrip \
 	./picker:FuzzPick \
 	./extproc/server:FuzzProcessStream \
@@ -34,7 +34,7 @@ FUZZ_TARGETS := \
 	./kvagent/connector:FuzzValidateRequest \
 	./kvagent/transfer:FuzzReadFrame \
 	./kvagent/transfer:FuzzLoadRemoteMetadata \
-	./planner-sidecar/simulate:FuzzParseAzure \
+	./e2e/plannersim:FuzzParseAzure \
 	./planner-sidecar/perfmodel:FuzzReadProfile \
 	./planner-sidecar/collect:FuzzParseAnswer \
 	./planner-sidecar/journal:FuzzRead \

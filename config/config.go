@@ -23,6 +23,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/kvgate/kvgate/extproc/envoyaddr"
+	"github.com/kvgate/kvgate/internal/yamlconf"
 )
 
 // MaxFileBytes bounds the configuration file.
@@ -76,10 +77,10 @@ type Extproc struct {
 	TierWeights  TierWeights `yaml:"tier_weights"`
 	// IndexTimeout bounds one index match; past it the request is routed
 	// on load alone (counted), never failed.
-	IndexTimeout Duration `yaml:"index_timeout"`
+	IndexTimeout yamlconf.Duration `yaml:"index_timeout"`
 	// ApproximateTTL: for engines without KV events, kvgate remembers its
 	// own routing decisions as cache hints for this long.
-	ApproximateTTL Duration `yaml:"approximate_ttl"`
+	ApproximateTTL yamlconf.Duration `yaml:"approximate_ttl"`
 	// ExpectedOutputTokens predicts a request's decode footprint when it
 	// sets no max_tokens.
 	ExpectedOutputTokens int       `yaml:"expected_output_tokens"`
@@ -88,7 +89,7 @@ type Extproc struct {
 	// SyncTimeout bounds how long an extproc holding the index in memory
 	// waits, at start, for its engines' event streams to catch up (replay)
 	// before reporting ready; past it, it reports ready anyway.
-	SyncTimeout Duration `yaml:"sync_timeout"`
+	SyncTimeout yamlconf.Duration `yaml:"sync_timeout"`
 	// DecisionsKept is how many recent decisions /debug/decisions shows.
 	DecisionsKept int           `yaml:"decisions_kept"`
 	HealthCheck   HealthCheck   `yaml:"health_check"`
@@ -122,20 +123,20 @@ type Extproc struct {
 	// (response processing SKIP, envoy/envoy-buffered-failopen.yaml) it
 	// closes the stream at the response headers and kvgate never sees the
 	// end; the request's decode load stays booked this long after that.
-	UnobservedHold Duration `yaml:"unobserved_hold"`
+	UnobservedHold yamlconf.Duration `yaml:"unobserved_hold"`
 	// DrainGrace is how long, after SIGTERM, the server keeps serving new
 	// streams with readiness already failing, so that Envoy's health checks
 	// move new streams to other replicas before the GOAWAY.
-	DrainGrace Duration `yaml:"drain_grace"`
+	DrainGrace yamlconf.Duration `yaml:"drain_grace"`
 }
 
 // EngineMetrics scrapes each engine's /metrics (vLLM and SGLang names) as
 // extra load signals for the picker: queue depths and KV usage, which also
 // count traffic other routers sent.
 type EngineMetrics struct {
-	Disabled  bool     `yaml:"disabled"`
-	Interval  Duration `yaml:"interval"`
-	Staleness Duration `yaml:"staleness"` // older samples are ignored
+	Disabled  bool              `yaml:"disabled"`
+	Interval  yamlconf.Duration `yaml:"interval"`
+	Staleness yamlconf.Duration `yaml:"staleness"` // older samples are ignored
 }
 
 // Discovery finds workers at run time instead of (or besides) engines:.
@@ -166,10 +167,10 @@ type KubernetesDiscovery struct {
 type HealthCheck struct {
 	Disabled bool `yaml:"disabled"`
 	// Interval between probes of each engine.
-	Interval       Duration `yaml:"interval"`
-	Timeout        Duration `yaml:"timeout"`
-	UnhealthyAfter int      `yaml:"unhealthy_after"`
-	Path           string   `yaml:"path"`
+	Interval       yamlconf.Duration `yaml:"interval"`
+	Timeout        yamlconf.Duration `yaml:"timeout"`
+	UnhealthyAfter int               `yaml:"unhealthy_after"`
+	Path           string            `yaml:"path"`
 }
 
 // TierWeights credit cached blocks by where they live.
@@ -226,21 +227,21 @@ type RedisIndex struct {
 	// authenticates as the default user.
 	Username string `yaml:"username"`
 	// TLS encrypts the connections to Redis (and Cluster nodes).
-	TLS       ClientTLS `yaml:"tls"`
-	DB        int       `yaml:"db"`
-	Prefix    string    `yaml:"prefix"`
-	BlockTTL  Duration  `yaml:"block_ttl"`
-	WorkerTTL Duration  `yaml:"worker_ttl"`
+	TLS       ClientTLS         `yaml:"tls"`
+	DB        int               `yaml:"db"`
+	Prefix    string            `yaml:"prefix"`
+	BlockTTL  yamlconf.Duration `yaml:"block_ttl"`
+	WorkerTTL yamlconf.Duration `yaml:"worker_ttl"`
 }
 
 // Indexer configures the `kvgate indexer` process.
 type Indexer struct {
 	// Listen is the HTTP address for /metrics, /healthz and /readyz.
-	Listen        string   `yaml:"listen"`
-	ReplayTimeout Duration `yaml:"replay_timeout"`
+	Listen        string            `yaml:"listen"`
+	ReplayTimeout yamlconf.Duration `yaml:"replay_timeout"`
 	// EngineDeadAfter: an engine whose event socket stays unreachable this
 	// long has its entries dropped from the index (rebuilt when it returns).
-	EngineDeadAfter Duration `yaml:"engine_dead_after"`
+	EngineDeadAfter yamlconf.Duration `yaml:"engine_dead_after"`
 	// AdminAuth protects the listener when it is not on loopback.
 	AdminAuth AdminAuth `yaml:"admin_auth"`
 	// EventsBind turns on bind mode: the indexer binds this ZMQ endpoint
@@ -346,26 +347,6 @@ type Engine struct {
 	TierReplay string `yaml:"tier_replay"`
 }
 
-// Duration is a time.Duration written as "250ms", "30s", "1h".
-type Duration time.Duration
-
-// UnmarshalYAML parses Go duration syntax.
-func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
-	var s string
-	if err := n.Decode(&s); err != nil {
-		return fmt.Errorf("line %d: want a duration like \"30s\"", n.Line)
-	}
-	v, err := time.ParseDuration(s)
-	if err != nil || v < 0 {
-		return fmt.Errorf("line %d: bad duration %q (want e.g. \"250ms\", \"30s\")", n.Line, s)
-	}
-	*d = Duration(v)
-	return nil
-}
-
-// D returns the duration.
-func (d Duration) D() time.Duration { return time.Duration(d) }
-
 // Default is the embedded configuration `make run` uses: in-memory index,
 // no engines (the demo brings its own).
 func Default() Config {
@@ -425,19 +406,19 @@ func (c *Config) applyDefaults() {
 		c.Index.Redis.Prefix = "kvgate:"
 	}
 	if c.Index.Redis.BlockTTL == 0 {
-		c.Index.Redis.BlockTTL = Duration(time.Hour)
+		c.Index.Redis.BlockTTL = yamlconf.Duration(time.Hour)
 	}
 	if c.Index.Redis.WorkerTTL == 0 {
-		c.Index.Redis.WorkerTTL = Duration(30 * time.Second)
+		c.Index.Redis.WorkerTTL = yamlconf.Duration(30 * time.Second)
 	}
 	if c.Indexer.Listen == "" {
 		c.Indexer.Listen = "127.0.0.1:9400"
 	}
 	if c.Indexer.ReplayTimeout == 0 {
-		c.Indexer.ReplayTimeout = Duration(2 * time.Second)
+		c.Indexer.ReplayTimeout = yamlconf.Duration(2 * time.Second)
 	}
 	if c.Indexer.EngineDeadAfter == 0 {
-		c.Indexer.EngineDeadAfter = Duration(10 * time.Second)
+		c.Indexer.EngineDeadAfter = yamlconf.Duration(10 * time.Second)
 	}
 	for i := range c.Engines {
 		if c.Engines[i].DPRanks == 0 {
@@ -469,19 +450,19 @@ func (c *Config) applyDefaults() {
 	x.Streams.applyDefaults()
 	x.GRPC.applyDefaults()
 	if x.DrainGrace == 0 {
-		x.DrainGrace = Duration(5 * time.Second)
+		x.DrainGrace = yamlconf.Duration(5 * time.Second)
 	}
 	if x.UnobservedHold == 0 {
-		x.UnobservedHold = Duration(10 * time.Second)
+		x.UnobservedHold = yamlconf.Duration(10 * time.Second)
 	}
 	if x.TierWeights == (TierWeights{}) {
 		x.TierWeights = TierWeights{Device: 1, Host: 0.75, Disk: 0.25}
 	}
 	if x.IndexTimeout == 0 {
-		x.IndexTimeout = Duration(50 * time.Millisecond)
+		x.IndexTimeout = yamlconf.Duration(50 * time.Millisecond)
 	}
 	if x.ApproximateTTL == 0 {
-		x.ApproximateTTL = Duration(120 * time.Second)
+		x.ApproximateTTL = yamlconf.Duration(120 * time.Second)
 	}
 	if x.ExpectedOutputTokens == 0 {
 		x.ExpectedOutputTokens = 256
@@ -496,16 +477,16 @@ func (c *Config) applyDefaults() {
 		x.PD.TransferGBps = 10
 	}
 	if x.SyncTimeout == 0 {
-		x.SyncTimeout = Duration(10 * time.Second)
+		x.SyncTimeout = yamlconf.Duration(10 * time.Second)
 	}
 	if x.DecisionsKept == 0 {
 		x.DecisionsKept = 256
 	}
 	if x.EngineMetrics.Interval == 0 {
-		x.EngineMetrics.Interval = Duration(250 * time.Millisecond)
+		x.EngineMetrics.Interval = yamlconf.Duration(250 * time.Millisecond)
 	}
 	if x.EngineMetrics.Staleness == 0 {
-		x.EngineMetrics.Staleness = Duration(2 * time.Second)
+		x.EngineMetrics.Staleness = yamlconf.Duration(2 * time.Second)
 	}
 	x.Outlier.applyDefaults()
 	x.SharedLoad.applyDefaults()
@@ -514,10 +495,10 @@ func (c *Config) applyDefaults() {
 	c.Planner.applyDefaults()
 	hc := &x.HealthCheck
 	if hc.Interval == 0 {
-		hc.Interval = Duration(time.Second)
+		hc.Interval = yamlconf.Duration(time.Second)
 	}
 	if hc.Timeout == 0 {
-		hc.Timeout = Duration(time.Second)
+		hc.Timeout = yamlconf.Duration(time.Second)
 	}
 	if hc.UnhealthyAfter == 0 {
 		hc.UnhealthyAfter = 2

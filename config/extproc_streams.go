@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/kvgate/kvgate/internal/yamlconf"
 )
 
 // The values of extproc.envoy_routing.
@@ -39,15 +41,15 @@ type StreamLimits struct {
 	MaxOpen int `yaml:"max_open"`
 	// RequestIdleTimeout is the longest gap between two request-path
 	// messages before the request is routed (408 past it).
-	RequestIdleTimeout Duration `yaml:"request_idle_timeout"`
+	RequestIdleTimeout yamlconf.Duration `yaml:"request_idle_timeout"`
 	// RequestTimeout bounds request headers to routing decision (408).
-	RequestTimeout Duration `yaml:"request_timeout"`
+	RequestTimeout yamlconf.Duration `yaml:"request_timeout"`
 	// MaxDuration bounds a whole stream, response included; past it kvgate
 	// ends the stream cleanly and Envoy carries on with the response
 	// unprocessed (ext_proc.cc onGrpcClose), its load released as a
 	// timeout. Default 1h: longer than any generation, short enough that a
 	// stream whose end was never seen does not hold accounting forever.
-	MaxDuration Duration `yaml:"max_duration"`
+	MaxDuration yamlconf.Duration `yaml:"max_duration"`
 }
 
 func (s *StreamLimits) applyDefaults() {
@@ -58,13 +60,13 @@ func (s *StreamLimits) applyDefaults() {
 		s.MaxOpen = 4096
 	}
 	if s.RequestIdleTimeout == 0 {
-		s.RequestIdleTimeout = Duration(30 * time.Second)
+		s.RequestIdleTimeout = yamlconf.Duration(30 * time.Second)
 	}
 	if s.RequestTimeout == 0 {
-		s.RequestTimeout = Duration(2 * time.Minute)
+		s.RequestTimeout = yamlconf.Duration(2 * time.Minute)
 	}
 	if s.MaxDuration == 0 {
-		s.MaxDuration = Duration(time.Hour)
+		s.MaxDuration = yamlconf.Duration(time.Hour)
 	}
 }
 
@@ -95,11 +97,11 @@ type ExtprocGRPC struct {
 	// KeepaliveMinTime: a client pinging more often is disconnected
 	// (GOAWAY ENHANCE_YOUR_CALM). grpc-go's default, 5m, would cut off an
 	// Envoy configured with HTTP/2 connection_keepalive.
-	KeepaliveMinTime Duration `yaml:"keepalive_min_time"`
+	KeepaliveMinTime yamlconf.Duration `yaml:"keepalive_min_time"`
 	// KeepaliveTime: the server pings a connection idle this long ...
-	KeepaliveTime Duration `yaml:"keepalive_time"`
+	KeepaliveTime yamlconf.Duration `yaml:"keepalive_time"`
 	// KeepaliveTimeout: ... and closes it if the ping is not answered.
-	KeepaliveTimeout Duration `yaml:"keepalive_timeout"`
+	KeepaliveTimeout yamlconf.Duration `yaml:"keepalive_timeout"`
 }
 
 func (g *ExtprocGRPC) applyDefaults() {
@@ -107,13 +109,13 @@ func (g *ExtprocGRPC) applyDefaults() {
 		g.MaxConcurrentStreams = 1000
 	}
 	if g.KeepaliveMinTime == 0 {
-		g.KeepaliveMinTime = Duration(10 * time.Second)
+		g.KeepaliveMinTime = yamlconf.Duration(10 * time.Second)
 	}
 	if g.KeepaliveTime == 0 {
-		g.KeepaliveTime = Duration(30 * time.Second)
+		g.KeepaliveTime = yamlconf.Duration(30 * time.Second)
 	}
 	if g.KeepaliveTimeout == 0 {
-		g.KeepaliveTimeout = Duration(10 * time.Second)
+		g.KeepaliveTimeout = yamlconf.Duration(10 * time.Second)
 	}
 }
 

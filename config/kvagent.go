@@ -5,6 +5,8 @@ import (
 	"net"
 	"path/filepath"
 	"strings"
+
+	"github.com/kvgate/kvgate/internal/yamlconf"
 )
 
 // Kvagent configures the `kvgate kvagent` node-local KV tier daemon: a
@@ -52,7 +54,7 @@ type Kvagent struct {
 	// MaxChain bounds the blocks of one connector request.
 	MaxChain int `yaml:"max_chain"`
 	// DrainTimeout bounds the graceful stop on SIGTERM.
-	DrainTimeout Duration `yaml:"drain_timeout"`
+	DrainTimeout yamlconf.Duration `yaml:"drain_timeout"`
 	// Quotas bound the arena slots clients hold pinned (reserved plus
 	// acquired) and for how long, so that no engine, and no peer, can
 	// pin the arena and starve the others' offloads.
@@ -88,7 +90,7 @@ type KvagentQuota struct {
 	// HoldTimeout gives back a Reserve or Acquire not committed,
 	// aborted or released within it (the connection stays open). Default
 	// 60s (engine), 30s (peer): an offload or onboard takes milliseconds.
-	HoldTimeout Duration `yaml:"hold_timeout"`
+	HoldTimeout yamlconf.Duration `yaml:"hold_timeout"`
 }
 
 // KvagentModel derives the block size in bytes: layers × kv_heads ×
@@ -180,7 +182,7 @@ func (x *Kvagent) applyDefaults() {
 		x.MaxChain = 4096
 	}
 	if x.DrainTimeout == 0 {
-		x.DrainTimeout = Duration(10e9)
+		x.DrainTimeout = yamlconf.Duration(10e9)
 	}
 	if x.Peer.Streams == 0 {
 		x.Peer.Streams = 4
@@ -196,10 +198,10 @@ func (x *Kvagent) applyDefaults() {
 		}
 	}
 	if e.HoldTimeout == 0 {
-		e.HoldTimeout = Duration(60e9)
+		e.HoldTimeout = yamlconf.Duration(60e9)
 	}
 	if p.HoldTimeout == 0 {
-		p.HoldTimeout = Duration(30e9)
+		p.HoldTimeout = yamlconf.Duration(30e9)
 	}
 }
 
@@ -391,7 +393,7 @@ func (q *KvagentQuotas) validate(path string, hostBlocks int) error {
 	}
 	for _, b := range []struct {
 		key string
-		d   Duration
+		d   yamlconf.Duration
 	}{{"engine.hold_timeout", q.Engine.HoldTimeout}, {"peer.hold_timeout", q.Peer.HoldTimeout}} {
 		if b.d.D() < 100e6 || b.d.D() > 3600e9 {
 			return fmt.Errorf("%s.%s: %s: want 100ms..1h", path, b.key, b.d.D())

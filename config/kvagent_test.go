@@ -6,7 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvgate/kvgate/config/tlstest"
+	"github.com/kvgate/kvgate/internal/testkit/tlstest"
+	"github.com/kvgate/kvgate/internal/yamlconf"
 )
 
 const kvagentBase = `kvagent:
@@ -35,8 +36,8 @@ func TestKvagentSectionDefaultsAndDerivedBlockSize(t *testing.T) {
 		t.Errorf("defaults: %+v", k)
 	}
 	// Quotas default to shares of the 1024 host slots.
-	if q := k.Quotas; q.Engine != (KvagentQuota{PerConnection: 512, PerProcess: 512, HoldTimeout: Duration(60e9)}) ||
-		q.Peer != (KvagentQuota{PerConnection: 256, PerPeer: 256, Total: 512, HoldTimeout: Duration(30e9)}) {
+	if q := k.Quotas; q.Engine != (KvagentQuota{PerConnection: 512, PerProcess: 512, HoldTimeout: yamlconf.Duration(60e9)}) ||
+		q.Peer != (KvagentQuota{PerConnection: 256, PerPeer: 256, Total: 512, HoldTimeout: yamlconf.Duration(30e9)}) {
 		t.Errorf("quota defaults: %+v", q)
 	}
 	// Without a socket the section is off, and valid empty.

@@ -3,6 +3,8 @@ package config
 import (
 	"fmt"
 	"time"
+
+	"github.com/kvgate/kvgate/internal/yamlconf"
 )
 
 // Outlier configures passive outlier ejection with Envoy's outlier_detection
@@ -17,16 +19,16 @@ import (
 // slow-started: its share of traffic ramps linearly over SlowStart from
 // SlowStartMinWeightPercent, as Envoy's slow_start_config does.
 type Outlier struct {
-	Disabled                  bool     `yaml:"disabled"`
-	Consecutive5xx            int      `yaml:"consecutive_5xx"`
-	ConsecutiveGatewayFailure int      `yaml:"consecutive_gateway_failure"`
-	BaseEjectionTime          Duration `yaml:"base_ejection_time"`
-	MaxEjectionTime           Duration `yaml:"max_ejection_time"`
-	MaxEjectionPercent        int      `yaml:"max_ejection_percent"`
+	Disabled                  bool              `yaml:"disabled"`
+	Consecutive5xx            int               `yaml:"consecutive_5xx"`
+	ConsecutiveGatewayFailure int               `yaml:"consecutive_gateway_failure"`
+	BaseEjectionTime          yamlconf.Duration `yaml:"base_ejection_time"`
+	MaxEjectionTime           yamlconf.Duration `yaml:"max_ejection_time"`
+	MaxEjectionPercent        int               `yaml:"max_ejection_percent"`
 	// SlowStart is the ramp after recovery; SlowStartDisabled turns it off.
-	SlowStart                 Duration `yaml:"slow_start"`
-	SlowStartDisabled         bool     `yaml:"slow_start_disabled"`
-	SlowStartMinWeightPercent int      `yaml:"slow_start_min_weight_percent"`
+	SlowStart                 yamlconf.Duration `yaml:"slow_start"`
+	SlowStartDisabled         bool              `yaml:"slow_start_disabled"`
+	SlowStartMinWeightPercent int               `yaml:"slow_start_min_weight_percent"`
 }
 
 func (x *Outlier) applyDefaults() {
@@ -37,10 +39,10 @@ func (x *Outlier) applyDefaults() {
 		x.ConsecutiveGatewayFailure = 5 // Envoy's default
 	}
 	if x.BaseEjectionTime == 0 {
-		x.BaseEjectionTime = Duration(30 * time.Second) // Envoy's default
+		x.BaseEjectionTime = yamlconf.Duration(30 * time.Second) // Envoy's default
 	}
 	if x.MaxEjectionTime == 0 {
-		x.MaxEjectionTime = Duration(300 * time.Second) // Envoy's default
+		x.MaxEjectionTime = yamlconf.Duration(300 * time.Second) // Envoy's default
 	}
 	if x.MaxEjectionPercent == 0 {
 		// Envoy defaults to 10 %, which in a pool of fewer than ten hosts
@@ -49,7 +51,7 @@ func (x *Outlier) applyDefaults() {
 		x.MaxEjectionPercent = 50
 	}
 	if x.SlowStart == 0 {
-		x.SlowStart = Duration(30 * time.Second)
+		x.SlowStart = yamlconf.Duration(30 * time.Second)
 	}
 	if x.SlowStartMinWeightPercent == 0 {
 		x.SlowStartMinWeightPercent = 10 // Envoy's min_weight_percent default

@@ -6,6 +6,8 @@ import (
 	"net/url"
 	"regexp"
 	"time"
+
+	"github.com/kvgate/kvgate/internal/yamlconf"
 )
 
 // Planner configures the `kvgate planner` sidecar: it sizes prefill and
@@ -15,20 +17,20 @@ import (
 // planner` then derives pools from engines' roles.
 type Planner struct {
 	// Interval between decisions.
-	Interval Duration       `yaml:"interval"`
-	Targets  PlannerTargets `yaml:"targets"`
+	Interval yamlconf.Duration `yaml:"interval"`
+	Targets  PlannerTargets    `yaml:"targets"`
 	// Horizon is how far ahead load is forecast (the lookahead): set it to
 	// the time a new replica takes to become ready plus one interval — a
 	// replica asked for now serves from then until the next decision could
 	// add more, the window the simulator benchmarks (0 = interval).
-	Horizon Duration      `yaml:"horizon"`
-	Pools   []PlannerPool `yaml:"pools"`
+	Horizon yamlconf.Duration `yaml:"horizon"`
+	Pools   []PlannerPool     `yaml:"pools"`
 	// GPUBudget bounds Σ replicas × gpus_per_replica over all pools (0 = none).
 	GPUBudget  int               `yaml:"gpu_budget"`
 	Forecaster PlannerForecaster `yaml:"forecaster"`
 	Hysteresis PlannerHysteresis `yaml:"hysteresis"`
 	// Cooldown: no scale-down of a pool sooner than this after its last change.
-	Cooldown Duration `yaml:"cooldown"`
+	Cooldown yamlconf.Duration `yaml:"cooldown"`
 	// ErrorHeadroom (k) provisions for the upper end of the forecast: the
 	// rate planned for is the forecast plus k × the mean absolute error of
 	// the pool's recent forecasts at the horizon. Omitted: the simulator's
@@ -37,12 +39,12 @@ type Planner struct {
 	// PeakHold: a scale-down never goes below what the highest request rate
 	// of this window needs (capacity shed now cannot be back sooner than a
 	// replica provisions). Omitted: DefaultPlannerPeakHold; 0 turns it off.
-	PeakHold *Duration `yaml:"peak_hold"`
+	PeakHold *yamlconf.Duration `yaml:"peak_hold"`
 	// BacklogDrain: requests already queued in a pool need capacity to be
 	// served within this time, on top of the forecast arrivals. Omitted:
 	// DefaultPlannerBacklogDrain; 0 turns it off.
-	BacklogDrain *Duration         `yaml:"backlog_drain"`
-	Correction   PlannerCorrection `yaml:"correction"`
+	BacklogDrain *yamlconf.Duration `yaml:"backlog_drain"`
+	Correction   PlannerCorrection  `yaml:"correction"`
 	// Prometheus, when its url is set, is where observations come from;
 	// otherwise the planner scrapes engines' and extproc's /metrics itself.
 	Prometheus PlannerPrometheus `yaml:"prometheus"`
@@ -62,8 +64,8 @@ type Planner struct {
 
 // PlannerTargets are the p90 latency objectives.
 type PlannerTargets struct {
-	TTFT Duration `yaml:"ttft"`
-	ITL  Duration `yaml:"itl"`
+	TTFT yamlconf.Duration `yaml:"ttft"`
+	ITL  yamlconf.Duration `yaml:"itl"`
 }
 
 // PlannerPool is one pool the planner sizes.
@@ -108,7 +110,7 @@ type PlannerForecaster struct {
 	// assumed to fade as e^(−t/trend_damping), so a trend read from noise or
 	// at a turn is not carried the whole horizon. Omitted:
 	// DefaultPlannerTrendDamping; 0 = undamped. Other kinds ignore it.
-	TrendDamping *Duration `yaml:"trend_damping"`
+	TrendDamping *yamlconf.Duration `yaml:"trend_damping"`
 }
 
 // PlannerHysteresis: scale up at once past up_utilization of SLA capacity;
@@ -131,15 +133,15 @@ type PlannerCorrection struct {
 
 // PlannerPrometheus is the Prometheus HTTP API to query.
 type PlannerPrometheus struct {
-	URL     string   `yaml:"url"`
-	Timeout Duration `yaml:"timeout"`
+	URL     string            `yaml:"url"`
+	Timeout yamlconf.Duration `yaml:"timeout"`
 	// Window is the PromQL range for rates and quantiles (default: 2 × interval).
-	Window Duration `yaml:"window"`
+	Window yamlconf.Duration `yaml:"window"`
 }
 
 // PlannerScrape configures direct /metrics scraping.
 type PlannerScrape struct {
-	Timeout Duration `yaml:"timeout"`
+	Timeout yamlconf.Duration `yaml:"timeout"`
 	// Extproc is kvgate extproc's admin host:port ("" = not scraped).
 	Extproc string `yaml:"extproc"`
 	// TokenFile or TokenEnv is the bearer token every scrape sends
@@ -177,13 +179,13 @@ type PlannerActuator struct {
 	// File is the JSON file the file actuator rewrites atomically.
 	File string `yaml:"file"`
 	// URL is where the http actuator POSTs each decision.
-	URL        string   `yaml:"url"`
-	Timeout    Duration `yaml:"timeout"`
-	Kubeconfig string   `yaml:"kubeconfig"` // empty = in-cluster
+	URL        string            `yaml:"url"`
+	Timeout    yamlconf.Duration `yaml:"timeout"`
+	Kubeconfig string            `yaml:"kubeconfig"` // empty = in-cluster
 }
 
 // The planner's tuned rules, as `kvgate planner simulate` and `kvgate
-// bench --only planner` run them (planner-sidecar/simulate: the defaults
+// bench --only planner` run them (e2e/plannersim: the defaults
 // of NewPlanner and DefaultForecastParams, for a 120 s provisioning delay
 // and a 30 s interval): an omitted key takes these, so the production
 // planner behaves as benchmarked.
@@ -196,13 +198,13 @@ const (
 
 func (x *Planner) applyDefaults() {
 	if x.Interval == 0 {
-		x.Interval = Duration(10 * time.Second)
+		x.Interval = yamlconf.Duration(10 * time.Second)
 	}
 	if x.Targets.TTFT == 0 {
-		x.Targets.TTFT = Duration(time.Second)
+		x.Targets.TTFT = yamlconf.Duration(time.Second)
 	}
 	if x.Targets.ITL == 0 {
-		x.Targets.ITL = Duration(50 * time.Millisecond)
+		x.Targets.ITL = yamlconf.Duration(50 * time.Millisecond)
 	}
 	if x.Forecaster.Kind == "" {
 		x.Forecaster.Kind = "holt"
@@ -212,15 +214,15 @@ func (x *Planner) applyDefaults() {
 		x.ErrorHeadroom = &k
 	}
 	if x.PeakHold == nil {
-		d := Duration(DefaultPlannerPeakHold)
+		d := yamlconf.Duration(DefaultPlannerPeakHold)
 		x.PeakHold = &d
 	}
 	if x.BacklogDrain == nil {
-		d := Duration(DefaultPlannerBacklogDrain)
+		d := yamlconf.Duration(DefaultPlannerBacklogDrain)
 		x.BacklogDrain = &d
 	}
 	if x.Forecaster.TrendDamping == nil {
-		d := Duration(DefaultPlannerTrendDamping)
+		d := yamlconf.Duration(DefaultPlannerTrendDamping)
 		x.Forecaster.TrendDamping = &d
 	}
 	if x.Hysteresis.UpUtilization == 0 {
@@ -242,16 +244,16 @@ func (x *Planner) applyDefaults() {
 		x.Correction.Max = 3
 	}
 	if x.Prometheus.Timeout == 0 {
-		x.Prometheus.Timeout = Duration(5 * time.Second)
+		x.Prometheus.Timeout = yamlconf.Duration(5 * time.Second)
 	}
 	if x.Scrape.Timeout == 0 {
-		x.Scrape.Timeout = Duration(2 * time.Second)
+		x.Scrape.Timeout = yamlconf.Duration(2 * time.Second)
 	}
 	if x.Actuator.Kind == "" {
 		x.Actuator.Kind = "advisory"
 	}
 	if x.Actuator.Timeout == 0 {
-		x.Actuator.Timeout = Duration(10 * time.Second)
+		x.Actuator.Timeout = yamlconf.Duration(10 * time.Second)
 	}
 	if x.Admin == "" {
 		x.Admin = "127.0.0.1:9410"

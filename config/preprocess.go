@@ -3,6 +3,8 @@ package config
 import (
 	"fmt"
 	"time"
+
+	"github.com/kvgate/kvgate/internal/yamlconf"
 )
 
 // Preprocess bounds what one request may cost extproc before it is routed
@@ -27,7 +29,7 @@ type Preprocess struct {
 	MaxWordBytes int `yaml:"max_word_bytes"`
 	// Timeout bounds the template render plus tokenization of one request;
 	// both stop when it passes (or when the client goes away).
-	Timeout Duration `yaml:"timeout"`
+	Timeout yamlconf.Duration `yaml:"timeout"`
 	// MaxOutputTokens is the largest max_tokens accepted.
 	MaxOutputTokens int64 `yaml:"max_output_tokens"`
 	// TrustRequestChatTemplate mirrors vLLM's --trust-request-chat-template:
@@ -60,7 +62,7 @@ func (x *Preprocess) applyDefaults() {
 		x.MaxWordBytes = DefaultMaxWordBytes
 	}
 	if x.Timeout == 0 {
-		x.Timeout = Duration(DefaultPreprocessTimeout)
+		x.Timeout = yamlconf.Duration(DefaultPreprocessTimeout)
 	}
 	if x.MaxOutputTokens == 0 {
 		x.MaxOutputTokens = maxOutputTokensBound

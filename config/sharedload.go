@@ -3,6 +3,8 @@ package config
 import (
 	"fmt"
 	"time"
+
+	"github.com/kvgate/kvgate/internal/yamlconf"
 )
 
 // SharedLoad shares in-flight load accounting between extproc replicas
@@ -16,11 +18,11 @@ type SharedLoad struct {
 	Disabled bool `yaml:"disabled"`
 	// Interval is the publish and read period: the bound on how stale
 	// another replica's load can be (plus one Redis round trip).
-	Interval Duration `yaml:"interval"`
+	Interval yamlconf.Duration `yaml:"interval"`
 	// TTL is how long a replica's snapshot outlives its last publish: a
 	// replica that died stops counting after it (default 20 × interval,
 	// at least 1s).
-	TTL Duration `yaml:"ttl"`
+	TTL yamlconf.Duration `yaml:"ttl"`
 	// ReplicaID names this replica's key; empty = hostname, pid and a
 	// random suffix (unique across restarts, so a restarted replica never
 	// adopts its predecessor's stale snapshot).
@@ -39,10 +41,10 @@ func (x *SharedLoad) applyDefaults() {
 	if x.Interval == 0 {
 		// 50 ms: llm-d scrapes engine metrics every 50 ms for the same
 		// reason; one small SET and one HGETALL plus a GET per peer.
-		x.Interval = Duration(50 * time.Millisecond)
+		x.Interval = yamlconf.Duration(50 * time.Millisecond)
 	}
 	if x.TTL == 0 {
-		x.TTL = Duration(max(time.Second, 20*x.Interval.D()))
+		x.TTL = yamlconf.Duration(max(time.Second, 20*x.Interval.D()))
 	}
 }
 

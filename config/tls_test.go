@@ -11,7 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvgate/kvgate/config/tlstest"
+	"github.com/kvgate/kvgate/internal/testkit/tlstest"
+	"github.com/kvgate/kvgate/internal/yamlconf"
 )
 
 // pki is a CA with a server and a client certificate, and an unrelated CA
@@ -412,7 +413,7 @@ func TestRedisAuthErrors(t *testing.T) {
 		c := Default()
 		c.Index.Backend = "redis"
 		tc.redis.Addrs = []string{"127.0.0.1:6379"}
-		tc.redis.WorkerTTL = Duration(time.Second)
+		tc.redis.WorkerTTL = yamlconf.Duration(time.Second)
 		c.Index.Redis = tc.redis
 		err := c.Validate()
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -11,7 +11,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kvgate/kvgate/config"
-	envoyconfig "github.com/kvgate/kvgate/envoy"
+	"github.com/kvgate/kvgate/envoy"
 )
 
 const (
@@ -335,7 +335,7 @@ func TestIstioMutualTLSToExtproc(t *testing.T) {
 		"mesh":    map[string]any{"istio": map[string]any{"tls": map[string]any{"mode": "MUTUAL", "credentialName": "gateway-to-kvgate"}}},
 	})
 	data, _ := meshDocs(ms)
-	if _, err := envoyconfig.Validate(data); err != nil {
+	if _, err := envoy.Validate(data); err != nil {
 		t.Fatalf("mesh objects rejected: %v", err)
 	}
 	for _, m := range byKind(ms, "DestinationRule") {

@@ -14,7 +14,7 @@ import (
 )
 
 // meshKinds are objects whose API types are not Go dependencies here: the
-// Envoy validator (package envoyconfig) checks their fields instead, against
+// Envoy validator (package envoy) checks their fields instead, against
 // Istio's networking API and Envoy Gateway's v1alpha1 API and Envoy's protos.
 var meshKinds = map[string]string{
 	"EnvoyFilter":          "networking.istio.io/",

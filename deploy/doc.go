@@ -8,5 +8,5 @@
 // what the code and the APIs accept — strict decoding into the Kubernetes
 // API types, the restricted security settings, the kvgate config parser,
 // the kvgate binary's own subcommands and flags, and the Envoy validator of
-// package envoyconfig — so shipped YAML cannot drift from the binaries.
+// package envoy — so shipped YAML cannot drift from the binaries.
 package deploy

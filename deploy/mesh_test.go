@@ -11,7 +11,7 @@ import (
 
 	gatewayv1beta1 "sigs.k8s.io/gateway-api/apis/v1beta1"
 
-	envoyconfig "github.com/kvgate/kvgate/envoy"
+	"github.com/kvgate/kvgate/envoy"
 )
 
 // meshDocs joins a render's mesh objects into one multi-document file, so
@@ -34,9 +34,9 @@ func meshDocs(ms []manifest) ([]byte, int) {
 // The Istio and Envoy Gateway objects pass the same validator as the files
 // in envoy/: Envoy's protos, PGV rules, start-up rules, kvgate's contract.
 func TestMeshObjectsValidate(t *testing.T) {
-	want := map[string][]envoyconfig.Kind{
-		"istio":         {envoyconfig.KindEnvoyFilter, envoyconfig.KindDestinationRule},
-		"envoy-gateway": {envoyconfig.KindEnvoyExtensionPolicy, envoyconfig.KindEnvoyPatchPolicy, envoyconfig.KindClientTrafficPolicy},
+	want := map[string][]envoy.Kind{
+		"istio":         {envoy.KindEnvoyFilter, envoy.KindDestinationRule},
+		"envoy-gateway": {envoy.KindEnvoyExtensionPolicy, envoy.KindEnvoyPatchPolicy, envoy.KindClientTrafficPolicy},
 	}
 	for _, sc := range scenarios {
 		t.Run(scenarioName(sc), func(t *testing.T) {
@@ -47,7 +47,7 @@ func TestMeshObjectsValidate(t *testing.T) {
 				}
 				return
 			}
-			kinds, err := envoyconfig.Validate(data)
+			kinds, err := envoy.Validate(data)
 			if err != nil {
 				t.Fatalf("mesh objects rejected:\n%v\n%s", err, data)
 			}
@@ -63,7 +63,7 @@ func TestMeshObjectsValidate(t *testing.T) {
 func TestMeshValidatorSeesValues(t *testing.T) {
 	ms := mustRender(t, "testdata/values-istio.yaml", map[string]any{"mesh": map[string]any{"originalDst": map[string]any{"connectTimeout": "5 seconds"}}})
 	data, _ := meshDocs(ms)
-	if _, err := envoyconfig.Validate(data); err == nil || !strings.Contains(err.Error(), "connect_timeout") {
+	if _, err := envoy.Validate(data); err == nil || !strings.Contains(err.Error(), "connect_timeout") {
 		t.Errorf("connectTimeout \"5 seconds\": got %v, want an error naming connect_timeout", err)
 	}
 }

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvgate/kvgate/e2e/envoyharness"
 	"github.com/kvgate/kvgate/e2e/procs"
-	"github.com/kvgate/kvgate/extproc/envoyharness"
-	"github.com/kvgate/kvgate/extproc/modelfiles"
+	"github.com/kvgate/kvgate/internal/testkit/modelfiles"
 )
 
 // Chaos tests (issue 9 item 5) kill real processes under a steady stream

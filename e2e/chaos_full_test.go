@@ -11,7 +11,7 @@ import (
 
 	"github.com/kvgate/kvgate/e2e/lossyproxy"
 	"github.com/kvgate/kvgate/e2e/procs"
-	"github.com/kvgate/kvgate/indexer/redistest"
+	"github.com/kvgate/kvgate/internal/testkit/redistest"
 )
 
 // The chaos faults that take longer or need more processes (`make e2e`).

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvgate/kvgate/indexer/redistest"
+	"github.com/kvgate/kvgate/internal/testkit/redistest"
 )
 
 // The full suite (`make e2e`): more engines, a Redis Cluster index with a

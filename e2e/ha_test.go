@@ -18,11 +18,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvgate/kvgate/e2e/envoyharness"
 	"github.com/kvgate/kvgate/e2e/procs"
 	"github.com/kvgate/kvgate/e2e/replay"
-	"github.com/kvgate/kvgate/extproc/envoyharness"
-	"github.com/kvgate/kvgate/extproc/modelfiles"
-	"github.com/kvgate/kvgate/indexer/redistest"
+	"github.com/kvgate/kvgate/internal/testkit/modelfiles"
+	"github.com/kvgate/kvgate/internal/testkit/redistest"
 )
 
 // Several `kvgate extproc` replicas behind one gateway (issue 9 item 1):

@@ -16,13 +16,14 @@ import (
 
 	"github.com/kvgate/kvgate/config"
 	"github.com/kvgate/kvgate/e2e/enginesim"
+	"github.com/kvgate/kvgate/e2e/envoyharness"
 	"github.com/kvgate/kvgate/extproc"
-	"github.com/kvgate/kvgate/extproc/envoyharness"
-	"github.com/kvgate/kvgate/extproc/modelfiles"
 	"github.com/kvgate/kvgate/extproc/openai"
 	"github.com/kvgate/kvgate/extproc/preprocess"
 	"github.com/kvgate/kvgate/extproc/server"
-	"github.com/kvgate/kvgate/indexer/index"
+	"github.com/kvgate/kvgate/indexer/kvindex"
+	"github.com/kvgate/kvgate/internal/kvfleet"
+	"github.com/kvgate/kvgate/internal/testkit/modelfiles"
 )
 
 // Cancellation of a disaggregated request (issue 9 item 4; Dynamo #13691:
@@ -95,13 +96,13 @@ func startPDRig(t *testing.T, prefillSpeed, decodeSpeed, gbps float64) *pdRig {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	rig.router, err = extproc.NewRouter(cfg, reg, index.NewMemory(index.MemoryConfig{}), log)
+	rig.router, err = extproc.NewRouter(cfg, reg, kvindex.NewMemory(kvindex.MemoryConfig{}), log)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Queued prefill work on the decode worker makes splitting pay, so
 	// every long prompt is disaggregated.
-	rig.router.Load().Begin(index.WorkerID{Endpoint: dAt}, 1<<20, 0, time.Now())
+	rig.router.Load().Begin(kvfleet.WorkerID{Endpoint: dAt}, 1<<20, 0, time.Now())
 	rig.baseline = 1
 	srv, err := server.New(rig.router, server.Config{Logger: log})
 	if err != nil {

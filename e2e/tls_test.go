@@ -16,11 +16,11 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/kvgate/kvgate/config"
-	"github.com/kvgate/kvgate/config/tlstest"
+	"github.com/kvgate/kvgate/e2e/envoyharness"
 	"github.com/kvgate/kvgate/e2e/procs"
-	"github.com/kvgate/kvgate/extproc/envoyharness"
-	"github.com/kvgate/kvgate/extproc/modelfiles"
-	"github.com/kvgate/kvgate/indexer/redistest"
+	"github.com/kvgate/kvgate/internal/testkit/modelfiles"
+	"github.com/kvgate/kvgate/internal/testkit/redistest"
+	"github.com/kvgate/kvgate/internal/testkit/tlstest"
 )
 
 // Transport security with real processes: `kvgate indexer` and `kvgate

@@ -19,9 +19,10 @@ import (
 
 	"github.com/kvgate/kvgate/e2e/enginesim"
 	"github.com/kvgate/kvgate/e2e/procs"
-	"github.com/kvgate/kvgate/extproc/modelfiles"
-	"github.com/kvgate/kvgate/indexer/index"
-	"github.com/kvgate/kvgate/indexer/redistest"
+	"github.com/kvgate/kvgate/indexer/kvindex"
+	"github.com/kvgate/kvgate/internal/kvfleet"
+	"github.com/kvgate/kvgate/internal/testkit/modelfiles"
+	"github.com/kvgate/kvgate/internal/testkit/redistest"
 )
 
 // upstreamEngine is one enginesim process speaking a current-vLLM shape.
@@ -98,7 +99,7 @@ func (e *upstreamEngine) complete(t *testing.T, tokens []int) {
 // redisBlocksByWorker lists, per worker, the device-tier blocks the Redis index
 // holds for it: every block key is scanned and each block matched alone,
 // so entries of a cleared epoch or a dead worker do not count.
-func redisBlocksByWorker(t *testing.T, c redis.UniversalClient, idx index.Index, prefix string) map[string][]uint64 {
+func redisBlocksByWorker(t *testing.T, c redis.UniversalClient, idx kvindex.Index, prefix string) map[string][]uint64 {
 	t.Helper()
 	ctx := context.Background()
 	out := map[string][]uint64{}
@@ -114,7 +115,7 @@ func redisBlocksByWorker(t *testing.T, c redis.UniversalClient, idx index.Index,
 			t.Fatal(err)
 		}
 		for w, d := range m {
-			if d[index.TierDevice] == 1 {
+			if d[kvfleet.TierDevice] == 1 {
 				out[w.Endpoint] = append(out[w.Endpoint], h)
 			}
 		}
@@ -161,7 +162,7 @@ func workerGauges(t *testing.T, url string) map[string]int {
 // afterwards the index equals every engine's cache (0 stale, 0 missing).
 // Then Redis loses everything twice while the engines are idle (FLUSHALL,
 // and a restart without persistence): each time every worker's entries are
-// back within 10 s and the per-worker gauges agree with the index.
+// back within 10 s and the per-worker gauges agree with the kvindex.
 func TestUpstreamShapedEnginesAndRedisWipes(t *testing.T) {
 	tokDir, err := modelfiles.Model(modelName)
 	if err != nil {
@@ -195,7 +196,7 @@ func TestUpstreamShapedEnginesAndRedisWipes(t *testing.T) {
 	if err := indexer.WaitHTTP(ctx, "http://"+idxAt+"/readyz"); err != nil {
 		t.Fatalf("indexer: %v", err)
 	}
-	reader, err := index.NewRedis(context.Background(), index.RedisConfig{Client: rds.NewClient(), Prefix: prefix})
+	reader, err := kvindex.NewRedis(context.Background(), kvindex.RedisConfig{Client: rds.NewClient(), Prefix: prefix})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -311,7 +312,7 @@ func TestBindModeIndexerWithConnectingEngines(t *testing.T) {
 	if err := indexer.WaitHTTP(ctx, "http://"+idxAt+"/readyz"); err != nil {
 		t.Fatalf("indexer: %v", err)
 	}
-	reader, err := index.NewRedis(context.Background(), index.RedisConfig{Client: rds.NewClient(), Prefix: prefix})
+	reader, err := kvindex.NewRedis(context.Background(), kvindex.RedisConfig{Client: rds.NewClient(), Prefix: prefix})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,11 +1,10 @@
-// Package envoyconfig checks Envoy configurations before Envoy sees them:
+// Package envoy checks Envoy configurations before Envoy sees them:
 // the standalone bootstraps shipped in this folder, the Envoy fragments
 // embedded in Istio EnvoyFilter and Envoy Gateway EnvoyPatchPolicy objects,
 // and the EnvoyExtensionPolicy and DestinationRule that go with them.
 //
-// The package lives in the envoy/ folder next to the YAML it checks (its
-// import path is github.com/kvgate/kvgate/envoy, its name envoyconfig), so
-// its tests read the shipped files directly.
+// The package lives in the envoy/ folder next to the YAML it checks, so its
+// tests read the shipped files directly.
 //
 // Checks, in order, each reported with the field path it concerns:
 //  1. the YAML parses into JSON values;
@@ -26,4 +25,4 @@
 //
 // Every type in go-control-plane's v3 config and extension packages is
 // registered (extensions_gen.go), so user configs validate too.
-package envoyconfig
+package envoy

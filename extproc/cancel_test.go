@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/config"
-	"github.com/kvgate/kvgate/extproc/envoyharness"
+	"github.com/kvgate/kvgate/e2e/envoyharness"
 	"github.com/kvgate/kvgate/extproc/loadview"
-	"github.com/kvgate/kvgate/indexer/index"
+	"github.com/kvgate/kvgate/internal/kvfleet"
 )
 
 // A disaggregated request holds load on two workers (prefill tokens on the
@@ -29,7 +29,7 @@ func TestCancelledPDRequestReleasesBothLegs(t *testing.T) {
 	// Queued prefill work on the decode workers makes the split pay.
 	var pinned []*loadview.Ticket
 	for _, w := range workers[1:] {
-		pinned = append(pinned, r.router.load.Begin(index.WorkerID{Endpoint: w}, 200000, 0, time.Now()))
+		pinned = append(pinned, r.router.load.Begin(kvfleet.WorkerID{Endpoint: w}, 200000, 0, time.Now()))
 	}
 	base := r.router.Load().Stats()
 	// Each phase asks its own question: a repeat would be credited to the
@@ -66,7 +66,7 @@ func TestCancelledPDRequestReleasesBothLegs(t *testing.T) {
 		if pre != workers[0] {
 			t.Fatalf("%s: not disaggregated (prefiller %q)", p.name, pre)
 		}
-		if l := r.router.Load().Snapshot(index.WorkerID{Endpoint: workers[0]}); l.InflightRequests != 1 || l.PrefillTokens == 0 {
+		if l := r.router.Load().Snapshot(kvfleet.WorkerID{Endpoint: workers[0]}); l.InflightRequests != 1 || l.PrefillTokens == 0 {
 			t.Fatalf("%s: prefill worker's load while in flight: %+v", p.name, l)
 		}
 		p.run(x)
@@ -79,7 +79,7 @@ func TestCancelledPDRequestReleasesBothLegs(t *testing.T) {
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
-		if l := r.router.Load().Snapshot(index.WorkerID{Endpoint: workers[0]}); l != (r.router.Load().Snapshot(index.WorkerID{Endpoint: "absent:1"})) {
+		if l := r.router.Load().Snapshot(kvfleet.WorkerID{Endpoint: workers[0]}); l != (r.router.Load().Snapshot(kvfleet.WorkerID{Endpoint: "absent:1"})) {
 			t.Fatalf("%s: prefill worker still carries %+v", p.name, l)
 		}
 		after := r.router.Load().Stats()

@@ -7,7 +7,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/kvgate/kvgate/config"
-	"github.com/kvgate/kvgate/extproc/envoyharness"
+	"github.com/kvgate/kvgate/e2e/envoyharness"
 )
 
 // debugHeaderFor sends one chat request asking for x-kvgate-debug through

@@ -7,7 +7,7 @@ import (
 
 	"github.com/kvgate/kvgate/config"
 	"github.com/kvgate/kvgate/extproc/discovery"
-	"github.com/kvgate/kvgate/indexer/index"
+	"github.com/kvgate/kvgate/internal/kvfleet"
 	"github.com/kvgate/kvgate/picker"
 )
 
@@ -41,15 +41,15 @@ func TestFollowDiscovery(t *testing.T) {
 		t.Fatalf("engines for the indexer: %+v", got)
 	}
 	ws := r.router.fleet.Load().pools["qwen3"].workers
-	ids := make([]index.WorkerID, 0, len(ws))
+	ids := make([]kvfleet.WorkerID, 0, len(ws))
 	for _, w := range ws {
 		ids = append(ids, w.ID)
 	}
-	want := []index.WorkerID{{Endpoint: "10.0.0.1:8000"}, {Endpoint: "10.0.0.1:8000", DPRank: 1}, {Endpoint: "10.0.0.2:8000"}}
+	want := []kvfleet.WorkerID{{Endpoint: "10.0.0.1:8000"}, {Endpoint: "10.0.0.1:8000", DPRank: 1}, {Endpoint: "10.0.0.2:8000"}}
 	if !slices.Equal(ids, want) || ws[0].Role != picker.RolePrefill || !ws[2].Draining {
 		t.Fatalf("router members %+v", ws)
 	}
-	if !r.router.fleet.Load().pools["qwen3"].approx[index.WorkerID{Endpoint: "10.0.0.2:8000"}] {
+	if !r.router.fleet.Load().pools["qwen3"].approx[kvfleet.WorkerID{Endpoint: "10.0.0.2:8000"}] {
 		t.Fatal("a worker without KV events must be routed in approximate mode")
 	}
 }

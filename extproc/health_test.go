@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/config"
+	"github.com/kvgate/kvgate/internal/yamlconf"
 )
 
 // A worker whose health probes fail gets no requests until it recovers.
@@ -28,7 +29,7 @@ func TestUnhealthyWorkerGetsNoRequests(t *testing.T) {
 	defer other.Close()
 	flaky, healthy := strings.TrimPrefix(engine.URL, "http://"), strings.TrimPrefix(other.URL, "http://")
 
-	h := newHealthChecker(config.HealthCheck{Interval: config.Duration(10 * time.Millisecond), Timeout: config.Duration(time.Second), UnhealthyAfter: 2, Path: "/health"})
+	h := newHealthChecker(config.HealthCheck{Interval: yamlconf.Duration(10 * time.Millisecond), Timeout: yamlconf.Duration(time.Second), UnhealthyAfter: 2, Path: "/health"})
 	h.setTargets([]string{flaky, healthy})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -58,7 +59,7 @@ func TestUnhealthyWorkerGetsNoRequests(t *testing.T) {
 // Through the router: candidates from an ejected engine are ineligible.
 func TestRouterSkipsUnhealthyWorkers(t *testing.T) {
 	r := newRig(t, func(c *config.Config) {
-		c.Extproc.HealthCheck = config.HealthCheck{Interval: config.Duration(time.Hour), Timeout: config.Duration(100 * time.Millisecond), UnhealthyAfter: 1, Path: "/health"}
+		c.Extproc.HealthCheck = config.HealthCheck{Interval: yamlconf.Duration(time.Hour), Timeout: yamlconf.Duration(100 * time.Millisecond), UnhealthyAfter: 1, Path: "/health"}
 	}, defaultHarnessConfig())
 	// Only one of the three workers answers its health probe.
 	ok := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) }))
@@ -96,7 +97,7 @@ func TestEngineMetricsReachCandidates(t *testing.T) {
 	}))
 	defer engine.Close()
 	r := newRig(t, func(c *config.Config) {
-		c.Extproc.EngineMetrics = config.EngineMetrics{Interval: config.Duration(20 * time.Millisecond), Staleness: config.Duration(time.Minute)}
+		c.Extproc.EngineMetrics = config.EngineMetrics{Interval: yamlconf.Duration(20 * time.Millisecond), Staleness: yamlconf.Duration(time.Minute)}
 	}, defaultHarnessConfig())
 	ep := strings.TrimPrefix(engine.URL, "http://")
 	if err := r.router.SetMembers([]Member{memberAt(ep)}); err != nil {

@@ -6,7 +6,7 @@ import (
 
 	"github.com/kvgate/kvgate/extproc/loadview"
 	"github.com/kvgate/kvgate/extproc/server"
-	"github.com/kvgate/kvgate/indexer/index"
+	"github.com/kvgate/kvgate/internal/kvfleet"
 	"github.com/kvgate/kvgate/picker"
 )
 
@@ -16,7 +16,7 @@ import (
 // worker's prefill-throughput estimate.
 type ticket struct {
 	router   *Router
-	worker   index.WorkerID
+	worker   kvfleet.WorkerID
 	model    string
 	start    time.Time
 	uncached int64
@@ -27,10 +27,10 @@ type ticket struct {
 	// fallbacks are the endpoints the proxy may walk after the primary,
 	// fallbackIDs their workers.
 	fallbacks   []string
-	fallbackIDs []index.WorkerID
+	fallbackIDs []kvfleet.WorkerID
 	// serving is the worker the load is booked on: the primary until the
 	// proxy reports that a fallback served.
-	serving index.WorkerID
+	serving kvfleet.WorkerID
 	// chain is the prompt's block hashes, credited to the serving worker
 	// as pending until its KV events arrive (pendingcredit.go).
 	chain []uint64
@@ -48,7 +48,7 @@ var (
 
 // servingWorker is the worker running the request: the primary unless the
 // proxy reported a fallback.
-func (t *ticket) servingWorker() index.WorkerID {
+func (t *ticket) servingWorker() kvfleet.WorkerID {
 	if t.serving.Endpoint != "" {
 		return t.serving
 	}

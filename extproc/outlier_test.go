@@ -11,17 +11,18 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/kvgate/kvgate/config"
-	"github.com/kvgate/kvgate/extproc/envoyharness"
+	"github.com/kvgate/kvgate/e2e/envoyharness"
+	"github.com/kvgate/kvgate/internal/yamlconf"
 )
 
 func outlierConfig() config.Outlier {
 	c := config.Outlier{}
 	c.Consecutive5xx = 3
 	c.ConsecutiveGatewayFailure = 2
-	c.BaseEjectionTime = config.Duration(10 * time.Second)
-	c.MaxEjectionTime = config.Duration(25 * time.Second)
+	c.BaseEjectionTime = yamlconf.Duration(10 * time.Second)
+	c.MaxEjectionTime = yamlconf.Duration(25 * time.Second)
 	c.MaxEjectionPercent = 50
-	c.SlowStart = config.Duration(20 * time.Second)
+	c.SlowStart = yamlconf.Duration(20 * time.Second)
 	c.SlowStartMinWeightPercent = 10
 	return c
 }

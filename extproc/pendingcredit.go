@@ -3,7 +3,7 @@ package extproc
 import (
 	"time"
 
-	"github.com/kvgate/kvgate/indexer/index"
+	"github.com/kvgate/kvgate/internal/kvfleet"
 )
 
 // Pending-prefix credit for workers that publish KV events: between routing
@@ -19,7 +19,7 @@ import (
 
 // recordPending remembers that chain is being computed on w, unless w is
 // approximate (r.recent records those).
-func (r *Router) recordPending(p *pool, w index.WorkerID, chain []uint64, now time.Time) {
+func (r *Router) recordPending(p *pool, w kvfleet.WorkerID, chain []uint64, now time.Time) {
 	if p.approx[w] || len(chain) == 0 {
 		return
 	}
@@ -28,7 +28,7 @@ func (r *Router) recordPending(p *pool, w index.WorkerID, chain []uint64, now ti
 
 // withdrawPending drops w's credit for chain when the request did not run
 // there (a fallback served it, or the worker failed it).
-func (r *Router) withdrawPending(w index.WorkerID, chain []uint64) {
+func (r *Router) withdrawPending(w kvfleet.WorkerID, chain []uint64) {
 	if len(chain) == 0 || w.Endpoint == "" {
 		return
 	}

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvgate/kvgate/extproc/envoyharness"
+	"github.com/kvgate/kvgate/e2e/envoyharness"
 	"github.com/kvgate/kvgate/extproc/loadview"
-	"github.com/kvgate/kvgate/indexer/index"
+	"github.com/kvgate/kvgate/internal/kvfleet"
 )
 
 // A request routed to a worker whose KV events have not arrived yet still
@@ -45,12 +45,12 @@ func TestPendingPrefixDrawsTheNextRequestBeforeKVEvents(t *testing.T) {
 
 	// The credit is the whole chain on the holder, and ends at the TTL.
 	p := r.router.fleet.Load().pools["qwen3"]
-	w := index.WorkerID{Endpoint: holder}
+	w := kvfleet.WorkerID{Endpoint: holder}
 	now := time.Now()
-	if got := r.router.match(context.Background(), p, res.Sequence, now)[w][index.TierDevice]; got != len(res.Sequence) {
+	if got := r.router.match(context.Background(), p, res.Sequence, now)[w][kvfleet.TierDevice]; got != len(res.Sequence) {
 		t.Fatalf("pending depth on %s = %d, want %d", holder, got, len(res.Sequence))
 	}
-	if got := r.router.match(context.Background(), p, res.Sequence, now.Add(loadview.PendingTTL+time.Second)); got[w] != (index.Depths{}) {
+	if got := r.router.match(context.Background(), p, res.Sequence, now.Add(loadview.PendingTTL+time.Second)); got[w] != (kvfleet.Depths{}) {
 		t.Fatalf("credit past the TTL: %v", got)
 	}
 }

@@ -28,7 +28,8 @@ import (
 	"github.com/kvgate/kvgate/extproc/openai"
 	"github.com/kvgate/kvgate/extproc/preprocess"
 	"github.com/kvgate/kvgate/extproc/server"
-	"github.com/kvgate/kvgate/indexer/index"
+	"github.com/kvgate/kvgate/indexer/kvindex"
+	"github.com/kvgate/kvgate/internal/kvfleet"
 	"github.com/kvgate/kvgate/picker"
 )
 
@@ -38,7 +39,7 @@ type pool struct {
 	workers []picker.Worker
 	// approx marks workers without KV events: their cache is inferred from
 	// kvgate's own recent decisions.
-	approx map[index.WorkerID]bool
+	approx map[kvfleet.WorkerID]bool
 	hasPD  bool // the pool has prefill-only workers
 }
 
@@ -62,7 +63,7 @@ type Member struct {
 type Router struct {
 	cfg     config.Extproc
 	reg     *preprocess.Registry
-	idx     index.Index
+	idx     kvindex.Index
 	load    *loadview.View
 	recent  *loadview.Recent
 	pending *loadview.Pending // decisions not yet in the index (pendingcredit.go)
@@ -81,13 +82,13 @@ type Router struct {
 
 	mu         sync.Mutex // guards rnd and throughput
 	rnd        *rand.Rand
-	throughput map[index.WorkerID]*picker.ThroughputEstimator
+	throughput map[kvfleet.WorkerID]*picker.ThroughputEstimator
 }
 
 var _ server.Router = (*Router)(nil)
 
 // NewRouter builds the request path from the configuration.
-func NewRouter(cfg config.Config, reg *preprocess.Registry, idx index.Index, log *slog.Logger) (*Router, error) {
+func NewRouter(cfg config.Config, reg *preprocess.Registry, idx kvindex.Index, log *slog.Logger) (*Router, error) {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -96,7 +97,7 @@ func NewRouter(cfg config.Config, reg *preprocess.Registry, idx index.Index, log
 	pc.Policy = x.Policy
 	pc.Temperature = x.Temperature
 	pc.Fallbacks = x.Fallbacks
-	pc.TierWeights = [index.NumTiers]float64{x.TierWeights.Device, x.TierWeights.Host, x.TierWeights.Disk, x.TierWeights.External}
+	pc.TierWeights = [kvfleet.NumTiers]float64{x.TierWeights.Device, x.TierWeights.Host, x.TierWeights.Disk, x.TierWeights.External}
 	if err := pc.Validate(); err != nil {
 		return nil, fmt.Errorf("extproc picker: %w", err)
 	}
@@ -125,7 +126,7 @@ func NewRouter(cfg config.Config, reg *preprocess.Registry, idx index.Index, log
 		pick: pc, pd: pd, log: log,
 		metrics: newMetrics(), debug: newDecisionLog(x.DecisionsKept), now: time.Now,
 		rnd:        rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0x6b766761)),
-		throughput: map[index.WorkerID]*picker.ThroughputEstimator{},
+		throughput: map[kvfleet.WorkerID]*picker.ThroughputEstimator{},
 	}
 	if !x.Outlier.Disabled {
 		r.outlier = newOutlierDetector(x.Outlier)
@@ -168,7 +169,7 @@ func MembersFromConfig(engines []config.Engine) []Member {
 		}
 		for rank := 0; rank < max(e.DPRanks, 1); rank++ {
 			out = append(out, Member{
-				Worker:      picker.Worker{ID: index.WorkerID{Endpoint: e.Endpoint, DPRank: rank}, Endpoint: e.Endpoint, Role: role, Draining: e.Draining},
+				Worker:      picker.Worker{ID: kvfleet.WorkerID{Endpoint: e.Endpoint, DPRank: rank}, Endpoint: e.Endpoint, Role: role, Draining: e.Draining},
 				Model:       e.Model,
 				Approximate: e.Events == "",
 			})
@@ -188,7 +189,7 @@ func (r *Router) SetMembers(members []Member) error {
 		}
 		p := f.pools[m.Model]
 		if p == nil {
-			p = &pool{model: m.Model, approx: map[index.WorkerID]bool{}}
+			p = &pool{model: m.Model, approx: map[kvfleet.WorkerID]bool{}}
 			f.pools[m.Model] = p
 		}
 		p.workers = append(p.workers, m.Worker)
@@ -213,7 +214,7 @@ func (r *Router) SetMembers(members []Member) error {
 		r.health.setTargets(eps)
 	}
 	if r.engines != nil {
-		targets := make(map[index.WorkerID]enginemetrics.Target, len(members))
+		targets := make(map[kvfleet.WorkerID]enginemetrics.Target, len(members))
 		for _, m := range members {
 			targets[m.Worker.ID] = enginemetrics.Target{URL: "http://" + m.Worker.Endpoint + "/metrics", Model: m.Model}
 		}
@@ -355,7 +356,7 @@ func (r *Router) Route(ctx context.Context, req *server.Request) (*server.Decisi
 	}
 	chosen := cands[dec.Primary]
 	depth := chosen.Depths.Max()
-	uncached := int64(len(res.Tokens) - chosen.Depths[index.TierDevice]*res.Model.BlockSize)
+	uncached := int64(len(res.Tokens) - chosen.Depths[kvfleet.TierDevice]*res.Model.BlockSize)
 	decodeBlocks := int64((len(res.Tokens) + expected + res.Model.BlockSize - 1) / res.Model.BlockSize)
 	now := r.now()
 	t := &ticket{router: r, worker: chosen.Worker.ID, chain: res.Sequence, start: now, uncached: uncached, decodeBlocks: decodeBlocks, model: res.Served}
@@ -411,7 +412,7 @@ func (r *Router) Route(ctx context.Context, req *server.Request) (*server.Decisi
 // confirmed by KV events (pendingcredit.go), and, for workers without KV
 // events, kvgate's own recent decisions. An index failure or timeout
 // routes on load alone: counted, never a 5xx.
-func (r *Router) match(ctx context.Context, p *pool, chain []uint64, now time.Time) index.Match {
+func (r *Router) match(ctx context.Context, p *pool, chain []uint64, now time.Time) kvindex.Match {
 	if len(chain) == 0 {
 		return nil
 	}
@@ -421,14 +422,14 @@ func (r *Router) match(ctx context.Context, p *pool, chain []uint64, now time.Ti
 	if err != nil {
 		r.metrics.indexErrors.Inc()
 		r.log.Warn("index match failed; routing on load only", "err", err)
-		m = index.Match{}
+		m = kvindex.Match{}
 	}
 	m = r.pending.Merge(m, chain, now)
 	if len(p.approx) > 0 {
 		for w, d := range r.recent.Match(chain, now) {
 			if p.approx[w] {
 				if m == nil {
-					m = index.Match{}
+					m = kvindex.Match{}
 				}
 				m[w] = d
 			}
@@ -439,7 +440,7 @@ func (r *Router) match(ctx context.Context, p *pool, chain []uint64, now time.Ti
 
 // candidates lists the pool's workers with their cached depths and load,
 // restricted to the proxy's subset hint when it sent one.
-func (r *Router) candidates(p *pool, m index.Match, hint []string) []picker.Candidate {
+func (r *Router) candidates(p *pool, m kvindex.Match, hint []string) []picker.Candidate {
 	var allowed map[string]bool
 	if hint != nil {
 		allowed = make(map[string]bool, len(hint))

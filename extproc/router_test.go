@@ -16,12 +16,13 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/kvgate/kvgate/config"
-	"github.com/kvgate/kvgate/extproc/envoyharness"
-	"github.com/kvgate/kvgate/extproc/modelfiles"
+	"github.com/kvgate/kvgate/e2e/envoyharness"
 	"github.com/kvgate/kvgate/extproc/openai"
 	"github.com/kvgate/kvgate/extproc/preprocess"
 	"github.com/kvgate/kvgate/extproc/server"
-	"github.com/kvgate/kvgate/indexer/index"
+	"github.com/kvgate/kvgate/indexer/kvindex"
+	"github.com/kvgate/kvgate/internal/kvfleet"
+	"github.com/kvgate/kvgate/internal/testkit/modelfiles"
 	"github.com/kvgate/kvgate/picker"
 )
 
@@ -30,7 +31,7 @@ var workers = []string{"10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000"}
 type rig struct {
 	router  *Router
 	reg     *preprocess.Registry
-	idx     *index.Memory
+	idx     *kvindex.Memory
 	harness *envoyharness.Harness
 	conn    *grpc.ClientConn
 	hcfg    envoyharness.Config
@@ -72,7 +73,7 @@ func newRig(t *testing.T, mutate func(*config.Config), hcfg envoyharness.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	idx := index.NewMemory(index.MemoryConfig{})
+	idx := kvindex.NewMemory(kvindex.MemoryConfig{})
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	router, err := NewRouter(cfg, reg, idx, log)
 	if err != nil {
@@ -135,8 +136,8 @@ func TestRoutesToPrefixHolderAndIgnoresSpoofedHeader(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			holder := index.WorkerID{Endpoint: workers[1]}
-			if err := r.idx.Store(context.Background(), holder, index.TierDevice, res.Sequence); err != nil {
+			holder := kvfleet.WorkerID{Endpoint: workers[1]}
+			if err := r.idx.Store(context.Background(), holder, kvfleet.TierDevice, res.Sequence); err != nil {
 				t.Fatal(err)
 			}
 			spoof := envoyharness.Header{Name: "x-gateway-destination-endpoint", Value: "203.0.113.9:80"}
@@ -328,16 +329,16 @@ func TestIndexFailureRoutesOnLoad(t *testing.T) {
 	finishResponse(t, x, x.Forward.Upstream)
 }
 
-type failingIndex struct{ index.Index }
+type failingIndex struct{ kvindex.Index }
 
-func (failingIndex) Match(context.Context, []uint64) (index.Match, error) {
+func (failingIndex) Match(context.Context, []uint64) (kvindex.Match, error) {
 	return nil, fmt.Errorf("redis: connection refused")
 }
 
 func defaultHarnessConfig() envoyharness.Config { return envoyharness.DefaultConfig() }
 
 func memberAt(endpoint string) Member {
-	return Member{Worker: picker.Worker{ID: index.WorkerID{Endpoint: endpoint}, Endpoint: endpoint, Role: picker.RoleBoth}, Model: "qwen3"}
+	return Member{Worker: picker.Worker{ID: kvfleet.WorkerID{Endpoint: endpoint}, Endpoint: endpoint, Role: picker.RoleBoth}, Model: "qwen3"}
 }
 
 // A request kvgate cannot tokenize exactly (an image part: its placeholder
@@ -369,7 +370,7 @@ func TestPrefillDecodeDisaggregation(t *testing.T) {
 	// Decode workers with prefill work queued make the split pay: the
 	// prefill worker is idle.
 	for _, w := range workers[1:] {
-		r.router.load.Begin(index.WorkerID{Endpoint: w}, 200000, 0, time.Now())
+		r.router.load.Begin(kvfleet.WorkerID{Endpoint: w}, 200000, 0, time.Now())
 	}
 	long := chatBody("qwen3", strings.Repeat("An uncached question about the contract's clauses. ", 120))
 	x, err := r.harness.Start(context.Background(), post(long))

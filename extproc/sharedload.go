@@ -18,7 +18,7 @@ import (
 
 	"github.com/kvgate/kvgate/config"
 	"github.com/kvgate/kvgate/extproc/loadview"
-	"github.com/kvgate/kvgate/indexer/index"
+	"github.com/kvgate/kvgate/internal/kvfleet"
 	"github.com/kvgate/kvgate/picker"
 )
 
@@ -67,7 +67,7 @@ const (
 // loadSnapshot is one replica's published load.
 type loadSnapshot struct {
 	At      time.Time
-	Workers map[index.WorkerID]picker.Load
+	Workers map[kvfleet.WorkerID]picker.Load
 	Routed  uint64
 	// HaveRouted: the snapshot carried routed (a replica of this version).
 	HaveRouted bool
@@ -80,7 +80,7 @@ type snapshotWire struct {
 	Workers [][]json.RawMessage `json:"workers"`
 }
 
-func encodeLoadSnapshot(at time.Time, routed uint64, loads map[index.WorkerID]picker.Load) ([]byte, error) {
+func encodeLoadSnapshot(at time.Time, routed uint64, loads map[kvfleet.WorkerID]picker.Load) ([]byte, error) {
 	w := snapshotWire{V: sharedLoadVersion, At: at.UnixMilli(), Routed: &routed, Workers: make([][]json.RawMessage, 0, len(loads))}
 	for id, l := range loads {
 		if l.InflightRequests == 0 && l.PrefillTokens == 0 && l.DecodeBlocks == 0 {
@@ -114,7 +114,7 @@ func decodeLoadSnapshot(b []byte) (loadSnapshot, error) {
 	if len(w.Workers) > maxSnapshotItems {
 		return loadSnapshot{}, fmt.Errorf("load snapshot: %d workers, more than %d", len(w.Workers), maxSnapshotItems)
 	}
-	out := loadSnapshot{At: time.UnixMilli(w.At), Workers: make(map[index.WorkerID]picker.Load, len(w.Workers))}
+	out := loadSnapshot{At: time.UnixMilli(w.At), Workers: make(map[kvfleet.WorkerID]picker.Load, len(w.Workers))}
 	if w.Routed != nil {
 		out.Routed, out.HaveRouted = *w.Routed, true
 	}
@@ -126,7 +126,7 @@ func decodeLoadSnapshot(b []byte) (loadSnapshot, error) {
 		if err := json.Unmarshal(item[0], &name); err != nil {
 			return loadSnapshot{}, fmt.Errorf("load snapshot: workers[%d][0]: want a worker id string", i)
 		}
-		id, err := index.ParseWorkerID(name)
+		id, err := kvfleet.ParseWorkerID(name)
 		if err != nil {
 			return loadSnapshot{}, fmt.Errorf("load snapshot: workers[%d][0]: %w", i, err)
 		}
@@ -154,7 +154,7 @@ type sharedLoad struct {
 	replica     string
 	interval    time.Duration
 	ttl         time.Duration
-	own         func() map[index.WorkerID]picker.Load
+	own         func() map[kvfleet.WorkerID]picker.Load
 	routed      func() uint64 // requests this replica has routed; nil = none
 	now         func() time.Time
 	log         *slog.Logger
@@ -196,7 +196,7 @@ func defaultReplicaID() string {
 // maxOwnSamples bounds the own-load history kept for extrapolation.
 const maxOwnSamples = 256
 
-func newSharedLoad(client redis.UniversalClient, prefix string, cfg config.SharedLoad, own func() map[index.WorkerID]picker.Load, routed func() uint64, log *slog.Logger) *sharedLoad {
+func newSharedLoad(client redis.UniversalClient, prefix string, cfg config.SharedLoad, own func() map[kvfleet.WorkerID]picker.Load, routed func() uint64, log *slog.Logger) *sharedLoad {
 	replica := cfg.ReplicaID
 	if replica == "" {
 		replica = defaultReplicaID()
@@ -232,7 +232,7 @@ func (s *sharedLoad) collectors() []prometheus.Collector {
 
 // peerLoad is what the other replicas had in flight on w at their last
 // publish.
-func (s *sharedLoad) peerLoad(w index.WorkerID) picker.Load {
+func (s *sharedLoad) peerLoad(w kvfleet.WorkerID) picker.Load {
 	if s == nil {
 		return picker.Load{}
 	}
@@ -242,7 +242,7 @@ func (s *sharedLoad) peerLoad(w index.WorkerID) picker.Load {
 // peerEstimate is the other replicas' likely load on w now: their last
 // publish, moved by this replica's own change on w since (own is this
 // replica's load on w now), scaled by their share of the traffic.
-func (s *sharedLoad) peerEstimate(w index.WorkerID, own picker.Load) picker.Load {
+func (s *sharedLoad) peerEstimate(w kvfleet.WorkerID, own picker.Load) picker.Load {
 	if s == nil {
 		return picker.Load{}
 	}

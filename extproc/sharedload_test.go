@@ -14,18 +14,20 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/kvgate/kvgate/config"
-	"github.com/kvgate/kvgate/extproc/modelfiles"
 	"github.com/kvgate/kvgate/extproc/openai"
 	"github.com/kvgate/kvgate/extproc/preprocess"
 	"github.com/kvgate/kvgate/indexer"
-	"github.com/kvgate/kvgate/indexer/index"
-	"github.com/kvgate/kvgate/indexer/redistest"
+	"github.com/kvgate/kvgate/indexer/kvindex"
+	"github.com/kvgate/kvgate/internal/kvfleet"
+	"github.com/kvgate/kvgate/internal/testkit/modelfiles"
+	"github.com/kvgate/kvgate/internal/testkit/redistest"
+	"github.com/kvgate/kvgate/internal/yamlconf"
 	"github.com/kvgate/kvgate/picker"
 )
 
 func TestLoadSnapshotRoundTrip(t *testing.T) {
 	at := time.UnixMilli(1_700_000_000_123)
-	in := map[index.WorkerID]picker.Load{
+	in := map[kvfleet.WorkerID]picker.Load{
 		{Endpoint: "10.0.0.1:8000", DPRank: 0}: {InflightRequests: 3, PrefillTokens: 4096, DecodeBlocks: 77},
 		{Endpoint: "10.0.0.2:8000", DPRank: 1}: {InflightRequests: 1},
 		{Endpoint: "10.0.0.3:8000", DPRank: 0}: {}, // idle: not published
@@ -112,7 +114,7 @@ func FuzzDecodeLoadSnapshot(f *testing.F) {
 func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 func sharedCfg(replica string, ttl time.Duration) config.SharedLoad {
-	return config.SharedLoad{Interval: config.Duration(20 * time.Millisecond), TTL: config.Duration(ttl), ReplicaID: replica}
+	return config.SharedLoad{Interval: yamlconf.Duration(20 * time.Millisecond), TTL: yamlconf.Duration(ttl), ReplicaID: replica}
 }
 
 // Two replicas exchange their loads through a real Redis (standalone and
@@ -127,15 +129,15 @@ func TestSharedLoadBetweenReplicas(t *testing.T) {
 
 func checkSharedLoad(t *testing.T, client redis.UniversalClient) {
 	ctx := context.Background()
-	w1 := index.WorkerID{Endpoint: "10.0.0.1:8000"}
-	w2 := index.WorkerID{Endpoint: "10.0.0.2:8000", DPRank: 1}
-	aLoad := map[index.WorkerID]picker.Load{w1: {InflightRequests: 5, PrefillTokens: 9000, DecodeBlocks: 40}}
-	bLoad := map[index.WorkerID]picker.Load{w1: {InflightRequests: 1}, w2: {InflightRequests: 2, PrefillTokens: 10}}
-	cLoad := map[index.WorkerID]picker.Load{w1: {InflightRequests: 2, PrefillTokens: 1000}}
+	w1 := kvfleet.WorkerID{Endpoint: "10.0.0.1:8000"}
+	w2 := kvfleet.WorkerID{Endpoint: "10.0.0.2:8000", DPRank: 1}
+	aLoad := map[kvfleet.WorkerID]picker.Load{w1: {InflightRequests: 5, PrefillTokens: 9000, DecodeBlocks: 40}}
+	bLoad := map[kvfleet.WorkerID]picker.Load{w1: {InflightRequests: 1}, w2: {InflightRequests: 2, PrefillTokens: 10}}
+	cLoad := map[kvfleet.WorkerID]picker.Load{w1: {InflightRequests: 2, PrefillTokens: 1000}}
 	ttl := 400 * time.Millisecond
-	a := newSharedLoad(client, "t:", sharedCfg("replica-a", ttl), func() map[index.WorkerID]picker.Load { return aLoad }, nil, quietLog())
-	b := newSharedLoad(client, "t:", sharedCfg("replica-b", ttl), func() map[index.WorkerID]picker.Load { return bLoad }, nil, quietLog())
-	c := newSharedLoad(client, "t:", sharedCfg("replica-c", ttl), func() map[index.WorkerID]picker.Load { return cLoad }, nil, quietLog())
+	a := newSharedLoad(client, "t:", sharedCfg("replica-a", ttl), func() map[kvfleet.WorkerID]picker.Load { return aLoad }, nil, quietLog())
+	b := newSharedLoad(client, "t:", sharedCfg("replica-b", ttl), func() map[kvfleet.WorkerID]picker.Load { return bLoad }, nil, quietLog())
+	c := newSharedLoad(client, "t:", sharedCfg("replica-c", ttl), func() map[kvfleet.WorkerID]picker.Load { return cLoad }, nil, quietLog())
 	for _, s := range []*sharedLoad{a, b, c} {
 		s.round(ctx)
 	}
@@ -183,11 +185,11 @@ func checkSharedLoad(t *testing.T, client redis.UniversalClient) {
 func TestSharedLoadSkipsCorruptPeer(t *testing.T) {
 	client := redistest.Standalone(t).Client()
 	ctx := context.Background()
-	w := index.WorkerID{Endpoint: "10.0.0.1:8000"}
-	a := newSharedLoad(client, "t:", sharedCfg("a", time.Second), func() map[index.WorkerID]picker.Load {
-		return map[index.WorkerID]picker.Load{w: {InflightRequests: 4}}
+	w := kvfleet.WorkerID{Endpoint: "10.0.0.1:8000"}
+	a := newSharedLoad(client, "t:", sharedCfg("a", time.Second), func() map[kvfleet.WorkerID]picker.Load {
+		return map[kvfleet.WorkerID]picker.Load{w: {InflightRequests: 4}}
 	}, nil, quietLog())
-	b := newSharedLoad(client, "t:", sharedCfg("b", time.Second), func() map[index.WorkerID]picker.Load { return nil }, nil, quietLog())
+	b := newSharedLoad(client, "t:", sharedCfg("b", time.Second), func() map[kvfleet.WorkerID]picker.Load { return nil }, nil, quietLog())
 	a.round(ctx)
 	if err := client.Set(ctx, "t:load:evil", `{"v":1,"at":1,"workers":[["x#0",-5,0,0]]}`, time.Minute).Err(); err != nil {
 		t.Fatal(err)
@@ -222,7 +224,7 @@ func TestRoutersShareLoadThroughRedis(t *testing.T) {
 	}
 	cfg.Extproc.HealthCheck.Disabled = true
 	cfg.Extproc.EngineMetrics.Disabled = true
-	cfg.Extproc.SharedLoad.Interval = config.Duration(20 * time.Millisecond)
+	cfg.Extproc.SharedLoad.Interval = yamlconf.Duration(20 * time.Millisecond)
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -258,8 +260,8 @@ func TestRoutersShareLoadThroughRedis(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	holder := index.WorkerID{Endpoint: workers[0]}
-	if err := a.idx.Store(ctx, holder, index.TierDevice, res.Sequence); err != nil {
+	holder := kvfleet.WorkerID{Endpoint: workers[0]}
+	if err := a.idx.Store(ctx, holder, kvfleet.TierDevice, res.Sequence); err != nil {
 		t.Fatal(err)
 	}
 	// Replica A has a burst in flight on the holder.
@@ -274,7 +276,7 @@ func TestRoutersShareLoadThroughRedis(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	p := b.fleet.Load().pools["qwen3"]
-	var m index.Match
+	var m kvindex.Match
 	for time.Now().Before(deadline) {
 		if m = b.match(ctx, p, res.Sequence, time.Now()); m[holder].Max() == len(res.Sequence) {
 			break
@@ -333,12 +335,12 @@ func counterValue(t *testing.T, c interface{ Write(*dto.Metric) error }) float64
 func TestSharedLoadExtrapolatesBetweenReads(t *testing.T) {
 	client := redistest.Standalone(t).Client()
 	ctx := context.Background()
-	w := index.WorkerID{Endpoint: "10.0.0.1:8000"}
-	aLoad := map[index.WorkerID]picker.Load{w: {InflightRequests: 1}}
-	bLoad := map[index.WorkerID]picker.Load{w: {InflightRequests: 1}}
+	w := kvfleet.WorkerID{Endpoint: "10.0.0.1:8000"}
+	aLoad := map[kvfleet.WorkerID]picker.Load{w: {InflightRequests: 1}}
+	bLoad := map[kvfleet.WorkerID]picker.Load{w: {InflightRequests: 1}}
 	aRouted, bRouted := uint64(10), uint64(10)
-	a := newSharedLoad(client, "t:", sharedCfg("a", time.Minute), func() map[index.WorkerID]picker.Load { return aLoad }, func() uint64 { return aRouted }, quietLog())
-	b := newSharedLoad(client, "t:", sharedCfg("b", time.Minute), func() map[index.WorkerID]picker.Load { return bLoad }, func() uint64 { return bRouted }, quietLog())
+	a := newSharedLoad(client, "t:", sharedCfg("a", time.Minute), func() map[kvfleet.WorkerID]picker.Load { return aLoad }, func() uint64 { return aRouted }, quietLog())
+	b := newSharedLoad(client, "t:", sharedCfg("b", time.Minute), func() map[kvfleet.WorkerID]picker.Load { return bLoad }, func() uint64 { return bRouted }, quietLog())
 	base := time.UnixMilli(time.Now().UnixMilli())
 	at := func(s *sharedLoad, d time.Duration) { s.now = func() time.Time { return base.Add(d) } }
 

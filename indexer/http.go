@@ -11,8 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/kvgate/kvgate/indexer/index"
 	"github.com/kvgate/kvgate/indexer/ingest"
+	"github.com/kvgate/kvgate/indexer/kvindex"
 	"github.com/kvgate/kvgate/indexer/kvstream"
 )
 
@@ -53,7 +53,7 @@ func (s *Service) Handler() http.Handler {
 // Status is a snapshot of the whole service.
 type Status struct {
 	Backend    string         `json:"backend"`
-	Index      index.Stats    `json:"index"`
+	Index      kvindex.Stats  `json:"index"`
 	IndexError string         `json:"index_error,omitempty"`
 	Workers    []WorkerStatus `json:"workers"`
 }

@@ -7,15 +7,15 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/kvgate/kvgate/config"
-	"github.com/kvgate/kvgate/indexer/index"
+	"github.com/kvgate/kvgate/indexer/kvindex"
 )
 
 // OpenIndex builds the configured index backend. For Redis it owns the
 // client it creates: closing the returned index closes the client too.
-func OpenIndex(ctx context.Context, c config.Index) (index.Index, error) {
+func OpenIndex(ctx context.Context, c config.Index) (kvindex.Index, error) {
 	switch c.Backend {
 	case "memory":
-		return index.NewMemory(index.MemoryConfig{Shards: c.Memory.Shards, MaxEntries: c.Memory.MaxEntries}), nil
+		return kvindex.NewMemory(kvindex.MemoryConfig{Shards: c.Memory.Shards, MaxEntries: c.Memory.MaxEntries}), nil
 	case "redis":
 		opts, err := redisOptions(c.Redis)
 		if err != nil {
@@ -26,7 +26,7 @@ func OpenIndex(ctx context.Context, c config.Index) (index.Index, error) {
 			client.Close()
 			return nil, fmt.Errorf("redis index: ping %v: %w", c.Redis.Addrs, err)
 		}
-		idx, err := index.NewRedis(ctx, index.RedisConfig{
+		idx, err := kvindex.NewRedis(ctx, kvindex.RedisConfig{
 			Client:    client,
 			Prefix:    c.Redis.Prefix,
 			BlockTTL:  c.Redis.BlockTTL.D(),
@@ -41,7 +41,7 @@ func OpenIndex(ctx context.Context, c config.Index) (index.Index, error) {
 	return nil, fmt.Errorf("index backend %q: not one of memory, redis", c.Backend)
 }
 
-// redisOptions turns index.redis into client options: TLS, and the ACL
+// redisOptions turns kvindex.redis into client options: TLS, and the ACL
 // user and password fetched for every new connection (a rotated password
 // file applies to the next connection; the password never enters a log
 // line or an error).
@@ -49,7 +49,7 @@ func redisOptions(r config.RedisIndex) (*redis.UniversalOptions, error) {
 	opts := &redis.UniversalOptions{Addrs: r.Addrs, DB: r.DB, IsClusterMode: r.Cluster}
 	tlsCfg, err := r.TLS.Load()
 	if err != nil {
-		return nil, fmt.Errorf("redis index: index.redis.%w", err)
+		return nil, fmt.Errorf("redis index: kvindex.redis.%w", err)
 	}
 	opts.TLSConfig = tlsCfg
 	if r.PasswordFile != "" || r.PasswordEnv != "" || r.Username != "" {
@@ -67,14 +67,14 @@ func redisOptions(r config.RedisIndex) (*redis.UniversalOptions, error) {
 
 // ownedClient closes the Redis client with the index that uses it.
 type ownedClient struct {
-	index.Index
+	kvindex.Index
 	client redis.UniversalClient
 }
 
 // Generation passes the Redis index's generation through (the embedded
 // interface hides it).
 func (o *ownedClient) Generation(ctx context.Context) (string, error) {
-	g, ok := o.Index.(index.Generationer)
+	g, ok := o.Index.(kvindex.Generationer)
 	if !ok {
 		return "", fmt.Errorf("index %T has no generation", o.Index)
 	}

@@ -11,9 +11,11 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/config"
-	"github.com/kvgate/kvgate/config/tlstest"
-	"github.com/kvgate/kvgate/indexer/index"
-	"github.com/kvgate/kvgate/indexer/redistest"
+	"github.com/kvgate/kvgate/indexer/kvindex"
+	"github.com/kvgate/kvgate/internal/kvfleet"
+	"github.com/kvgate/kvgate/internal/testkit/redistest"
+	"github.com/kvgate/kvgate/internal/testkit/tlstest"
+	"github.com/kvgate/kvgate/internal/yamlconf"
 )
 
 const (
@@ -80,22 +82,22 @@ func tlsPort(t *testing.T, s *redistest.Server) string {
 
 func redisIndexConfig(addr string) config.Index {
 	return config.Index{Backend: "redis", Redis: config.RedisIndex{
-		Addrs: []string{addr}, Prefix: "tls-test:", BlockTTL: config.Duration(time.Hour), WorkerTTL: config.Duration(30 * time.Second)}}
+		Addrs: []string{addr}, Prefix: "tls-test:", BlockTTL: yamlconf.Duration(time.Hour), WorkerTTL: yamlconf.Duration(30 * time.Second)}}
 }
 
-// roundTrip stores a block and matches it back through the index.
-func roundTrip(t *testing.T, idx index.Index) {
+// roundTrip stores a block and matches it back through the kvindex.
+func roundTrip(t *testing.T, idx kvindex.Index) {
 	t.Helper()
 	ctx := context.Background()
-	w := index.WorkerID{Endpoint: "10.0.0.1:8000"}
-	if err := idx.Store(ctx, w, index.TierDevice, []uint64{11, 22}); err != nil {
+	w := kvfleet.WorkerID{Endpoint: "10.0.0.1:8000"}
+	if err := idx.Store(ctx, w, kvfleet.TierDevice, []uint64{11, 22}); err != nil {
 		t.Fatalf("store: %v", err)
 	}
 	m, err := idx.Match(ctx, []uint64{11, 22, 33})
 	if err != nil {
 		t.Fatalf("match: %v", err)
 	}
-	if got := m[w][index.TierDevice]; got != 2 {
+	if got := m[w][kvfleet.TierDevice]; got != 2 {
 		t.Fatalf("matched depth %d on the device tier, want 2 (%v)", got, m)
 	}
 }
@@ -204,7 +206,7 @@ func TestOpenIndexRedisTLS(t *testing.T) {
 	t.Setenv("KVGATE_TEST_REDIS_PASSWORD", aclPassword)
 	ctx := context.Background()
 
-	open := func(tls config.ClientTLS) (index.Index, error) {
+	open := func(tls config.ClientTLS) (kvindex.Index, error) {
 		c := redisIndexConfig(addr)
 		c.Redis.Username, c.Redis.PasswordEnv, c.Redis.TLS = aclUser, "KVGATE_TEST_REDIS_PASSWORD", tls
 		return OpenIndex(ctx, c)

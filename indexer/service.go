@@ -4,7 +4,7 @@
 // /status.
 //
 // The event path is engine → kvstream (ordering, gap repair) → kvevents
-// (decode) → ingest (hashes recomputed from token ids) → index.
+// (decode) → ingest (hashes recomputed from token ids) → kvindex.
 package indexer
 
 import (
@@ -19,17 +19,18 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/config"
-	"github.com/kvgate/kvgate/indexer/index"
 	"github.com/kvgate/kvgate/indexer/ingest"
 	"github.com/kvgate/kvgate/indexer/kvevents"
+	"github.com/kvgate/kvgate/indexer/kvindex"
 	"github.com/kvgate/kvgate/indexer/kvstream"
+	"github.com/kvgate/kvgate/internal/kvfleet"
 )
 
 // Service runs one subscription per engine data-parallel rank. The set of
 // engines may change at run time (SetEngines, fed by discovery).
 type Service struct {
 	cfg     config.Config
-	idx     index.Index
+	idx     kvindex.Index
 	log     *slog.Logger
 	started atomic.Bool
 
@@ -39,7 +40,7 @@ type Service struct {
 	wg      sync.WaitGroup
 
 	// wipes counts the times the index was found to have lost its data
-	// (index.Generationer) and every worker was resynced.
+	// (kvindex.Generationer) and every worker was resynced.
 	wipes atomic.Uint64
 
 	// listeners are bind mode's bound sockets, one per data-parallel rank
@@ -55,7 +56,7 @@ const generationCheck = time.Second
 
 // stream is one worker's event path: subscriber → decoder → ingest.
 type stream struct {
-	worker   index.WorkerID
+	worker   kvfleet.WorkerID
 	label    string // worker in metrics and /status; "/kvagent" appended for a tier stream
 	model    string
 	endpoint string
@@ -82,7 +83,7 @@ type stream struct {
 }
 
 // New builds the service. It does not start anything until Run.
-func New(cfg config.Config, idx index.Index, log *slog.Logger) (*Service, error) {
+func New(cfg config.Config, idx kvindex.Index, log *slog.Logger) (*Service, error) {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -131,7 +132,7 @@ func (s *Service) buildStreams(engines []config.Engine) ([]*stream, error) {
 
 // SetEngines replaces the subscribed engines (discovery calls it on every
 // change): new ones are subscribed, unchanged ones keep their stream, and
-// the entries of engines that left are removed from the index.
+// the entries of engines that left are removed from the kvindex.
 func (s *Service) SetEngines(ctx context.Context, engines []config.Engine) error {
 	next, err := s.buildStreams(engines)
 	if err != nil {
@@ -208,7 +209,7 @@ func (s *Service) newStream(e config.Engine, m *config.Model, rank int) (*stream
 			return nil, err
 		}
 	}
-	w := index.WorkerID{Endpoint: e.Endpoint, DPRank: rank}
+	w := kvfleet.WorkerID{Endpoint: e.Endpoint, DPRank: rank}
 	// With a kvagent stream beside it, each stream's reset must remove only
 	// its own entries (ingest.Config.ScopedClear).
 	ing := ingest.NewWorker(w, s.idx, ingest.Config{BlockSize: m.BlockSize, Namespace: m.Namespace, ScopedClear: e.TierEvents != ""})
@@ -274,11 +275,11 @@ func (s *Service) newTierStream(e config.Engine, m *config.Model, rank int, gpu 
 			return nil, err
 		}
 	}
-	w := index.WorkerID{Endpoint: e.Endpoint, DPRank: rank}
+	w := kvfleet.WorkerID{Endpoint: e.Endpoint, DPRank: rank}
 	icfg := ingest.Config{
 		BlockSize:   m.BlockSize,
 		Namespace:   m.Namespace,
-		Tiers:       1<<index.TierHost | 1<<index.TierDisk,
+		Tiers:       1<<kvfleet.TierHost | 1<<kvfleet.TierDisk,
 		ScopedClear: true,
 	}
 	if gpu != nil {
@@ -290,7 +291,7 @@ func (s *Service) newTierStream(e config.Engine, m *config.Model, rank int, gpu 
 
 // subscribe makes the stream's subscriber: dialing events, or attached to
 // listener (bind mode, events is then only a label).
-func (s *Service) subscribe(w index.WorkerID, m *config.Model, ing *ingest.Worker, key, events string, listener *kvstream.Listener, replay, topic, suffix string) (*stream, error) {
+func (s *Service) subscribe(w kvfleet.WorkerID, m *config.Model, ing *ingest.Worker, key, events string, listener *kvstream.Listener, replay, topic, suffix string) (*stream, error) {
 	st := &stream{
 		key:      key,
 		worker:   w,
@@ -391,7 +392,7 @@ func (st *stream) Reset(ctx context.Context, reason string) error {
 func (s *Service) Run(ctx context.Context) error {
 	// The index's generation is read before any stream writes, so a wipe
 	// at any time after (even within the first watch interval) is seen.
-	gen, hasGen := s.idx.(index.Generationer)
+	gen, hasGen := s.idx.(kvindex.Generationer)
 	first := ""
 	if hasGen {
 		cctx, cancel := context.WithTimeout(ctx, generationCheck)
@@ -425,7 +426,7 @@ func (s *Service) Run(ctx context.Context) error {
 // from its engine's replay buffer. Without it, an idle engine's blocks
 // would stay missing (its stream sends nothing that could notice) while
 // the worker's gauges still counted them.
-func (s *Service) watchGeneration(ctx context.Context, g index.Generationer, last string) {
+func (s *Service) watchGeneration(ctx context.Context, g kvindex.Generationer, last string) {
 	t := time.NewTicker(generationCheck)
 	defer t.Stop()
 	for {

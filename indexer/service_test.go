@@ -15,17 +15,18 @@ import (
 
 	"github.com/kvgate/kvgate/config"
 	"github.com/kvgate/kvgate/indexer/blockhash"
-	"github.com/kvgate/kvgate/indexer/index"
 	"github.com/kvgate/kvgate/indexer/kvevents"
+	"github.com/kvgate/kvgate/indexer/kvindex"
 	"github.com/kvgate/kvgate/indexer/kvstream"
-	"github.com/kvgate/kvgate/indexer/redistest"
+	"github.com/kvgate/kvgate/internal/kvfleet"
+	"github.com/kvgate/kvgate/internal/testkit/redistest"
 )
 
 const testBlockSize = 4
 
 type testEngine struct {
 	pub      *kvstream.Publisher
-	id       index.WorkerID
+	id       kvfleet.WorkerID
 	enc      kvevents.Encoding
 	sent     uint64
 	lastHash uint64
@@ -43,7 +44,7 @@ func startEngines(t *testing.T, n int) ([]*testEngine, config.Config) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { pub.Close() })
-		e := &testEngine{pub: pub, id: index.WorkerID{Endpoint: "10.0.0." + string(rune('1'+i)) + ":8000"}, enc: kvevents.Encoding(i % 2)}
+		e := &testEngine{pub: pub, id: kvfleet.WorkerID{Endpoint: "10.0.0." + string(rune('1'+i)) + ":8000"}, enc: kvevents.Encoding(i % 2)}
 		engines = append(engines, e)
 		cfg.Engines = append(cfg.Engines, config.Engine{Endpoint: e.id.Endpoint, Model: "m", DPRanks: 1,
 			Events: "tcp://" + pub.Addr().String(), Replay: "tcp://" + pub.ReplayAddr().String()})
@@ -83,7 +84,7 @@ func (e *testEngine) publish(t *testing.T, b kvevents.Batch, live bool) {
 	e.sent++
 }
 
-func runService(t *testing.T, cfg config.Config, idx index.Index) *Service {
+func runService(t *testing.T, cfg config.Config, idx kvindex.Index) *Service {
 	t.Helper()
 	svc, err := New(cfg, idx, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
@@ -145,7 +146,7 @@ func seqTokens(from, n int) []uint32 {
 
 func TestServiceIngestsRepairsGapsAndReportsMetrics(t *testing.T) {
 	engines, cfg := startEngines(t, 2)
-	idx := index.NewMemory(index.MemoryConfig{})
+	idx := kvindex.NewMemory(kvindex.MemoryConfig{})
 	svc := runService(t, cfg, idx)
 
 	system := seqTokens(1, 8)  // 2 blocks shared by both engines
@@ -164,10 +165,10 @@ func TestServiceIngestsRepairsGapsAndReportsMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := m[engines[0].id][index.TierDevice]; d != 7 {
+	if d := m[engines[0].id][kvfleet.TierDevice]; d != 7 {
 		t.Errorf("engine 0 depth %d, want 7 (the replayed block included)", d)
 	}
-	if d := m[engines[1].id][index.TierDevice]; d != 2 {
+	if d := m[engines[1].id][kvfleet.TierDevice]; d != 2 {
 		t.Errorf("engine 1 depth %d, want 2", d)
 	}
 	w0 := st.Workers[0]
@@ -203,7 +204,7 @@ func TestServiceIngestsRepairsGapsAndReportsMetrics(t *testing.T) {
 // be dropped (never stale) and rebuilt from what follows.
 func TestServiceResetsWorkerOnUndecodableBatch(t *testing.T) {
 	engines, cfg := startEngines(t, 1)
-	idx := index.NewMemory(index.MemoryConfig{})
+	idx := kvindex.NewMemory(kvindex.MemoryConfig{})
 	svc := runService(t, cfg, idx)
 	e := engines[0]
 	e.storeChain(t, seqTokens(1, 8), true)
@@ -222,7 +223,7 @@ func TestServiceResetsWorkerOnUndecodableBatch(t *testing.T) {
 		t.Errorf("blocks stored before the undecodable batch still indexed: %v", m)
 	}
 	m, _ = idx.Match(context.Background(), chain(seqTokens(50, 4)))
-	if m[e.id][index.TierDevice] != 1 {
+	if m[e.id][kvfleet.TierDevice] != 1 {
 		t.Errorf("blocks stored after the reset missing: %v", m)
 	}
 }
@@ -230,7 +231,7 @@ func TestServiceResetsWorkerOnUndecodableBatch(t *testing.T) {
 // Several extproc replicas share the Redis index: what one indexer applies,
 // another process's index client sees.
 // runOnRedis runs the service for n engines on a Redis index of its own.
-func runOnRedis(t *testing.T, n int) (*redistest.Server, []*testEngine, *Service, index.Index) {
+func runOnRedis(t *testing.T, n int) (*redistest.Server, []*testEngine, *Service, kvindex.Index) {
 	t.Helper()
 	srv := redistest.Standalone(t)
 	engines, cfg := startEngines(t, n)
@@ -253,7 +254,7 @@ func TestServiceOnRedisSharedIndex(t *testing.T) {
 	engines[1].storeChain(t, seqTokens(1, 4), true)
 	waitBatches(t, svc, engines)
 
-	replica, err := index.NewRedis(context.Background(), index.RedisConfig{Client: srv.NewClient()})
+	replica, err := kvindex.NewRedis(context.Background(), kvindex.RedisConfig{Client: srv.NewClient()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +263,7 @@ func TestServiceOnRedisSharedIndex(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m[engines[0].id][index.TierDevice] != 3 || m[engines[1].id][index.TierDevice] != 1 {
+	if m[engines[0].id][kvfleet.TierDevice] != 3 || m[engines[1].id][kvfleet.TierDevice] != 1 {
 		t.Fatalf("replica sees %v, want depths 3 and 1", m)
 	}
 }
@@ -293,12 +294,12 @@ func get(t *testing.T, url string, want int) string {
 }
 
 // Discovery changes the engine set at run time: a new engine is
-// subscribed, a departed one's entries leave the index.
+// subscribed, a departed one's entries leave the kvindex.
 func TestServiceSetEngines(t *testing.T) {
 	engines, cfg := startEngines(t, 2)
 	first := cfg
 	first.Engines = cfg.Engines[:1]
-	idx := index.NewMemory(index.MemoryConfig{})
+	idx := kvindex.NewMemory(kvindex.MemoryConfig{})
 	svc := runService(t, first, idx)
 	engines[0].storeChain(t, seqTokens(1, 8), true)
 	waitBatches(t, svc, engines[:1])
@@ -312,7 +313,7 @@ func TestServiceSetEngines(t *testing.T) {
 		t.Fatalf("workers %d after adding one", len(st.Workers))
 	}
 	m, _ := idx.Match(context.Background(), chain(seqTokens(1, 8)))
-	if m[engines[0].id][index.TierDevice] != 2 || m[engines[1].id][index.TierDevice] != 1 {
+	if m[engines[0].id][kvfleet.TierDevice] != 2 || m[engines[1].id][kvfleet.TierDevice] != 1 {
 		t.Fatalf("match %v", m)
 	}
 
@@ -320,7 +321,7 @@ func TestServiceSetEngines(t *testing.T) {
 		t.Fatal(err)
 	}
 	m, _ = idx.Match(context.Background(), chain(seqTokens(1, 8)))
-	if _, ok := m[engines[0].id]; ok || m[engines[1].id][index.TierDevice] != 1 {
+	if _, ok := m[engines[0].id]; ok || m[engines[1].id][kvfleet.TierDevice] != 1 {
 		t.Fatalf("after removing engine 0: %v", m)
 	}
 	if st, _ := svc.Status(context.Background()); len(st.Workers) != 1 || st.Workers[0].Worker != engines[1].id.String() {
@@ -337,8 +338,8 @@ func TestServiceResyncsIdleWorkersAfterRedisFlushAll(t *testing.T) {
 	engines[0].storeChain(t, seqTokens(1, 12), true)
 	engines[1].storeChain(t, seqTokens(1, 4), true)
 	waitBatches(t, svc, engines)
-	want := map[index.WorkerID]int{engines[0].id: 3, engines[1].id: 1}
-	depthsNow := func() index.Match {
+	want := map[kvfleet.WorkerID]int{engines[0].id: 3, engines[1].id: 1}
+	depthsNow := func() kvindex.Match {
 		m, err := idx.Match(context.Background(), chain(seqTokens(1, 12)))
 		if err != nil {
 			return nil
@@ -346,7 +347,7 @@ func TestServiceResyncsIdleWorkersAfterRedisFlushAll(t *testing.T) {
 		return m
 	}
 	for w, d := range want {
-		if got := depthsNow()[w][index.TierDevice]; got != d {
+		if got := depthsNow()[w][kvfleet.TierDevice]; got != d {
 			t.Fatalf("before the wipe: %v depth %d, want %d", w, got, d)
 		}
 	}
@@ -361,7 +362,7 @@ func TestServiceResyncsIdleWorkersAfterRedisFlushAll(t *testing.T) {
 		m := depthsNow()
 		ok := true
 		for w, d := range want {
-			ok = ok && m[w][index.TierDevice] == d
+			ok = ok && m[w][kvfleet.TierDevice] == d
 		}
 		if ok {
 			break
@@ -414,7 +415,7 @@ func TestServiceBindMode(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { pub.Close() })
-		e := &testEngine{pub: pub, id: index.WorkerID{Endpoint: fmt.Sprintf("10.0.0.%d:8000", i+1)}, enc: kvevents.EncodingMap}
+		e := &testEngine{pub: pub, id: kvfleet.WorkerID{Endpoint: fmt.Sprintf("10.0.0.%d:8000", i+1)}, enc: kvevents.EncodingMap}
 		engines = append(engines, e)
 		cfg.Engines = append(cfg.Engines, config.Engine{Endpoint: e.id.Endpoint, Model: "m", DPRanks: 1, Topic: topic,
 			Events: config.EventsBindMode, Replay: "tcp://" + pub.ReplayAddr().String()})
@@ -422,7 +423,7 @@ func TestServiceBindMode(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	idx := index.NewMemory(index.MemoryConfig{})
+	idx := kvindex.NewMemory(kvindex.MemoryConfig{})
 	svc := runService(t, cfg, idx)
 	engines[0].storeChain(t, seqTokens(1, 8), true)
 	engines[0].storeChain(t, seqTokens(9, 4), false) // missed live: a gap
@@ -433,7 +434,7 @@ func TestServiceBindMode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m[engines[0].id][index.TierDevice] != 4 || m[engines[1].id][index.TierDevice] != 1 {
+	if m[engines[0].id][kvfleet.TierDevice] != 4 || m[engines[1].id][kvfleet.TierDevice] != 1 {
 		t.Fatalf("bind mode index %v, want depths 4 and 1", m)
 	}
 }

@@ -14,7 +14,8 @@ import (
 	"github.com/kvgate/kvgate/config"
 	"github.com/kvgate/kvgate/indexer"
 	"github.com/kvgate/kvgate/indexer/blockhash"
-	"github.com/kvgate/kvgate/indexer/index"
+	"github.com/kvgate/kvgate/indexer/kvindex"
+	"github.com/kvgate/kvgate/internal/kvfleet"
 	"github.com/kvgate/kvgate/kvagent/connector"
 	pb "github.com/kvgate/kvgate/kvagent/connector/connectorpb"
 	"github.com/kvgate/kvgate/kvagent/store"
@@ -139,7 +140,7 @@ func (c testChain) routerChain() []uint64 {
 
 // startIndexer runs `kvgate indexer`'s service on a memory index with one
 // engine whose host and disk tiers come from the kvagent's stream.
-func startIndexer(t *testing.T, events, replay int) index.Index {
+func startIndexer(t *testing.T, events, replay int) kvindex.Index {
 	t.Helper()
 	yaml := fmt.Sprintf(`
 models: [{name: m, block_size: %d}]
@@ -154,7 +155,7 @@ engines:
 	if err != nil {
 		t.Fatal(err)
 	}
-	idx := index.NewMemory(index.MemoryConfig{})
+	idx := kvindex.NewMemory(kvindex.MemoryConfig{})
 	svc, err := indexer.New(cfg, idx, slog.Default())
 	if err != nil {
 		t.Fatal(err)
@@ -173,11 +174,11 @@ engines:
 }
 
 // waitDepths polls the index until the worker's depths on chain are want.
-func waitDepths(t *testing.T, idx index.Index, chain []uint64, want index.Depths, what string) {
+func waitDepths(t *testing.T, idx kvindex.Index, chain []uint64, want kvfleet.Depths, what string) {
 	t.Helper()
-	w := index.WorkerID{Endpoint: testWorker}
+	w := kvfleet.WorkerID{Endpoint: testWorker}
 	deadline := time.Now().Add(20 * time.Second)
-	var got index.Depths
+	var got kvfleet.Depths
 	for time.Now().Before(deadline) {
 		m, err := idx.Match(context.Background(), chain)
 		if err != nil {
@@ -221,7 +222,7 @@ func TestIndexerCreditsTheAgentsTiersAndForgetsHostBlocksOnRestart(t *testing.T)
 	}
 	// admit_after 1: committed blocks are written through to disk.
 	waitTiers(t, c, ch.hashes, []pb.Tier{pb.Tier_TIER_HOST, pb.Tier_TIER_HOST, pb.Tier_TIER_HOST})
-	waitDepths(t, idx, ch.routerChain(), index.Depths{0, 3, 3, 3}, "after offload")
+	waitDepths(t, idx, ch.routerChain(), kvfleet.Depths{0, 3, 3, 3}, "after offload")
 
 	// Restart: the host arena is lost (its blocks announced removed), the
 	// disk blocks are recovered and announced again.
@@ -230,7 +231,7 @@ func TestIndexerCreditsTheAgentsTiersAndForgetsHostBlocksOnRestart(t *testing.T)
 		t.Fatal(err)
 	}
 	a2 := startAgent(t, cfg)
-	waitDepths(t, idx, ch.routerChain(), index.Depths{0, 0, 3, 3}, "after restart")
+	waitDepths(t, idx, ch.routerChain(), kvfleet.Depths{0, 0, 3, 3}, "after restart")
 	c2 := dialAgent(t, a2.SocketPath())
 	waitTiers(t, c2, ch.hashes, []pb.Tier{pb.Tier_TIER_DISK, pb.Tier_TIER_DISK, pb.Tier_TIER_DISK})
 	// Onboarding promotes them to host, and the index hears of it.
@@ -244,7 +245,7 @@ func TestIndexerCreditsTheAgentsTiersAndForgetsHostBlocksOnRestart(t *testing.T)
 			t.Fatalf("block %d after restart: bytes differ", i)
 		}
 	}
-	waitDepths(t, idx, ch.routerChain(), index.Depths{0, 3, 3, 3}, "after promotion")
+	waitDepths(t, idx, ch.routerChain(), kvfleet.Depths{0, 3, 3, 3}, "after promotion")
 }
 
 func TestFetchAChainFromAPeersHostAndDiskTiers(t *testing.T) {

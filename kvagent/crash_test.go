@@ -22,7 +22,7 @@ import (
 
 	"github.com/kvgate/kvgate/config"
 	"github.com/kvgate/kvgate/indexer/blockhash"
-	"github.com/kvgate/kvgate/indexer/index"
+	"github.com/kvgate/kvgate/internal/kvfleet"
 	"github.com/kvgate/kvgate/kvagent/connector"
 	pb "github.com/kvgate/kvgate/kvagent/connector/connectorpb"
 	"github.com/kvgate/kvgate/kvagent/store"
@@ -132,7 +132,7 @@ func httpGet(t *testing.T, url string) (int, string) {
 
 const crashBlockBytes = 256 << 10
 
-// crashBlock is single-block sequence i: its own chain in the index.
+// crashBlock is single-block sequence i: its own chain in the kvindex.
 func crashBlock(i int) connector.Block {
 	h := uint64(0xc0000 + i)
 	return connector.Block{
@@ -204,7 +204,7 @@ func TestKill9MidWriteThenRestart(t *testing.T) {
 	// The index credits blocks 0..7 on disk only: written through, then
 	// pushed out of the 8 host slots by the later offloads.
 	for i := range 8 {
-		waitDepths(t, idx, []uint64{crashSeq(crashBlock(i))}, index.Depths{0, 0, 1, 1}, fmt.Sprintf("block %d before the kill", i))
+		waitDepths(t, idx, []uint64{crashSeq(crashBlock(i))}, kvfleet.Depths{0, 0, 1, 1}, fmt.Sprintf("block %d before the kill", i))
 	}
 	if err := d.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -273,11 +273,11 @@ func TestKill9MidWriteThenRestart(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := index.Depths{}
+		want := kvfleet.Depths{}
 		if len(tiers) == 1 {
-			want = index.Depths{0, 0, 1, 1}
+			want = kvfleet.Depths{0, 0, 1, 1}
 			if tiers[0] == pb.Tier_TIER_HOST {
-				want = index.Depths{0, 1, 1, 1}
+				want = kvfleet.Depths{0, 1, 1, 1}
 			}
 		}
 		waitDepths(t, idx, []uint64{crashSeq(b)}, want, fmt.Sprintf("block %d after restart", i))

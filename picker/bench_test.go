@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/kvgate/kvgate/indexer/index"
+	"github.com/kvgate/kvgate/internal/kvfleet"
 )
 
 func benchCandidates(n int) []Candidate {
@@ -12,7 +12,7 @@ func benchCandidates(n int) []Candidate {
 	cands := make([]Candidate, n)
 	for i := range cands {
 		d := rnd.IntN(64)
-		cands[i] = cand(i, index.Depths{d, d + rnd.IntN(8), d + 8, d + 8}, Load{
+		cands[i] = cand(i, kvfleet.Depths{d, d + rnd.IntN(8), d + 8, d + 8}, Load{
 			InflightRequests: rnd.IntN(32), PrefillTokens: rnd.Int64N(20000), DecodeBlocks: rnd.Int64N(4000),
 			PrefillTokensPerSec: 20000 + float64(rnd.IntN(20000)), KVCapacityBlocks: 16384,
 			HaveEngine: true, Running: rnd.IntN(32), KVUsage: rnd.Float64(),

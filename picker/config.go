@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/kvgate/kvgate/indexer/index"
+	"github.com/kvgate/kvgate/internal/kvfleet"
 )
 
 // Policy names.
@@ -27,7 +27,7 @@ type Config struct {
 	// for external storage (shared_cache_multiplier 0); see
 	// lib/kv-router/src/scheduling/config.rs. Each weight is in [0, 1]: a
 	// cached block never saves more than computing it.
-	TierWeights [index.NumTiers]float64
+	TierWeights [kvfleet.NumTiers]float64
 	// PrefillLoadScale multiplies the prefill term (Dynamo prefill_load_scale).
 	PrefillLoadScale float64
 	// ActiveRequestWeight charges each in-flight request this many blocks
@@ -94,7 +94,7 @@ type KvgateConfig struct {
 func DefaultConfig() Config {
 	return Config{
 		Policy:           PolicyDynamo,
-		TierWeights:      [index.NumTiers]float64{1, 0.75, 0.25, 0},
+		TierWeights:      [kvfleet.NumTiers]float64{1, 0.75, 0.25, 0},
 		PrefillLoadScale: 1,
 		Temperature:      0,
 		Fallbacks:        2,
@@ -141,7 +141,7 @@ func (c Config) Validate() error {
 	}
 	for t, w := range c.TierWeights {
 		if !finiteIn(w, 0, 1) {
-			return fmt.Errorf("picker config: tier weight %s = %v outside [0, 1]", index.Tier(t), w)
+			return fmt.Errorf("picker config: tier weight %s = %v outside [0, 1]", kvfleet.Tier(t), w)
 		}
 	}
 	switch {

@@ -1,6 +1,6 @@
 package picker
 
-import "github.com/kvgate/kvgate/indexer/index"
+import "github.com/kvgate/kvgate/internal/kvfleet"
 
 // The "dynamo" policy is the default cost of NVIDIA Dynamo's KV router,
 // ai-dynamo/dynamo lib/kv-router/src/scheduling/selector/default.rs
@@ -25,12 +25,12 @@ import "github.com/kvgate/kvgate/indexer/index"
 // on the fastest tier holding it) and weights them. Depths are clamped to
 // [0, blocks] and made non-decreasing, so a malformed index answer can only
 // lower the credit, never make it exceed the prompt.
-func tierCredit(d *index.Depths, blocks int, w *[index.NumTiers]float64) (credit, device float64) {
+func tierCredit(d *kvfleet.Depths, blocks int, w *[kvfleet.NumTiers]float64) (credit, device float64) {
 	prev := 0
-	for t := range index.NumTiers {
+	for t := range kvfleet.NumTiers {
 		v := min(max(d[t], prev), blocks)
 		overlap := float64(v - prev)
-		if t == index.TierDevice {
+		if t == kvfleet.TierDevice {
 			device = overlap
 		}
 		credit += w[t] * overlap

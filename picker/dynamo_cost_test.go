@@ -3,7 +3,7 @@ package picker
 import (
 	"testing"
 
-	"github.com/kvgate/kvgate/indexer/index"
+	"github.com/kvgate/kvgate/internal/kvfleet"
 )
 
 // Expected values are worked by hand from Dynamo's formula (dynamo_cost.go)
@@ -12,7 +12,7 @@ func TestDynamoTerms(t *testing.T) {
 	cases := []struct {
 		name   string
 		req    Request
-		depths index.Depths
+		depths kvfleet.Depths
 		load   Load
 		cfg    func(*Config)
 		want   Terms
@@ -20,7 +20,7 @@ func TestDynamoTerms(t *testing.T) {
 		{
 			name:   "device and host overlap",
 			req:    req16(10),
-			depths: index.Depths{4, 6, 6, 6},
+			depths: kvfleet.Depths{4, 6, 6, 6},
 			load:   Load{PrefillTokens: 32, DecodeBlocks: 20},
 			// credit 4 + 0.75×2 = 5.5; raw (32+160)/16 = 12; 1×(12−5.5) + (20+10)
 			want: Terms{Credit: 5.5, PrefillBlocks: 12, DecodeBlocks: 30, Cost: 36.5},
@@ -28,7 +28,7 @@ func TestDynamoTerms(t *testing.T) {
 		{
 			name:   "disk and external overlap",
 			req:    req16(10),
-			depths: index.Depths{0, 0, 8, 10},
+			depths: kvfleet.Depths{0, 0, 8, 10},
 			load:   Load{DecodeBlocks: 5},
 			// credit 0.25×8 + 0×2 = 2; raw 10; (10−2) + (5+10)
 			want: Terms{Credit: 2, PrefillBlocks: 10, DecodeBlocks: 15, Cost: 23},
@@ -42,7 +42,7 @@ func TestDynamoTerms(t *testing.T) {
 		{
 			name:   "decreasing depths credit only the fastest tier",
 			req:    req16(10),
-			depths: index.Depths{8, 2, 2, 2},
+			depths: kvfleet.Depths{8, 2, 2, 2},
 			want:   Terms{Credit: 8, PrefillBlocks: 10, DecodeBlocks: 10, Cost: 12},
 		},
 		{

@@ -6,7 +6,7 @@ import (
 	"math"
 	"testing"
 
-	"github.com/kvgate/kvgate/indexer/index"
+	"github.com/kvgate/kvgate/internal/kvfleet"
 )
 
 // FuzzPick feeds arbitrary requests, candidates and knobs to Pick and
@@ -39,8 +39,8 @@ func FuzzPick(f *testing.F) {
 		cfg.MaxInflight = int(rd.u8() % 4)
 		var cands []Candidate
 		for i := range int(rd.u8() % 12) {
-			var d index.Depths
-			for t := range index.NumTiers {
+			var d kvfleet.Depths
+			for t := range kvfleet.NumTiers {
 				d[t] = int(int16(rd.u16()))
 			}
 			c := cand(i%5, d, Load{

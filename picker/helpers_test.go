@@ -4,14 +4,14 @@ import (
 	"fmt"
 	"math/rand/v2"
 
-	"github.com/kvgate/kvgate/indexer/index"
+	"github.com/kvgate/kvgate/internal/kvfleet"
 )
 
 // cand builds an aggregated-capable candidate named w<i> at 10.0.0.<i>:8000.
-func cand(i int, depths index.Depths, load Load) Candidate {
+func cand(i int, depths kvfleet.Depths, load Load) Candidate {
 	ep := fmt.Sprintf("10.0.0.%d:8000", i)
 	return Candidate{
-		Worker: Worker{ID: index.WorkerID{Endpoint: ep}, Endpoint: ep, Role: RoleBoth},
+		Worker: Worker{ID: kvfleet.WorkerID{Endpoint: ep}, Endpoint: ep, Role: RoleBoth},
 		Depths: depths,
 		Load:   load,
 	}
@@ -24,4 +24,4 @@ func req16(n int) Request {
 
 func seeded(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)) }
 
-func depth(d int) index.Depths { return index.Depths{d, d, d, d} }
+func depth(d int) kvfleet.Depths { return kvfleet.Depths{d, d, d, d} }

@@ -4,7 +4,7 @@ import (
 	"math"
 	"testing"
 
-	"github.com/kvgate/kvgate/indexer/index"
+	"github.com/kvgate/kvgate/internal/kvfleet"
 )
 
 func kvgateConfig(mut func(*KvgateConfig)) Config {
@@ -32,9 +32,9 @@ func TestKvgateReducesToDynamo(t *testing.T) {
 		uniform := rnd.Float64() * 50000
 		var cands []Candidate
 		for i := range 1 + rnd.IntN(12) {
-			var d index.Depths
+			var d kvfleet.Depths
 			v := 0
-			for t := range index.NumTiers {
+			for t := range kvfleet.NumTiers {
 				v += rnd.IntN(blocks/2 + 1)
 				d[t] = v
 			}
@@ -115,7 +115,7 @@ func TestKvgateDecodeFootprint(t *testing.T) {
 		{
 			// 10 routed + (8 − 3 on device) + ceil(100/16)=7
 			name: "output blocks and device dedup", req: Request{PromptTokens: 128, BlockSize: 16, Blocks: 8, ExpectedOutputTokens: 100},
-			cand: cand(0, index.Depths{3, 5, 5, 5}, Load{DecodeBlocks: 10}), wantDecode: 22,
+			cand: cand(0, kvfleet.Depths{3, 5, 5, 5}, Load{DecodeBlocks: 10}), wantDecode: 22,
 		},
 		{
 			// engine reports 0.5 × 1000 = 500 used > 10 routed; 500 + 8 + 0, under 900

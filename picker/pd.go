@@ -6,7 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 
-	"github.com/kvgate/kvgate/indexer/index"
+	"github.com/kvgate/kvgate/internal/kvfleet"
 )
 
 // PDConfig parameterises DecidePD. Start from DefaultPDConfig.
@@ -149,7 +149,7 @@ func DecidePD(req Request, prefill, decode []Candidate, cfg PDConfig, rnd *rand.
 
 	// Blocks already on the decode worker's device need not move.
 	d := &decode[dec.Primary].Depths
-	onDevice := min(max(d[index.TierDevice], 0), req.Blocks)
+	onDevice := min(max(d[kvfleet.TierDevice], 0), req.Blocks)
 	moved := float64(req.PromptTokens) - float64(onDevice)*bs
 	out.TransferSeconds = moved * float64(cfg.KVBytesPerToken) / cfg.TransferBytesPerSec
 

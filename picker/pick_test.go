@@ -6,7 +6,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/kvgate/kvgate/indexer/index"
+	"github.com/kvgate/kvgate/internal/kvfleet"
 )
 
 func TestArgmin(t *testing.T) {
@@ -49,9 +49,9 @@ func TestArgmin(t *testing.T) {
 			name: "device beats host beats disk",
 			req:  req16(8),
 			cands: []Candidate{
-				cand(0, index.Depths{0, 0, 8, 8}, Load{}),
-				cand(1, index.Depths{0, 8, 8, 8}, Load{}),
-				cand(2, index.Depths{8, 8, 8, 8}, Load{}),
+				cand(0, kvfleet.Depths{0, 0, 8, 8}, Load{}),
+				cand(1, kvfleet.Depths{0, 8, 8, 8}, Load{}),
+				cand(2, kvfleet.Depths{8, 8, 8, 8}, Load{}),
 			},
 			want: 2,
 		},
@@ -59,8 +59,8 @@ func TestArgmin(t *testing.T) {
 			name: "host beats disk",
 			req:  req16(8),
 			cands: []Candidate{
-				cand(0, index.Depths{0, 0, 8, 8}, Load{}),
-				cand(1, index.Depths{0, 8, 8, 8}, Load{}),
+				cand(0, kvfleet.Depths{0, 0, 8, 8}, Load{}),
+				cand(1, kvfleet.Depths{0, 8, 8, 8}, Load{}),
 			},
 			want: 1,
 		},
@@ -68,7 +68,7 @@ func TestArgmin(t *testing.T) {
 			name: "external tier earns nothing by default",
 			req:  req16(8),
 			cands: []Candidate{
-				cand(0, index.Depths{0, 0, 0, 8}, Load{DecodeBlocks: 1}),
+				cand(0, kvfleet.Depths{0, 0, 0, 8}, Load{DecodeBlocks: 1}),
 				cand(1, depth(0), Load{}),
 			},
 			want: 1,
@@ -374,8 +374,8 @@ func TestInvalidInput(t *testing.T) {
 	}
 	cfgs := []func(*Config){
 		func(c *Config) { c.Policy = "random" },
-		func(c *Config) { c.TierWeights[index.TierHost] = 1.5 },
-		func(c *Config) { c.TierWeights[index.TierDisk] = math.NaN() },
+		func(c *Config) { c.TierWeights[kvfleet.TierHost] = 1.5 },
+		func(c *Config) { c.TierWeights[kvfleet.TierDisk] = math.NaN() },
 		func(c *Config) { c.PrefillLoadScale = -1 },
 		func(c *Config) { c.Temperature = math.Inf(1) },
 		func(c *Config) { c.Fallbacks = MaxFallbacks + 1 },

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/kvgate/kvgate/indexer/index"
+	"github.com/kvgate/kvgate/internal/kvfleet"
 )
 
 // Role is what a worker is deployed to do.
@@ -68,7 +68,7 @@ func (r Role) serves(s Stage) bool {
 
 // Worker is one engine instance as the picker sees it.
 type Worker struct {
-	ID       index.WorkerID
+	ID       kvfleet.WorkerID
 	Endpoint string // ip:port the proxy sends the request to
 	Role     Role
 	Draining bool
@@ -147,7 +147,7 @@ func (r Request) Validate() error {
 // Candidate is one worker offered to the picker.
 type Candidate struct {
 	Worker Worker
-	Depths index.Depths // matched prefix depth per tier, from the index
+	Depths kvfleet.Depths // matched prefix depth per tier, from the index
 	Load   Load
 }
 

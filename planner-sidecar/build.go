@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/config"
+	"github.com/kvgate/kvgate/internal/yamlconf"
 	"github.com/kvgate/kvgate/planner-sidecar/actuate"
 	"github.com/kvgate/kvgate/planner-sidecar/collect"
 	"github.com/kvgate/kvgate/planner-sidecar/forecast"
@@ -113,8 +114,8 @@ func New(cfg config.Config, o Options) (*Loop, error) {
 		DownAfter: pc.Hysteresis.DownAfter, Cooldown: pc.Cooldown.D(),
 		CorrectionAlpha: pc.Correction.Alpha, CorrectionMin: pc.Correction.Min, CorrectionMax: pc.Correction.Max,
 		ErrorHeadroom: orDefault(pc.ErrorHeadroom, config.DefaultPlannerErrorHeadroom),
-		PeakHold:      orDefault(pc.PeakHold, config.Duration(config.DefaultPlannerPeakHold)).D(),
-		BacklogDrain:  orDefault(pc.BacklogDrain, config.Duration(config.DefaultPlannerBacklogDrain)).D(),
+		PeakHold:      orDefault(pc.PeakHold, yamlconf.Duration(config.DefaultPlannerPeakHold)).D(),
+		BacklogDrain:  orDefault(pc.BacklogDrain, yamlconf.Duration(config.DefaultPlannerBacklogDrain)).D(),
 	}
 	if pc.Correction.Disabled {
 		sla.CorrectionAlpha = -1
@@ -127,7 +128,7 @@ func New(cfg config.Config, o Options) (*Loop, error) {
 	}
 	fp := forecast.Params{
 		Alpha: pc.Forecaster.Alpha, Beta: pc.Forecaster.Beta, NoiseRatio: pc.Forecaster.NoiseRatio,
-		TrendDamping: orDefault(pc.Forecaster.TrendDamping, config.Duration(config.DefaultPlannerTrendDamping)).D(),
+		TrendDamping: orDefault(pc.Forecaster.TrendDamping, yamlconf.Duration(config.DefaultPlannerTrendDamping)).D(),
 	}
 	if _, err := forecast.New(pc.Forecaster.Kind, fp); err != nil {
 		return nil, fmt.Errorf("planner.forecaster: %w", err)

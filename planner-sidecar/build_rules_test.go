@@ -14,10 +14,11 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/config"
+	"github.com/kvgate/kvgate/e2e/plannersim"
+	"github.com/kvgate/kvgate/internal/yamlconf"
 	"github.com/kvgate/kvgate/planner-sidecar/forecast"
 	"github.com/kvgate/kvgate/planner-sidecar/perfmodel"
 	"github.com/kvgate/kvgate/planner-sidecar/plan"
-	"github.com/kvgate/kvgate/planner-sidecar/simulate"
 )
 
 // plannerFrom parses a planner section (one aggregated pool, the test
@@ -52,14 +53,14 @@ func slaConfig(t *testing.T, l *Loop) plan.SLAConfig {
 }
 
 // The production planner's tuned rules default to the simulator's own:
-// simulate.NewPlanner on its default fleet (120 s provisioning, 30 s
+// plannersim.NewPlanner on its default fleet (120 s provisioning, 30 s
 // interval) is the oracle.
 func TestTunedRulesDefaultToTheSimulators(t *testing.T) {
 	model, err := perfmodel.New(mustProfile(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	sim, err := simulate.NewPlanner(simulate.Config{}, model, simulate.DefaultPlannerForecaster, simulate.DefaultForecastParams, plan.SLAConfig{})
+	sim, err := plannersim.NewPlanner(plannersim.Config{}, model, plannersim.DefaultPlannerForecaster, plannersim.DefaultForecastParams, plan.SLAConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,12 +70,12 @@ func TestTunedRulesDefaultToTheSimulators(t *testing.T) {
 		t.Fatalf("defaults: k %v, peak hold %v, backlog drain %v; the simulator runs k %v, %v, %v",
 			got.ErrorHeadroom, got.PeakHold, got.BacklogDrain, want.ErrorHeadroom, want.PeakHold, want.BacklogDrain)
 	}
-	if config.DefaultPlannerTrendDamping != simulate.DefaultForecastParams.TrendDamping {
-		t.Fatalf("trend damping default %v, the simulator's %v", config.DefaultPlannerTrendDamping, simulate.DefaultForecastParams.TrendDamping)
+	if config.DefaultPlannerTrendDamping != plannersim.DefaultForecastParams.TrendDamping {
+		t.Fatalf("trend damping default %v, the simulator's %v", config.DefaultPlannerTrendDamping, plannersim.DefaultForecastParams.TrendDamping)
 	}
 	// A Config built in code (no defaults applied) gets the same.
 	cfg := config.Config{Planner: config.Planner{
-		Interval: config.Duration(10 * time.Second), Targets: config.PlannerTargets{TTFT: config.Duration(time.Second), ITL: config.Duration(50 * time.Millisecond)},
+		Interval: yamlconf.Duration(10 * time.Second), Targets: config.PlannerTargets{TTFT: yamlconf.Duration(time.Second), ITL: yamlconf.Duration(50 * time.Millisecond)},
 		Pools: []config.PlannerPool{{Name: "aggregated", Min: 1, Max: 8}}, Forecaster: config.PlannerForecaster{Kind: "holt"},
 		Profile: writeProfile(t),
 	}}

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/e2e/benchmarks"
-	"github.com/kvgate/kvgate/indexer/index"
-	"github.com/kvgate/kvgate/indexer/redistest"
+	"github.com/kvgate/kvgate/indexer/kvindex"
+	"github.com/kvgate/kvgate/internal/testkit/redistest"
 )
 
 func init() {
@@ -245,13 +245,13 @@ func benchIndex(ctx context.Context, w io.Writer, phase time.Duration) error {
 		return err
 	}
 	defer cluster.Close()
-	backends := map[string]index.Index{"memory": index.NewMemory(index.MemoryConfig{})}
-	rs, err := index.NewRedis(ctx, index.RedisConfig{Client: standalone.Client()})
+	backends := map[string]kvindex.Index{"memory": kvindex.NewMemory(kvindex.MemoryConfig{})}
+	rs, err := kvindex.NewRedis(ctx, kvindex.RedisConfig{Client: standalone.Client()})
 	if err != nil {
 		return err
 	}
 	backends["redis"] = rs
-	rc, err := index.NewRedis(ctx, index.RedisConfig{Client: cluster.Client()})
+	rc, err := kvindex.NewRedis(ctx, kvindex.RedisConfig{Client: cluster.Client()})
 	if err != nil {
 		return err
 	}
@@ -280,13 +280,13 @@ func benchExtproc(ctx context.Context, w io.Writer, phase time.Duration) error {
 		return err
 	}
 	defer cluster.Close()
-	rc, err := index.NewRedis(ctx, index.RedisConfig{Client: cluster.Client()})
+	rc, err := kvindex.NewRedis(ctx, kvindex.RedisConfig{Client: cluster.Client()})
 	if err != nil {
 		return err
 	}
 	defer rc.Close()
-	mem := index.NewMemory(index.MemoryConfig{})
-	return benchmarks.Extproc(ctx, w, map[string]index.Index{"memory": mem, "redis-cluster": rc}, benchmarks.ExtprocOptions{Phase: phase, Command: "make bench"})
+	mem := kvindex.NewMemory(kvindex.MemoryConfig{})
+	return benchmarks.Extproc(ctx, w, map[string]kvindex.Index{"memory": mem, "redis-cluster": rc}, benchmarks.ExtprocOptions{Phase: phase, Command: "make bench"})
 }
 
 // benchRouting replays the Mooncake conversation trace with every routing

@@ -17,8 +17,9 @@ import (
 	"github.com/kvgate/kvgate/config"
 	"github.com/kvgate/kvgate/indexer"
 	"github.com/kvgate/kvgate/indexer/blockhash"
-	"github.com/kvgate/kvgate/indexer/index"
 	"github.com/kvgate/kvgate/indexer/kvevents"
+	"github.com/kvgate/kvgate/indexer/kvindex"
+	"github.com/kvgate/kvgate/internal/kvfleet"
 )
 
 func init() {
@@ -34,7 +35,7 @@ const demoBlockSize = 16
 type demoFleet struct {
 	policy  string
 	engines []*demoEngine
-	ids     []index.WorkerID
+	ids     []kvfleet.WorkerID
 	rr      int
 }
 
@@ -92,7 +93,7 @@ func demo(ctx context.Context, out io.Writer, o demoOptions) error {
 			defer e.pub.Close()
 			endpoint := net.JoinHostPort("127.0.0.1", strconv.Itoa(18000+100*fi+i))
 			f.engines = append(f.engines, e)
-			f.ids = append(f.ids, index.WorkerID{Endpoint: endpoint})
+			f.ids = append(f.ids, kvfleet.WorkerID{Endpoint: endpoint})
 			cfg.Engines = append(cfg.Engines, config.Engine{
 				Endpoint: endpoint, Model: "demo", DPRanks: 1,
 				Events: "tcp://" + e.pub.Addr().String(), Replay: "tcp://" + e.pub.ReplayAddr().String(),
@@ -125,7 +126,7 @@ func demo(ctx context.Context, out io.Writer, o demoOptions) error {
 	defer func() { cancelRun(); <-done }()
 
 	fmt.Fprintf(out, "kvgate index-demo: %d simulated vLLM engines per fleet publish KV events over ZMQ (array and map encodings);\n", o.perFleet)
-	fmt.Fprintf(out, "the indexer ingests them into the in-memory fleet index. Metrics: http://%s/metrics  status: http://%s/status\n\n", ln.Addr(), ln.Addr())
+	fmt.Fprintf(out, "the indexer ingests them into the in-memory fleet kvindex. Metrics: http://%s/metrics  status: http://%s/status\n\n", ln.Addr(), ln.Addr())
 
 	work := newDemoWorkload(o.seed, o.convs, o.turns)
 	tick := time.NewTicker(time.Duration(float64(time.Second) / o.rate))
@@ -162,7 +163,7 @@ func demo(ctx context.Context, out io.Writer, o demoOptions) error {
 // pick chooses an engine. The kv-aware policy here is deliberately
 // simple (longest cached prefix, least-used on ties, bounded imbalance);
 // the real scoring lives in picker/.
-func (f *demoFleet) pick(ctx context.Context, idx index.Index, tokens []uint32) int {
+func (f *demoFleet) pick(ctx context.Context, idx kvindex.Index, tokens []uint32) int {
 	if f.policy == "round-robin" {
 		f.rr++
 		return f.rr % len(f.engines)
@@ -180,7 +181,7 @@ func (f *demoFleet) pick(ctx context.Context, idx index.Index, tokens []uint32) 
 	}
 	best, bestDepth := least, 0
 	for i, id := range f.ids {
-		d := m[id][index.TierDevice]
+		d := m[id][kvfleet.TierDevice]
 		if d > bestDepth || (d == bestDepth && f.engines[i].requests < f.engines[best].requests) {
 			best, bestDepth = i, d
 		}
@@ -233,7 +234,7 @@ func waitIngested(ctx context.Context, svc *indexer.Service, fleets []*demoFleet
 	}
 }
 
-func demoReport(ctx context.Context, out io.Writer, svc *indexer.Service, idx index.Index, fleets []*demoFleet, work *demoWorkload, hold time.Duration) error {
+func demoReport(ctx context.Context, out io.Writer, svc *indexer.Service, idx kvindex.Index, fleets []*demoFleet, work *demoWorkload, hold time.Duration) error {
 	st, err := svc.Status(ctx)
 	if err != nil {
 		return err
@@ -259,7 +260,7 @@ func demoReport(ctx context.Context, out io.Writer, svc *indexer.Service, idx in
 		for _, f := range fleets {
 			for i, e := range f.engines {
 				total++
-				if m[f.ids[i]][index.TierDevice] == e.cachedDepth(tokens) {
+				if m[f.ids[i]][kvfleet.TierDevice] == e.cachedDepth(tokens) {
 					agree++
 				}
 			}

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/e2e/enginesim"
-	"github.com/kvgate/kvgate/extproc/modelfiles"
+	"github.com/kvgate/kvgate/internal/testkit/modelfiles"
 )
 
 func TestEnginesimRejectsBadFlags(t *testing.T) {

@@ -12,8 +12,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/kvgate/kvgate/config"
-	"github.com/kvgate/kvgate/extproc/envoyharness"
-	"github.com/kvgate/kvgate/extproc/modelfiles"
+	"github.com/kvgate/kvgate/e2e/envoyharness"
+	"github.com/kvgate/kvgate/internal/testkit/modelfiles"
+	"github.com/kvgate/kvgate/internal/yamlconf"
 )
 
 // On SIGTERM the HTTP /readyz must turn 503 while in-flight streams
@@ -30,7 +31,7 @@ func TestExtprocReadyzTurns503WhileDraining(t *testing.T) {
 	cfg.Engines = []config.Engine{{Endpoint: "127.0.0.1:18009", Model: "qwen3", DPRanks: 1, Role: "both"}}
 	cfg.Extproc.HealthCheck.Disabled, cfg.Extproc.EngineMetrics.Disabled = true, true
 	cfg.Extproc.Listen, cfg.Extproc.Admin = "127.0.0.1:0", "127.0.0.1:0"
-	cfg.Extproc.DrainGrace = config.Duration(200 * time.Millisecond)
+	cfg.Extproc.DrainGrace = yamlconf.Duration(200 * time.Millisecond)
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}

@@ -18,8 +18,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/kvgate/kvgate/config"
-	"github.com/kvgate/kvgate/extproc/envoyharness"
-	"github.com/kvgate/kvgate/extproc/modelfiles"
+	"github.com/kvgate/kvgate/e2e/envoyharness"
+	"github.com/kvgate/kvgate/internal/testkit/modelfiles"
+	"github.com/kvgate/kvgate/internal/yamlconf"
 )
 
 // extprocReplica runs serveExtproc in this process, as `kvgate extproc`
@@ -129,7 +130,7 @@ func TestSIGTERMOnOneOfTwoReplicasLosesNoRequest(t *testing.T) {
 	defer backend.Close()
 	worker := backend.Listener.Addr().String()
 	cfg := limitsConfig(t, worker)
-	cfg.Extproc.DrainGrace = config.Duration(3500 * time.Millisecond)
+	cfg.Extproc.DrainGrace = yamlconf.Duration(3500 * time.Millisecond)
 	a := startReplica(t, cfg, 10*time.Second)
 	b := startReplica(t, cfg, 10*time.Second)
 	p, err := envoyharness.NewProxy(envoyharness.DefaultConfig(), envoyharness.ProxyOptions{

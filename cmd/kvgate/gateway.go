@@ -18,14 +18,14 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/config"
-	envoyconfig "github.com/kvgate/kvgate/envoy"
+	"github.com/kvgate/kvgate/e2e/envoyharness"
+	"github.com/kvgate/kvgate/envoy"
 	"github.com/kvgate/kvgate/extproc/envoyaddr"
-	"github.com/kvgate/kvgate/extproc/envoyharness"
 )
 
 // kvgate gateway is Envoy's part of the request path without an Envoy:
 // an HTTP listener whose every request goes through the Envoy harness
-// (extproc/envoyharness.Proxy) playing one Envoy configuration, with the
+// (e2e/envoyharness.Proxy) playing one Envoy configuration, with the
 // ext_proc replicas and the workers given here as EDS would give them. It
 // is what the tests use as Envoy, made runnable for trying kvgate on a
 // laptop; it is not a production proxy (no TLS, no HTTP/2 from clients, no
@@ -139,7 +139,7 @@ func planGateway(f gatewayFlags) (gatewayPlan, error) {
 	var envoyData []byte
 	var err error
 	if f.envoyFile == "" {
-		envoyData, err = envoyconfig.Shipped(embeddedEnvoyFile)
+		envoyData, err = envoy.Shipped(embeddedEnvoyFile)
 		p.source = "envoy/" + embeddedEnvoyFile + " (embedded)"
 	} else {
 		envoyData, err = os.ReadFile(f.envoyFile)
@@ -173,7 +173,7 @@ func planGateway(f gatewayFlags) (gatewayPlan, error) {
 		p.logFormat = c.Log.Format
 		// What kvgate sends must be what this Envoy file can route (the
 		// check `kvgate validate-envoy --config` runs).
-		if _, err := envoyconfig.ValidateWith(envoyData, &envoyconfig.Kvgate{EnvoyRouting: c.Extproc.EnvoyRouting, Fallbacks: c.Extproc.Fallbacks}); err != nil {
+		if _, err := envoy.ValidateWith(envoyData, &envoy.Kvgate{EnvoyRouting: c.Extproc.EnvoyRouting, Fallbacks: c.Extproc.Fallbacks}); err != nil {
 			return p, fmt.Errorf("--config %s does not fit --envoy-config %s: %w", f.cfgPath, p.source, err)
 		}
 	}

@@ -20,8 +20,8 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/config"
-	"github.com/kvgate/kvgate/extproc/envoyharness"
-	"github.com/kvgate/kvgate/extproc/modelfiles"
+	"github.com/kvgate/kvgate/e2e/envoyharness"
+	"github.com/kvgate/kvgate/internal/testkit/modelfiles"
 )
 
 // Bad flags and files exit 2 with a message naming the flag (or the key of

@@ -13,15 +13,15 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/kvgate/kvgate/e2e/plannersim"
 	"github.com/kvgate/kvgate/e2e/replay"
 	"github.com/kvgate/kvgate/planner-sidecar/forecast"
 	"github.com/kvgate/kvgate/planner-sidecar/plan"
-	"github.com/kvgate/kvgate/planner-sidecar/simulate"
 )
 
 // defaultAzureTrace is relative to the repository root; the Mooncake
 // default is the slice embedded in the binary (demo_trace.go).
-const defaultAzureTrace = "planner-sidecar/simulate/testdata/AzureLLMInferenceTrace_conv.csv"
+const defaultAzureTrace = "e2e/plannersim/testdata/AzureLLMInferenceTrace_conv.csv"
 
 // runPlannerSimulate is `kvgate planner simulate` (dispatched from
 // planner.go): the planner, a threshold (HPA-style) policy and static
@@ -34,22 +34,22 @@ func runPlannerSimulate(args []string, _ io.Reader, stdout, stderr io.Writer) in
 	limit := fs.Int("limit", 0, "use only the first N requests of the trace (0: all)")
 	timeScale := fs.Float64("time-scale", 1, "play the load this many times faster (arrival times divided; the same requests in less time)")
 	rateScale := fs.Float64("rate-scale", 1, "multiply the arrival rate on the same timeline (thinning below 1, copies above)")
-	s := simulate.DefaultSine
+	s := plannersim.DefaultSine
 	fs.DurationVar(&s.Duration, "sine-duration", s.Duration, "sine: length of the load")
 	fs.DurationVar(&s.Period, "sine-period", s.Period, "sine: period of the request rate")
 	fs.Float64Var(&s.MinRate, "sine-min-rate", s.MinRate, "sine: lowest request rate (req/s)")
 	fs.Float64Var(&s.MaxRate, "sine-max-rate", s.MaxRate, "sine: highest request rate (req/s)")
 	fs.IntVar(&s.ISL, "isl", s.ISL, "sine: input tokens per request")
 	fs.IntVar(&s.OSL, "osl", s.OSL, "sine: output tokens per request")
-	mode := fs.String("mode", string(simulate.Disaggregated), "fleet: disagg (prefill and decode pools) or agg (one pool)")
-	ttft := fs.Duration("ttft", simulate.DefaultTTFT, "SLA target for time to first token")
-	itl := fs.Duration("itl", simulate.DefaultITL, "SLA target for mean inter-token latency")
-	delay := fs.Duration("provision-delay", simulate.DefaultProvisionDelay, "from a scale-up to a ready replica")
-	interval := fs.Duration("interval", simulate.DefaultInterval, "between policy decisions (simulated)")
+	mode := fs.String("mode", string(plannersim.Disaggregated), "fleet: disagg (prefill and decode pools) or agg (one pool)")
+	ttft := fs.Duration("ttft", plannersim.DefaultTTFT, "SLA target for time to first token")
+	itl := fs.Duration("itl", plannersim.DefaultITL, "SLA target for mean inter-token latency")
+	delay := fs.Duration("provision-delay", plannersim.DefaultProvisionDelay, "from a scale-up to a ready replica")
+	interval := fs.Duration("interval", plannersim.DefaultInterval, "between policy decisions (simulated)")
 	gpus := fs.Int("gpus-per-replica", 1, "GPUs each replica bills")
-	maxReplicas := fs.Int("max-replicas", simulate.DefaultMaxReplicas, "largest size of a pool")
-	forecaster := fs.String("forecaster", simulate.DefaultPlannerForecaster, "the planner's forecaster: constant, ewma, holt or kalman")
-	damping := fs.Duration("trend-damping", simulate.DefaultForecastParams.TrendDamping, "holt's trend damping time constant (0: undamped)")
+	maxReplicas := fs.Int("max-replicas", plannersim.DefaultMaxReplicas, "largest size of a pool")
+	forecaster := fs.String("forecaster", plannersim.DefaultPlannerForecaster, "the planner's forecaster: constant, ewma, holt or kalman")
+	damping := fs.Duration("trend-damping", plannersim.DefaultForecastParams.TrendDamping, "holt's trend damping time constant (0: undamped)")
 	upUtil := fs.Float64("up-utilization", 0, "the planner's scale-up utilisation (0: the simulator's default 0.9)")
 	downUtil := fs.Float64("down-utilization", 0, "the planner's scale-down utilisation (0: the simulator's default 0.7)")
 	horizon := fs.Duration("forecast-horizon", 0, "the planner's forecast horizon (0: provisioning delay + interval)")
@@ -85,23 +85,23 @@ func runPlannerSimulate(args []string, _ io.Reader, stdout, stderr io.Writer) in
 	if *damping < 0 {
 		return bad("--trend-damping %v is negative", *damping)
 	}
-	m, err := simulate.ParseMode(*mode)
+	m, err := plannersim.ParseMode(*mode)
 	if err != nil {
 		return bad("--mode: %v", err)
 	}
-	cfg := simulate.Config{
+	cfg := plannersim.Config{
 		Mode: m, GPUsPerReplica: *gpus, ProvisionDelay: *delay, Interval: *interval,
 		TTFT: *ttft, ITL: *itl, MaxReplicas: *maxReplicas,
 	}
 	if *delay == 0 {
-		cfg.ProvisionDelay = simulate.NoProvisionDelay
+		cfg.ProvisionDelay = plannersim.NoProvisionDelay
 	} else if *delay < 0 {
 		return bad("--provision-delay %v is negative", *delay)
 	}
 	if err := cfg.Validate(); err != nil {
 		return bad("%v", err)
 	}
-	var load simulate.Load
+	var load plannersim.Load
 	switch *shape {
 	case "sine":
 		if *trace != "" {
@@ -116,20 +116,20 @@ func runPlannerSimulate(args []string, _ io.Reader, stdout, stderr io.Writer) in
 		}
 		load, err = s.Load()
 	case "azure":
-		load, err = simulate.LoadAzure(orDefault(*trace, defaultAzureTrace), *limit)
+		load, err = plannersim.LoadAzure(orDefault(*trace, defaultAzureTrace), *limit)
 	case "mooncake":
 		if *trace != "" {
-			load, err = simulate.LoadMooncake(*trace, *limit)
+			load, err = plannersim.LoadMooncake(*trace, *limit)
 			break
 		}
 		var reqs []replay.TraceRequest
 		var name string
 		if reqs, name, err = loadTrace("", *limit); err == nil {
-			load = simulate.FromMooncake(name, reqs)
+			load = plannersim.FromMooncake(name, reqs)
 		}
 	case "bursts", "weekly", "code":
-		var g simulate.Shape
-		if g, err = simulate.GeneratedShape(*shape, *seed); err == nil {
+		var g plannersim.Shape
+		if g, err = plannersim.GeneratedShape(*shape, *seed); err == nil {
 			load, err = g.Load()
 		}
 	default:
@@ -149,7 +149,7 @@ func runPlannerSimulate(args []string, _ io.Reader, stdout, stderr io.Writer) in
 	if err := load.Validate(); err != nil {
 		return bad("%v", err)
 	}
-	opt := simulate.CompareOptions{Forecaster: *forecaster, ForecastParams: forecast.Params{TrendDamping: *damping}}
+	opt := plannersim.CompareOptions{Forecaster: *forecaster, ForecastParams: forecast.Params{TrendDamping: *damping}}
 	opt.Planner.UpUtilization, opt.Planner.DownUtilization, opt.Planner.Horizon = *upUtil, *downUtil, *horizon
 	opt.Planner.ErrorHeadroom, opt.Planner.PeakHold, opt.Planner.BacklogDrain = *errHeadroom, *peakHold, *backlogDrain
 	opt.Planner.PeakMemory, opt.Oracle = *peakMemory, *oracle
@@ -169,7 +169,7 @@ func runPlannerSimulate(args []string, _ io.Reader, stdout, stderr io.Writer) in
 	fmt.Fprintf(stderr, "kvgate planner simulate: simulating %d requests of %s under the planner, a threshold policy and %s; a minute or more…\n",
 		len(load.Requests), load.Name, static)
 	began := time.Now()
-	rep, err := simulate.Compare(ctx, cfg, &load, opt)
+	rep, err := plannersim.Compare(ctx, cfg, &load, opt)
 	if err != nil {
 		fmt.Fprintf(stderr, "kvgate planner simulate: %v\n", err)
 		return 1
@@ -177,7 +177,7 @@ func runPlannerSimulate(args []string, _ io.Reader, stdout, stderr io.Writer) in
 	fmt.Fprintf(stderr, "kvgate planner simulate: %d simulations done in %s\n", len(rep.Results), time.Since(began).Round(100*time.Millisecond))
 	if *plotDir != "" {
 		began := time.Now()
-		if err := simulate.WritePlots(*plotDir, rep); err != nil {
+		if err := plannersim.WritePlots(*plotDir, rep); err != nil {
 			fmt.Fprintf(stderr, "kvgate planner simulate: %v\n", err)
 			return 1
 		}
@@ -195,7 +195,7 @@ func runPlannerSimulate(args []string, _ io.Reader, stdout, stderr io.Writer) in
 	}
 	fmt.Fprintf(stdout, "load: %s, %d requests; fleet %s, provisioning %v, decisions every %v; SLA TTFT ≤ %v, ITL ≤ %v\n\n",
 		load.Name, rep.Requests, m, *delay, *interval, *ttft, *itl)
-	simulate.WriteTable(stdout, rep)
+	plannersim.WriteTable(stdout, rep)
 	return 0
 }
 
@@ -210,7 +210,7 @@ func orDefault(v, def string) string {
 const maxStatics = 64
 
 // parseStatics reads "4p2d,5p2d" (disaggregated) or "4,6" (aggregated).
-func parseStatics(s string, m simulate.Mode) ([]map[string]int, error) {
+func parseStatics(s string, m plannersim.Mode) ([]map[string]int, error) {
 	var out []map[string]int
 	for _, f := range strings.Split(s, ",") {
 		f = strings.TrimSpace(f)
@@ -220,7 +220,7 @@ func parseStatics(s string, m simulate.Mode) ([]map[string]int, error) {
 		if len(out) == maxStatics {
 			return nil, fmt.Errorf("more than %d fleets", maxStatics)
 		}
-		if m == simulate.Aggregated {
+		if m == plannersim.Aggregated {
 			n, err := strconv.Atoi(f)
 			if err != nil || n < 1 || n > 1024 {
 				return nil, fmt.Errorf("%q: want a replica count in [1, 1024]", f)

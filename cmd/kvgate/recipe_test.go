@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/config"
-	"github.com/kvgate/kvgate/extproc/envoyharness"
+	"github.com/kvgate/kvgate/e2e/envoyharness"
 )
 
 // README.md's "Run it locally without Envoy" recipe, run as written: the

@@ -7,7 +7,7 @@ import (
 	"io"
 
 	"github.com/kvgate/kvgate/config"
-	envoyconfig "github.com/kvgate/kvgate/envoy"
+	"github.com/kvgate/kvgate/envoy"
 )
 
 func init() {
@@ -41,19 +41,19 @@ func runValidateEnvoy(args []string, _ io.Reader, stdout, stderr io.Writer) int 
 		fs.Usage()
 		return 2
 	}
-	var k *envoyconfig.Kvgate
+	var k *envoy.Kvgate
 	if *kvgateConfig != "" {
 		cfg, err := config.Load(*kvgateConfig)
 		if err != nil {
 			fmt.Fprintf(stderr, "kvgate validate-envoy: %v\n", err)
 			return 2
 		}
-		k = &envoyconfig.Kvgate{EnvoyRouting: cfg.Extproc.EnvoyRouting, Fallbacks: cfg.Extproc.Fallbacks}
+		k = &envoy.Kvgate{EnvoyRouting: cfg.Extproc.EnvoyRouting, Fallbacks: cfg.Extproc.Fallbacks}
 	}
 	unreadable, invalid := false, false
 	for _, file := range fs.Args() {
-		_, err := envoyconfig.ValidateFileWith(file, k)
-		var verr *envoyconfig.Error
+		_, err := envoy.ValidateFileWith(file, k)
+		var verr *envoy.Error
 		switch {
 		case err == nil:
 			fmt.Fprintf(stdout, "%s: ok\n", file)

@@ -17,13 +17,14 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/kvgate/kvgate/config"
+	"github.com/kvgate/kvgate/e2e/envoyharness"
 	"github.com/kvgate/kvgate/extproc"
-	"github.com/kvgate/kvgate/extproc/envoyharness"
-	"github.com/kvgate/kvgate/extproc/modelfiles"
 	"github.com/kvgate/kvgate/extproc/openai"
 	"github.com/kvgate/kvgate/extproc/preprocess"
 	"github.com/kvgate/kvgate/extproc/server"
-	"github.com/kvgate/kvgate/indexer/index"
+	"github.com/kvgate/kvgate/indexer/kvindex"
+	"github.com/kvgate/kvgate/internal/kvfleet"
+	"github.com/kvgate/kvgate/internal/testkit/modelfiles"
 )
 
 // ExtprocOptions sizes the decision-overhead benchmark.
@@ -39,10 +40,10 @@ type ExtprocOptions struct {
 // the routing headers come back (body streamed in 16 KiB chunks in
 // FULL_DUPLEX_STREAMED mode, as Envoy sends it), for chat prompts of about
 // 1k, 8k and 32k tokens and a 220 KB prompt, at several concurrencies, for
-// each given index. The baseline, measured in the same run, is the same
+// each given kvindex. The baseline, measured in the same run, is the same
 // gRPC exchange with a router that parses nothing and picks round-robin:
 // the protocol's own floor.
-func Extproc(ctx context.Context, w io.Writer, indexes map[string]index.Index, opt ExtprocOptions) error {
+func Extproc(ctx context.Context, w io.Writer, indexes map[string]kvindex.Index, opt ExtprocOptions) error {
 	if opt.Phase <= 0 {
 		opt.Phase = 2 * time.Second
 	}
@@ -156,7 +157,7 @@ func Extproc(ctx context.Context, w io.Writer, indexes map[string]index.Index, o
 			// The prompt's chain is cached on one worker, so every match
 			// walks the whole chain (the expensive case).
 			if res, err := reg.Chat(p.body); err == nil {
-				if err := idx.Store(ctx, index.WorkerID{Endpoint: "10.1.0.3:8000"}, index.TierDevice, res.Sequence); err != nil {
+				if err := idx.Store(ctx, kvfleet.WorkerID{Endpoint: "10.1.0.3:8000"}, kvfleet.TierDevice, res.Sequence); err != nil {
 					return err
 				}
 			}
@@ -182,7 +183,7 @@ func Extproc(ctx context.Context, w io.Writer, indexes map[string]index.Index, o
 	}
 
 	fmt.Fprintf(w, "## Decision overhead through ext_proc (issue: the ext_proc endpoint picker)\n\n")
-	fmt.Fprintf(w, "Command: `%s`. One ext_proc gRPC stream per request over loopback, driven by `extproc/envoyharness` as Envoy would (FULL_DUPLEX_STREAMED, 16 KiB body chunks); latency = request headers sent → routing headers received; %d workers, block size 16, Qwen3 tokenizer; the prompt's chain is cached on one worker. Baseline (same run): the same exchange with a router that parses nothing (round-robin) — the protocol floor. Client and server share the 2 cores.\n\n", opt.Command, opt.Workers)
+	fmt.Fprintf(w, "Command: `%s`. One ext_proc gRPC stream per request over loopback, driven by `e2e/envoyharness` as Envoy would (FULL_DUPLEX_STREAMED, 16 KiB body chunks); latency = request headers sent → routing headers received; %d workers, block size 16, Qwen3 tokenizer; the prompt's chain is cached on one worker. Baseline (same run): the same exchange with a router that parses nothing (round-robin) — the protocol floor. Client and server share the 2 cores.\n\n", opt.Command, opt.Workers)
 	fmt.Fprintf(w, "| index | prompt | concurrency | p50 | p99 | decisions/s | floor p50 | floor p99 | kvgate/floor p50 |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range results {
 		f := floor[r.prompt][r.conc]

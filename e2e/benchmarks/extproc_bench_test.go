@@ -15,10 +15,11 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/kvgate/kvgate/e2e/envoyharness"
 	"github.com/kvgate/kvgate/extproc"
-	"github.com/kvgate/kvgate/extproc/envoyharness"
 	"github.com/kvgate/kvgate/extproc/server"
-	"github.com/kvgate/kvgate/indexer/index"
+	"github.com/kvgate/kvgate/indexer/kvindex"
+	"github.com/kvgate/kvgate/internal/kvfleet"
 )
 
 // decisionRig is the decision-overhead bench's request path (same config,
@@ -34,7 +35,7 @@ func newDecisionRig(tb testing.TB) *decisionRig {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	idx := index.NewMemory(index.MemoryConfig{})
+	idx := kvindex.NewMemory(kvindex.MemoryConfig{})
 	router, err := extproc.NewRouter(cfg, reg, idx, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		tb.Fatal(err)
@@ -48,7 +49,7 @@ func newDecisionRig(tb testing.TB) *decisionRig {
 		if err != nil {
 			tb.Fatal(err)
 		}
-		if err := idx.Store(context.Background(), index.WorkerID{Endpoint: "10.1.0.3:8000"}, index.TierDevice, res.Sequence); err != nil {
+		if err := idx.Store(context.Background(), kvfleet.WorkerID{Endpoint: "10.1.0.3:8000"}, kvfleet.TierDevice, res.Sequence); err != nil {
 			tb.Fatal(err)
 		}
 		d.prompt[p.short] = p.body
@@ -167,7 +168,7 @@ func benchDecisions(b *testing.B, d *decisionRig, router server.Router) {
 func BenchmarkExtprocTable(b *testing.B) {
 	for b.Loop() {
 		var out strings.Builder
-		err := Extproc(context.Background(), &out, map[string]index.Index{"memory": index.NewMemory(index.MemoryConfig{})},
+		err := Extproc(context.Background(), &out, map[string]kvindex.Index{"memory": kvindex.NewMemory(kvindex.MemoryConfig{})},
 			ExtprocOptions{Phase: 2 * time.Second, Command: "go test -run '^$' -bench ExtprocTable -benchtime 1x ./e2e/benchmarks/"})
 		if err != nil {
 			b.Fatal(err)

@@ -17,7 +17,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/kvgate/kvgate/indexer/index"
+	"github.com/kvgate/kvgate/indexer/kvindex"
+	"github.com/kvgate/kvgate/internal/kvfleet"
 )
 
 // IndexOptions sizes the index benchmark. Zero fields take the defaults
@@ -115,7 +116,7 @@ type IndexRow struct {
 // worker count) case and writes a Markdown report to w. Backends are run
 // in name order and must be empty: each case adds its own workers and
 // removes them (RemoveWorker) when done.
-func Index(ctx context.Context, w io.Writer, backends map[string]index.Index, opt IndexOptions) error {
+func Index(ctx context.Context, w io.Writer, backends map[string]kvindex.Index, opt IndexOptions) error {
 	if err := opt.fill(); err != nil {
 		return fmt.Errorf("index benchmark: %w", err)
 	}
@@ -133,7 +134,7 @@ func Index(ctx context.Context, w io.Writer, backends map[string]index.Index, op
 		for _, workers := range opt.WorkerCounts {
 			caseNo++
 			fleet := newIndexFleet(opt, chainLen, workers, caseNo)
-			run := func(name string, idx index.Index, shared bool) error {
+			run := func(name string, idx kvindex.Index, shared bool) error {
 				row, err := benchIndexCase(ctx, idx, fleet, opt, shared)
 				if err != nil {
 					return fmt.Errorf("index benchmark: %s, %d workers, chain %d: %w", name, workers, chainLen, err)
@@ -162,7 +163,7 @@ func Index(ctx context.Context, w io.Writer, backends map[string]index.Index, op
 // indexFleet is one case's workload, the same for every backend.
 type indexFleet struct {
 	chainLen int
-	workers  []index.WorkerID
+	workers  []kvfleet.WorkerID
 	convs    [][]uint64
 	preload  []indexEvent // in order per worker
 	salt     uint64       // distinguishes fresh blocks of the events phase
@@ -170,7 +171,7 @@ type indexFleet struct {
 
 type indexEvent struct {
 	worker int
-	tier   index.Tier
+	tier   kvfleet.Tier
 	hashes []uint64
 }
 
@@ -178,7 +179,7 @@ func newIndexFleet(opt IndexOptions, chainLen, workers, caseNo int) *indexFleet 
 	rng := rand.New(rand.NewPCG(opt.Seed, uint64(caseNo)))
 	f := &indexFleet{chainLen: chainLen, salt: rng.Uint64()}
 	for i := range workers {
-		f.workers = append(f.workers, index.WorkerID{Endpoint: fmt.Sprintf("bench-%d-%d.kvgate.invalid:8000", caseNo, i)})
+		f.workers = append(f.workers, kvfleet.WorkerID{Endpoint: fmt.Sprintf("bench-%d-%d.kvgate.invalid:8000", caseNo, i)})
 	}
 	promptLen := chainLen / 4
 	prompts := make([][]uint64, opt.Prompts)
@@ -204,9 +205,9 @@ func newIndexFleet(opt IndexOptions, chainLen, workers, caseNo int) *indexFleet 
 				onDevice = rng.IntN(n + 1)
 			}
 			for _, part := range []struct {
-				tier   index.Tier
+				tier   kvfleet.Tier
 				hashes []uint64
-			}{{index.TierDevice, conv[:onDevice]}, {index.TierHost, conv[onDevice:n]}} {
+			}{{kvfleet.TierDevice, conv[:onDevice]}, {kvfleet.TierHost, conv[onDevice:n]}} {
 				for start := 0; start < len(part.hashes); start += opt.BatchSize {
 					end := min(start+opt.BatchSize, len(part.hashes))
 					f.preload = append(f.preload, indexEvent{w, part.tier, part.hashes[start:end]})
@@ -240,7 +241,7 @@ func forEachWriter(opt IndexOptions, fn func(g int) error) error {
 
 // benchIndexCase preloads f into idx and measures it. A shared backend
 // (one the caller passed in, used for every case) is left as found.
-func benchIndexCase(ctx context.Context, idx index.Index, f *indexFleet, opt IndexOptions, shared bool) (IndexRow, error) {
+func benchIndexCase(ctx context.Context, idx kvindex.Index, f *indexFleet, opt IndexOptions, shared bool) (IndexRow, error) {
 	row := IndexRow{Workers: len(f.workers), Chain: f.chainLen}
 	if shared {
 		defer func() {
@@ -280,7 +281,7 @@ func benchIndexCase(ctx context.Context, idx index.Index, f *indexFleet, opt Ind
 // what engines send at steady state: each worker in turn stores a batch of
 // new blocks and removes the batch it stored KeptBatches turns ago.
 // Events are hashes applied (a Store of 16 hashes is 16 events).
-func measureEvents(ctx context.Context, idx index.Index, f *indexFleet, opt IndexOptions) (float64, error) {
+func measureEvents(ctx context.Context, idx kvindex.Index, f *indexFleet, opt IndexOptions) (float64, error) {
 	var events atomic.Int64
 	start := time.Now()
 	deadline := start.Add(opt.Phase)
@@ -302,13 +303,13 @@ func measureEvents(ctx context.Context, idx index.Index, f *indexFleet, opt Inde
 		for turn := 0; ; turn++ {
 			w, round := owned[turn%len(owned)], turn/len(owned)
 			fill(w, round)
-			if err := idx.Store(ctx, f.workers[w], index.TierDevice, batch); err != nil {
+			if err := idx.Store(ctx, f.workers[w], kvfleet.TierDevice, batch); err != nil {
 				return fmt.Errorf("events: %w", err)
 			}
 			n += int64(len(batch))
 			if round >= opt.KeptBatches {
 				fill(w, round-opt.KeptBatches)
-				if err := idx.Remove(ctx, f.workers[w], index.TierDevice, batch); err != nil {
+				if err := idx.Remove(ctx, f.workers[w], kvfleet.TierDevice, batch); err != nil {
 					return fmt.Errorf("events: %w", err)
 				}
 				n += int64(len(batch))
@@ -331,7 +332,7 @@ func measureEvents(ctx context.Context, idx index.Index, f *indexFleet, opt Inde
 // measureMatches queries whole conversations of the pool, uniformly, on
 // opt.Matchers goroutines until the phase ends. Timing each call costs two
 // clock reads, included in matches/s.
-func measureMatches(ctx context.Context, idx index.Index, f *indexFleet, opt IndexOptions) (lat *latencySample, matches, found int64, elapsed time.Duration, err error) {
+func measureMatches(ctx context.Context, idx kvindex.Index, f *indexFleet, opt IndexOptions) (lat *latencySample, matches, found int64, elapsed time.Duration, err error) {
 	samples := make([]*latencySample, opt.Matchers)
 	errs := make([]error, opt.Matchers)
 	var nMatches, nFound atomic.Int64

@@ -6,7 +6,8 @@ import (
 	"math/bits"
 	"sync"
 
-	"github.com/kvgate/kvgate/indexer/index"
+	"github.com/kvgate/kvgate/indexer/kvindex"
+	"github.com/kvgate/kvgate/internal/kvfleet"
 )
 
 // baselineIndex is the index as one would first write it: one map of maps
@@ -15,21 +16,21 @@ import (
 // run as the real backends so that their figures come with a ratio.
 type baselineIndex struct {
 	mu     sync.Mutex
-	blocks map[uint64]map[index.WorkerID]uint8 // hash → worker → tier mask
-	known  map[index.WorkerID]struct{}
+	blocks map[uint64]map[kvfleet.WorkerID]uint8 // hash → worker → tier mask
+	known  map[kvfleet.WorkerID]struct{}
 }
 
 func newBaselineIndex() *baselineIndex {
 	return &baselineIndex{
-		blocks: map[uint64]map[index.WorkerID]uint8{},
-		known:  map[index.WorkerID]struct{}{},
+		blocks: map[uint64]map[kvfleet.WorkerID]uint8{},
+		known:  map[kvfleet.WorkerID]struct{}{},
 	}
 }
 
-var _ index.Index = (*baselineIndex)(nil)
+var _ kvindex.Index = (*baselineIndex)(nil)
 
-func (b *baselineIndex) Store(_ context.Context, w index.WorkerID, tier index.Tier, hashes []uint64) error {
-	if tier >= index.NumTiers {
+func (b *baselineIndex) Store(_ context.Context, w kvfleet.WorkerID, tier kvfleet.Tier, hashes []uint64) error {
+	if tier >= kvfleet.NumTiers {
 		return fmt.Errorf("baseline index: store: tier %d out of range", tier)
 	}
 	b.mu.Lock()
@@ -38,7 +39,7 @@ func (b *baselineIndex) Store(_ context.Context, w index.WorkerID, tier index.Ti
 	for _, h := range hashes {
 		holders := b.blocks[h]
 		if holders == nil {
-			holders = map[index.WorkerID]uint8{}
+			holders = map[kvfleet.WorkerID]uint8{}
 			b.blocks[h] = holders
 		}
 		holders[w] |= 1 << tier
@@ -46,8 +47,8 @@ func (b *baselineIndex) Store(_ context.Context, w index.WorkerID, tier index.Ti
 	return nil
 }
 
-func (b *baselineIndex) Remove(_ context.Context, w index.WorkerID, tier index.Tier, hashes []uint64) error {
-	if tier >= index.NumTiers {
+func (b *baselineIndex) Remove(_ context.Context, w kvfleet.WorkerID, tier kvfleet.Tier, hashes []uint64) error {
+	if tier >= kvfleet.NumTiers {
 		return fmt.Errorf("baseline index: remove: tier %d out of range", tier)
 	}
 	b.mu.Lock()
@@ -71,7 +72,7 @@ func (b *baselineIndex) Remove(_ context.Context, w index.WorkerID, tier index.T
 	return nil
 }
 
-func (b *baselineIndex) dropLocked(w index.WorkerID) {
+func (b *baselineIndex) dropLocked(w kvfleet.WorkerID) {
 	for h, holders := range b.blocks {
 		delete(holders, w)
 		if len(holders) == 0 {
@@ -80,7 +81,7 @@ func (b *baselineIndex) dropLocked(w index.WorkerID) {
 	}
 }
 
-func (b *baselineIndex) Clear(_ context.Context, w index.WorkerID) error {
+func (b *baselineIndex) Clear(_ context.Context, w kvfleet.WorkerID) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.known[w] = struct{}{}
@@ -88,7 +89,7 @@ func (b *baselineIndex) Clear(_ context.Context, w index.WorkerID) error {
 	return nil
 }
 
-func (b *baselineIndex) RemoveWorker(_ context.Context, w index.WorkerID) error {
+func (b *baselineIndex) RemoveWorker(_ context.Context, w kvfleet.WorkerID) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	delete(b.known, w)
@@ -97,15 +98,15 @@ func (b *baselineIndex) RemoveWorker(_ context.Context, w index.WorkerID) error 
 }
 
 // Match walks the chain once per holder of its first block.
-func (b *baselineIndex) Match(_ context.Context, chain []uint64) (index.Match, error) {
-	out := index.Match{}
+func (b *baselineIndex) Match(_ context.Context, chain []uint64) (kvindex.Match, error) {
+	out := kvindex.Match{}
 	if len(chain) == 0 {
 		return out, nil
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for w := range b.blocks[chain[0]] {
-		var d index.Depths
+		var d kvfleet.Depths
 		slowest := 0
 		for i, h := range chain {
 			mask := b.blocks[h][w]
@@ -113,7 +114,7 @@ func (b *baselineIndex) Match(_ context.Context, chain []uint64) (index.Match, e
 				break
 			}
 			slowest = max(slowest, bits.TrailingZeros8(mask))
-			for t := slowest; t < int(index.NumTiers); t++ {
+			for t := slowest; t < int(kvfleet.NumTiers); t++ {
 				d[t] = i + 1
 			}
 		}
@@ -122,10 +123,10 @@ func (b *baselineIndex) Match(_ context.Context, chain []uint64) (index.Match, e
 	return out, nil
 }
 
-func (b *baselineIndex) Stats(context.Context) (index.Stats, error) {
+func (b *baselineIndex) Stats(context.Context) (kvindex.Stats, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	st := index.Stats{Blocks: int64(len(b.blocks)), Workers: len(b.known)}
+	st := kvindex.Stats{Blocks: int64(len(b.blocks)), Workers: len(b.known)}
 	for _, holders := range b.blocks {
 		for _, mask := range holders {
 			st.Entries += int64(bits.OnesCount8(mask))

@@ -11,17 +11,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvgate/kvgate/indexer/index"
+	"github.com/kvgate/kvgate/indexer/kvindex"
+	"github.com/kvgate/kvgate/internal/kvfleet"
 )
 
 func TestIndexBenchmarkTable(t *testing.T) {
-	mem := index.NewMemory(index.MemoryConfig{})
+	mem := kvindex.NewMemory(kvindex.MemoryConfig{})
 	var out bytes.Buffer
 	opt := IndexOptions{
 		ChainLengths: []int{4, 8}, WorkerCounts: []int{2, 3},
 		Phase: 20 * time.Millisecond, Conversations: 8, Prompts: 2, PrefixesPerWorker: 3, KeptBatches: 2, BatchSize: 3,
 	}
-	if err := Index(context.Background(), &out, map[string]index.Index{"memory": mem}, opt); err != nil {
+	if err := Index(context.Background(), &out, map[string]kvindex.Index{"memory": mem}, opt); err != nil {
 		t.Fatal(err)
 	}
 	report := out.String()
@@ -90,7 +91,7 @@ func TestIndexBenchmarkTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st != (index.Stats{}) {
+	if st != (kvindex.Stats{}) {
 		t.Errorf("backend left with %+v after the benchmark, want empty", st)
 	}
 }
@@ -109,7 +110,7 @@ func TestIndexBenchmarkRejectsBadOptions(t *testing.T) {
 			t.Errorf("options %+v: no error", opt)
 		}
 	}
-	err := Index(context.Background(), &bytes.Buffer{}, map[string]index.Index{BaselineName: newBaselineIndex()}, IndexOptions{})
+	err := Index(context.Background(), &bytes.Buffer{}, map[string]kvindex.Index{BaselineName: newBaselineIndex()}, IndexOptions{})
 	if err == nil {
 		t.Error("a backend named like the baseline: no error")
 	}
@@ -120,9 +121,9 @@ func TestIndexBenchmarkRejectsBadOptions(t *testing.T) {
 func TestBaselineIndexAgreesWithMemory(t *testing.T) {
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(3, 4))
-	mem, base := index.NewMemory(index.MemoryConfig{}), newBaselineIndex()
-	both := []index.Index{mem, base}
-	worker := func() index.WorkerID { return index.WorkerID{Endpoint: fmt.Sprintf("w%d:1", rng.IntN(8))} }
+	mem, base := kvindex.NewMemory(kvindex.MemoryConfig{}), newBaselineIndex()
+	both := []kvindex.Index{mem, base}
+	worker := func() kvfleet.WorkerID { return kvfleet.WorkerID{Endpoint: fmt.Sprintf("w%d:1", rng.IntN(8))} }
 	hashes := func() []uint64 {
 		hs := make([]uint64, 1+rng.IntN(6))
 		s := rng.IntN(30)
@@ -132,7 +133,7 @@ func TestBaselineIndexAgreesWithMemory(t *testing.T) {
 		return hs
 	}
 	for step := range 3000 {
-		w, tier, hs := worker(), index.Tier(rng.IntN(int(index.NumTiers))), hashes()
+		w, tier, hs := worker(), kvfleet.Tier(rng.IntN(int(kvfleet.NumTiers))), hashes()
 		kind := rng.IntN(100)
 		for _, idx := range both {
 			var err error

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/config"
-	"github.com/kvgate/kvgate/extproc/modelfiles"
 	"github.com/kvgate/kvgate/extproc/preprocess"
+	"github.com/kvgate/kvgate/internal/testkit/modelfiles"
 )
 
 // PreprocessOptions sizes the preprocessing benchmark.

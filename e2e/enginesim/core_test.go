@@ -10,9 +10,10 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/indexer/blockhash"
-	"github.com/kvgate/kvgate/indexer/index"
 	"github.com/kvgate/kvgate/indexer/ingest"
 	"github.com/kvgate/kvgate/indexer/kvevents"
+	"github.com/kvgate/kvgate/indexer/kvindex"
+	"github.com/kvgate/kvgate/internal/kvfleet"
 )
 
 // Expected timing values below were computed with python3 from the
@@ -417,7 +418,7 @@ func TestPreemptionRecomputesAndFinishes(t *testing.T) {
 }
 
 // TestEventsReproduceCacheInIndex feeds the engine's events through the
-// real ingest path into index.Memory and checks, after every step that
+// real ingest path into kvindex.Memory and checks, after every step that
 // changed the cache (each such step publishes events), that the index and
 // the engine agree on every chain the workload produced.
 func TestEventsReproduceCacheInIndex(t *testing.T) {
@@ -425,8 +426,8 @@ func TestEventsReproduceCacheInIndex(t *testing.T) {
 	for seed := uint64(1); seed <= 12; seed++ {
 		rng := rand.New(rand.NewPCG(seed, 99))
 		bs := 1 + rng.IntN(8)
-		idx := index.NewMemory(index.MemoryConfig{})
-		wid := index.WorkerID{Endpoint: "sim:1", DPRank: 0}
+		idx := kvindex.NewMemory(kvindex.MemoryConfig{})
+		wid := kvfleet.WorkerID{Endpoint: "sim:1", DPRank: 0}
 		ns := ""
 		if seed%3 == 0 {
 			ns = "tenant"
@@ -454,7 +455,7 @@ func TestEventsReproduceCacheInIndex(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if got := m[wid][index.TierDevice]; got != want {
+				if got := m[wid][kvfleet.TierDevice]; got != want {
 					t.Fatalf("seed %d check %d: chain of %s: index depth %d, engine holds %d", seed, checked, id, got, want)
 				}
 			}
@@ -480,7 +481,7 @@ func TestEventsReproduceCacheInIndex(t *testing.T) {
 		if w.Stats().BlocksRemoved == 0 {
 			t.Errorf("seed %d: no evictions; the cache was too large to test removals", seed)
 		}
-		// Reset publishes AllBlocksCleared, which empties the index.
+		// Reset publishes AllBlocksCleared, which empties the kvindex.
 		must(t, e.Reset())
 		if st, _ := idx.Stats(ctx); st.Entries != 0 {
 			t.Errorf("seed %d: %d index entries after Reset", seed, st.Entries)

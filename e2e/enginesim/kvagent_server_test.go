@@ -13,7 +13,8 @@ import (
 	"github.com/kvgate/kvgate/config"
 	"github.com/kvgate/kvgate/indexer"
 	"github.com/kvgate/kvgate/indexer/blockhash"
-	"github.com/kvgate/kvgate/indexer/index"
+	"github.com/kvgate/kvgate/indexer/kvindex"
+	"github.com/kvgate/kvgate/internal/kvfleet"
 	"github.com/kvgate/kvgate/kvagent"
 	"github.com/kvgate/kvgate/kvagent/connector"
 )
@@ -73,7 +74,7 @@ engines:
 	if err != nil {
 		t.Fatal(err)
 	}
-	idx := index.NewMemory(index.MemoryConfig{})
+	idx := kvindex.NewMemory(kvindex.MemoryConfig{})
 	svc, err := indexer.New(icfg, idx, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
@@ -107,9 +108,9 @@ engines:
 	}
 	seed := blockhash.Seed("", "")
 	chain := blockhash.SequenceHashes(blockhash.LocalHashes(a, 16, seed))
-	w := index.WorkerID{Endpoint: worker}
-	want := index.Depths{5, 12, 12, 12} // GPU 0..4; host and disk 5..11
-	var got index.Depths
+	w := kvfleet.WorkerID{Endpoint: worker}
+	want := kvfleet.Depths{5, 12, 12, 12} // GPU 0..4; host and disk 5..11
+	var got kvfleet.Depths
 	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		m, err := idx.Match(ctx, chain)
 		if err != nil {

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvgate/kvgate/extproc/modelfiles"
+	"github.com/kvgate/kvgate/internal/testkit/modelfiles"
 )
 
 // FuzzGenerateRequest sends arbitrary bodies to both generation endpoints:

@@ -16,13 +16,14 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/config"
-	"github.com/kvgate/kvgate/extproc/modelfiles"
 	"github.com/kvgate/kvgate/extproc/preprocess"
 	"github.com/kvgate/kvgate/indexer/blockhash"
-	"github.com/kvgate/kvgate/indexer/index"
 	"github.com/kvgate/kvgate/indexer/ingest"
 	"github.com/kvgate/kvgate/indexer/kvevents"
+	"github.com/kvgate/kvgate/indexer/kvindex"
 	"github.com/kvgate/kvgate/indexer/kvstream"
+	"github.com/kvgate/kvgate/internal/kvfleet"
+	"github.com/kvgate/kvgate/internal/testkit/modelfiles"
 )
 
 const testModel = "Qwen/Qwen3-0.6B"
@@ -467,8 +468,8 @@ func TestKVEventsRebuildTheEnginesCache(t *testing.T) {
 					c.Events.ReplayLayout = kvstream.ReplayLegacy
 				}
 			})
-			worker := index.WorkerID{Endpoint: "sim:8000", DPRank: 2}
-			mem := index.NewMemory(index.MemoryConfig{})
+			worker := kvfleet.WorkerID{Endpoint: "sim:8000", DPRank: 2}
+			mem := kvindex.NewMemory(kvindex.MemoryConfig{})
 			feed := &indexFeed{w: ingest.NewWorker(worker, mem, ingest.Config{BlockSize: 16})}
 			sub, err := kvstream.NewSubscriber(kvstream.Config{Endpoint: s.EventsAddr(), ReplayEndpoint: s.ReplayAddr(),
 				TailPoll: 50 * time.Millisecond, Logger: quietLog}, feed)
@@ -534,7 +535,7 @@ func TestKVEventsRebuildTheEnginesCache(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					if got := m[worker][index.TierDevice]; got != want {
+					if got := m[worker][kvfleet.TierDevice]; got != want {
 						diffs = append(diffs, fmt.Sprintf("request %d: index depth %d, engine depth %d", i, got, want))
 					}
 				}

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/kvgate/kvgate/indexer/blockhash"
-	"github.com/kvgate/kvgate/indexer/index"
+	"github.com/kvgate/kvgate/internal/kvfleet"
 )
 
 func TestHostTierRaisesHitRatioAndFeedsTheIndex(t *testing.T) {
@@ -73,7 +73,7 @@ func TestHostTierEventsReachTheIndexAsHostDepth(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if d := m[s.workers[0].ID]; d[index.TierHost] > d[index.TierDevice] {
+		if d := m[s.workers[0].ID]; d[kvfleet.TierHost] > d[kvfleet.TierDevice] {
 			extended++
 		}
 	}

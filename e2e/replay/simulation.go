@@ -10,9 +10,10 @@ import (
 	"github.com/kvgate/kvgate/e2e/enginesim"
 	"github.com/kvgate/kvgate/extproc/loadview"
 	"github.com/kvgate/kvgate/indexer/blockhash"
-	"github.com/kvgate/kvgate/indexer/index"
 	"github.com/kvgate/kvgate/indexer/ingest"
 	"github.com/kvgate/kvgate/indexer/kvevents"
+	"github.com/kvgate/kvgate/indexer/kvindex"
+	"github.com/kvgate/kvgate/internal/kvfleet"
 	"github.com/kvgate/kvgate/picker"
 )
 
@@ -31,7 +32,7 @@ type simulation struct {
 	engines []*enginesim.Engine
 	workers []picker.Worker
 	load    *loadview.View
-	idx     *index.Memory     // dynamo, kvgate: fed by KV events
+	idx     *kvindex.Memory   // dynamo, kvgate: fed by KV events
 	ingest  []*ingest.Worker  // per engine
 	recent  *loadview.Recent  // approx-prefix: kvgate's own decisions
 	pending *loadview.Pending // kvgate: own decisions beside the index
@@ -89,7 +90,7 @@ func newSimulation(policy string, idx uint64, reqs []TraceRequest, opt *Options)
 		s.pick.Policy = picker.PolicyDynamo
 	}
 	if policy == PolicyDynamo || policy == PolicyKvgate || policy == PolicyKvgateEventsOnly {
-		s.idx = index.NewMemory(index.MemoryConfig{})
+		s.idx = kvindex.NewMemory(kvindex.MemoryConfig{})
 	}
 	if policy == PolicyKvgate {
 		r, err := loadview.NewPending(loadview.RecentConfig{TTL: PendingPrefixTTL, MaxEntries: min(1<<26, max(1<<18, 4*opt.Workers*opt.GPUBlocks))})
@@ -109,7 +110,7 @@ func newSimulation(policy string, idx uint64, reqs []TraceRequest, opt *Options)
 	}
 	ecfg := opt.engineConfig()
 	for i := 0; i < opt.Workers; i++ {
-		id := index.WorkerID{Endpoint: fmt.Sprintf("10.0.0.%d:8000", i+1), DPRank: 0}
+		id := kvfleet.WorkerID{Endpoint: fmt.Sprintf("10.0.0.%d:8000", i+1), DPRank: 0}
 		if i >= 250 {
 			id.Endpoint = fmt.Sprintf("10.0.%d.%d:8000", i/250, i%250+1)
 		}
@@ -248,7 +249,7 @@ func (s *simulation) route(i int, toks []uint32, at time.Duration) error {
 	}
 	expected := min(max(1, r.OutputLength), picker.MaxOutputTokens)
 	var w int
-	var depths index.Depths
+	var depths kvfleet.Depths
 	switch s.policy {
 	case PolicyRandom:
 		w = s.rnd.IntN(len(s.engines))
@@ -258,7 +259,7 @@ func (s *simulation) route(i int, toks []uint32, at time.Duration) error {
 	case PolicyLeastLoaded:
 		w = s.leastLoaded()
 	default:
-		var m index.Match
+		var m kvindex.Match
 		if s.recent != nil {
 			m = s.recent.Match(chain, now)
 		} else {
@@ -289,7 +290,7 @@ func (s *simulation) route(i int, toks []uint32, at time.Duration) error {
 	}
 	id := s.workers[w].ID
 	// Load accounting as extproc's Router.Route does it.
-	uncached := int64(len(toks) - depths[index.TierDevice]*bs)
+	uncached := int64(len(toks) - depths[kvfleet.TierDevice]*bs)
 	decodeBlocks := int64((len(toks) + expected + bs - 1) / bs)
 	s.flights[i] = flight{ticket: s.load.Begin(id, uncached, decodeBlocks, now), worker: w, uncached: uncached, arrival: at}
 	if s.recent != nil {

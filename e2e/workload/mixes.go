@@ -7,8 +7,8 @@ import (
 	"io"
 	"time"
 
+	"github.com/kvgate/kvgate/e2e/plannersim"
 	"github.com/kvgate/kvgate/e2e/replay"
-	"github.com/kvgate/kvgate/planner-sidecar/simulate"
 )
 
 // The named mixes. TuningMixes are the ones a policy's knobs may be tuned
@@ -79,7 +79,7 @@ var named = map[string]Mix{
 // with nothing to cache, where routing is pure load balancing. limit > 0
 // keeps the first limit requests.
 func FromAzure(r io.Reader, name string, limit int) ([]replay.TraceRequest, error) {
-	l, err := simulate.ParseAzure(r, name, limit)
+	l, err := plannersim.ParseAzure(r, name, limit)
 	if err != nil {
 		return nil, fmt.Errorf("workload: %w", err)
 	}

@@ -23,7 +23,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kvgate/kvgate/config"
-	envoyconfig "github.com/kvgate/kvgate/envoy"
+	"github.com/kvgate/kvgate/envoy"
 	"github.com/kvgate/kvgate/extproc/envoyaddr"
 	"github.com/kvgate/kvgate/extproc/server"
 )
@@ -240,7 +240,7 @@ func TestValidatorAgreesWithEnvoy(t *testing.T) {
 		{"envoy.yaml", "request_trailer_mode: SEND", "request_trailer_mode: SKIP"},
 	}
 	for _, v := range variants {
-		data, err := envoyconfig.Shipped(v.file)
+		data, err := envoy.Shipped(v.file)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -251,7 +251,7 @@ func TestValidatorAgreesWithEnvoy(t *testing.T) {
 			data = bytes.Replace(data, []byte(v.old), []byte(v.new), 1)
 		}
 		want := startupRefusal(t, data)
-		_, err = envoyconfig.Validate(data)
+		_, err = envoy.Validate(data)
 		if (err != nil) != want {
 			t.Errorf("%s %q→%q: Envoy's rules refuse=%v, validator says %v", v.file, v.old, v.new, want, err)
 		}
@@ -267,14 +267,14 @@ func TestKvgateValueAgreesWithOriginalDst(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []envoyconfig.Kvgate{{EnvoyRouting: "original_dst"}, {EnvoyRouting: "override_host", Fallbacks: 2}, {EnvoyRouting: "override_host", Fallbacks: 0}} {
+	for _, k := range []envoy.Kvgate{{EnvoyRouting: "original_dst"}, {EnvoyRouting: "override_host", Fallbacks: 2}, {EnvoyRouting: "override_host", Fallbacks: 0}} {
 		d := &server.Decision{Endpoint: "10.0.0.1:8000"}
 		for i := range k.Fallbacks {
 			d.Fallbacks = append(d.Fallbacks, "10.0.0."+string(rune('2'+i))+":8000")
 		}
 		value, _ := routeOnce(t, server.Config{SingleDestination: k.EnvoyRouting == "original_dst"}, d)
 		_, parses := parseInternetAddressAndPortNoThrow(value)
-		_, err := envoyconfig.ValidateWith(data, &k)
+		_, err := envoy.ValidateWith(data, &k)
 		if parses != (err == nil) {
 			t.Errorf("%+v: kvgate sends %q (Envoy parses: %v); validator: %v", k, value, parses, err)
 		}

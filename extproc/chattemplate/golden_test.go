@@ -4,7 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"errors"
-	"github.com/kvgate/kvgate/extproc/modelfiles"
+	"github.com/kvgate/kvgate/internal/testkit/modelfiles"
 	"os"
 	"strings"
 	"testing"

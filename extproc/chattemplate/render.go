@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/kvgate/kvgate/extproc/chattemplate/jinja"
+	"github.com/kvgate/kvgate/internal/third_party/jinja"
 
 	"github.com/kvgate/kvgate/extproc/openai"
 )

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvgate/kvgate/extproc/chattemplate/jinja"
 	"github.com/kvgate/kvgate/extproc/openai"
+	"github.com/kvgate/kvgate/internal/third_party/jinja"
 )
 
 func parse(t testing.TB, body string) *openai.ChatRequest {

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/kvgate/kvgate/extproc/chattemplate/jinja"
+	"github.com/kvgate/kvgate/internal/third_party/jinja"
 
 	"github.com/kvgate/kvgate/extproc/openai"
 )

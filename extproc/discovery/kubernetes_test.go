@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/kvgate/kvgate/indexer/index"
+	"github.com/kvgate/kvgate/internal/kvfleet"
 	"github.com/kvgate/kvgate/picker"
 )
 
@@ -148,7 +148,7 @@ func mustKubernetes(t *testing.T, client kubernetes.Interface, c KubernetesConfi
 func podWorker(ip string, rank int, role picker.Role, draining bool) Worker {
 	ep := ip + ":8000"
 	return Worker{
-		ID: index.WorkerID{Endpoint: ep, DPRank: rank}, Endpoint: ep, Model: "llama", Role: role, Draining: draining,
+		ID: kvfleet.WorkerID{Endpoint: ep, DPRank: rank}, Endpoint: ep, Model: "llama", Role: role, Draining: draining,
 		Events: fmt.Sprintf("tcp://%s:%d", ip, 5557+rank),
 	}
 }
@@ -260,7 +260,7 @@ func TestKubernetesDefaultModelAndIPv6(t *testing.T) {
 		Namespace: ns, LabelSelector: "app=vllm", Port: 8000, Model: "llama", EventsPort: 5557,
 	})
 	w := watch(t, src)
-	w.waitFor([]Worker{{ID: index.WorkerID{Endpoint: "[fd00::5]:8000"}, Endpoint: "[fd00::5]:8000", Model: "llama",
+	w.waitFor([]Worker{{ID: kvfleet.WorkerID{Endpoint: "[fd00::5]:8000"}, Endpoint: "[fd00::5]:8000", Model: "llama",
 		Events: "tcp://[fd00::5]:5557"}})
 }
 
@@ -282,7 +282,7 @@ func TestKubernetesDebounce(t *testing.T) {
 		if _, err := client.CoreV1().Pods(ns).Create(ctx, readyPod(fmt.Sprint("p", i), ip, vllmLabels("")), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		want = append(want, Worker{ID: index.WorkerID{Endpoint: ip + ":8000"}, Endpoint: ip + ":8000", Model: "llama"})
+		want = append(want, Worker{ID: kvfleet.WorkerID{Endpoint: ip + ":8000"}, Endpoint: ip + ":8000", Model: "llama"})
 	}
 	sortWorkers(want)
 	w.waitFor(want)

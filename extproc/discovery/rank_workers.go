@@ -4,7 +4,7 @@ import (
 	"net"
 	"strconv"
 
-	"github.com/kvgate/kvgate/indexer/index"
+	"github.com/kvgate/kvgate/internal/kvfleet"
 	"github.com/kvgate/kvgate/picker"
 )
 
@@ -17,7 +17,7 @@ func rankWorkers(ip string, port int, model string, role picker.Role, draining b
 	ws := make([]Worker, 0, c.DPRanks)
 	for r := range c.DPRanks {
 		w := Worker{
-			ID:       index.WorkerID{Endpoint: ep, DPRank: r},
+			ID:       kvfleet.WorkerID{Endpoint: ep, DPRank: r},
 			Endpoint: ep,
 			Model:    model,
 			Role:     role,

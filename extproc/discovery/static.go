@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/kvgate/kvgate/config"
-	"github.com/kvgate/kvgate/indexer/index"
+	"github.com/kvgate/kvgate/internal/kvfleet"
 )
 
 // StaticSource is the configuration file's engine list; it never changes.
@@ -20,7 +20,7 @@ var _ Source = (*StaticSource)(nil)
 // data-parallel ranks (config.ZMQEndpoint).
 func Static(engines []config.Engine) (*StaticSource, error) {
 	var ws []Worker
-	seen := map[index.WorkerID]bool{}
+	seen := map[kvfleet.WorkerID]bool{}
 	for i, e := range engines {
 		p := fmt.Sprintf("engines[%d]", i)
 		role, err := ParseRole(e.Role)
@@ -39,7 +39,7 @@ func Static(engines []config.Engine) (*StaticSource, error) {
 		}
 		for r := range ranks {
 			w := Worker{
-				ID:       index.WorkerID{Endpoint: e.Endpoint, DPRank: r},
+				ID:       kvfleet.WorkerID{Endpoint: e.Endpoint, DPRank: r},
 				Endpoint: e.Endpoint,
 				Model:    e.Model,
 				Role:     role,

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/kvgate/kvgate/config"
-	"github.com/kvgate/kvgate/indexer/index"
+	"github.com/kvgate/kvgate/internal/kvfleet"
 	"github.com/kvgate/kvgate/picker"
 )
 
@@ -19,10 +19,10 @@ func TestStaticExpandsDPRanks(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []Worker{
-		{ID: index.WorkerID{Endpoint: "10.0.0.1:8000"}, Endpoint: "10.0.0.1:8000", Model: "m", Role: picker.RoleBoth, Draining: true},
-		{ID: index.WorkerID{Endpoint: "10.0.0.2:8000"}, Endpoint: "10.0.0.2:8000", Model: "m", Role: picker.RolePrefill,
+		{ID: kvfleet.WorkerID{Endpoint: "10.0.0.1:8000"}, Endpoint: "10.0.0.1:8000", Model: "m", Role: picker.RoleBoth, Draining: true},
+		{ID: kvfleet.WorkerID{Endpoint: "10.0.0.2:8000"}, Endpoint: "10.0.0.2:8000", Model: "m", Role: picker.RolePrefill,
 			Events: "tcp://10.0.0.2:5557", Replay: "tcp://10.0.0.2:5600"},
-		{ID: index.WorkerID{Endpoint: "10.0.0.2:8000", DPRank: 1}, Endpoint: "10.0.0.2:8000", Model: "m", Role: picker.RolePrefill,
+		{ID: kvfleet.WorkerID{Endpoint: "10.0.0.2:8000", DPRank: 1}, Endpoint: "10.0.0.2:8000", Model: "m", Role: picker.RolePrefill,
 			Events: "tcp://10.0.0.2:5558", Replay: "tcp://10.0.0.2:5601"},
 	}
 	ctx, cancel := context.WithCancel(context.Background())

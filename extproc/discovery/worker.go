@@ -9,13 +9,13 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/kvgate/kvgate/indexer/index"
+	"github.com/kvgate/kvgate/internal/kvfleet"
 	"github.com/kvgate/kvgate/picker"
 )
 
 // Worker is one engine data-parallel rank as discovered.
 type Worker struct {
-	ID       index.WorkerID
+	ID       kvfleet.WorkerID
 	Endpoint string // ip:port requests are sent to (equals ID.Endpoint)
 	Model    string
 	Role     picker.Role
@@ -51,7 +51,7 @@ func ParseRole(s string) (picker.Role, error) {
 	return 0, fmt.Errorf("role %q is not one of both, prefill, decode", s)
 }
 
-func compareWorkerIDs(a, b index.WorkerID) int {
+func compareWorkerIDs(a, b kvfleet.WorkerID) int {
 	if c := cmp.Compare(a.Endpoint, b.Endpoint); c != 0 {
 		return c
 	}

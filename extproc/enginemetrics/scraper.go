@@ -15,7 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/kvgate/kvgate/indexer/index"
+	"github.com/kvgate/kvgate/internal/kvfleet"
 )
 
 // Defaults for Config. llm-d scrapes every 50 ms with a 2 s staleness
@@ -102,9 +102,9 @@ type Scraper struct {
 	cfg Config
 
 	mu      sync.RWMutex
-	workers map[index.WorkerID]Target
-	byURL   map[string]map[index.WorkerID]string // URL → worker → model
-	samples map[index.WorkerID]Sample
+	workers map[kvfleet.WorkerID]Target
+	byURL   map[string]map[kvfleet.WorkerID]string // URL → worker → model
+	samples map[kvfleet.WorkerID]Sample
 	changed chan struct{}
 
 	targets                                         atomic.Int64
@@ -116,9 +116,9 @@ type Scraper struct {
 func New(cfg Config) *Scraper {
 	return &Scraper{
 		cfg:     cfg.withDefaults(),
-		workers: map[index.WorkerID]Target{},
-		byURL:   map[string]map[index.WorkerID]string{},
-		samples: map[index.WorkerID]Sample{},
+		workers: map[kvfleet.WorkerID]Target{},
+		byURL:   map[string]map[kvfleet.WorkerID]string{},
+		samples: map[kvfleet.WorkerID]Sample{},
 		changed: make(chan struct{}, 1),
 	}
 }
@@ -126,9 +126,9 @@ func New(cfg Config) *Scraper {
 // SetTargets replaces the target set. Workers no longer listed, or whose
 // URL or model changed, lose their samples. Targets with a bad URL are left
 // out, counted, and reported in the error; the others are applied.
-func (s *Scraper) SetTargets(targets map[index.WorkerID]Target) error {
+func (s *Scraper) SetTargets(targets map[kvfleet.WorkerID]Target) error {
 	var errs []error
-	good := make(map[index.WorkerID]Target, len(targets))
+	good := make(map[kvfleet.WorkerID]Target, len(targets))
 	for w, t := range targets {
 		if err := checkURL(t.URL); err != nil {
 			errs = append(errs, fmt.Errorf("enginemetrics: target %s: %w", w, err))
@@ -137,10 +137,10 @@ func (s *Scraper) SetTargets(targets map[index.WorkerID]Target) error {
 		good[w] = t
 	}
 	s.badTargets.Add(int64(len(errs)))
-	byURL := map[string]map[index.WorkerID]string{}
+	byURL := map[string]map[kvfleet.WorkerID]string{}
 	for w, t := range good {
 		if byURL[t.URL] == nil {
-			byURL[t.URL] = map[index.WorkerID]string{}
+			byURL[t.URL] = map[kvfleet.WorkerID]string{}
 		}
 		byURL[t.URL][w] = t.Model
 	}
@@ -178,7 +178,7 @@ func checkURL(raw string) error {
 
 // Get returns w's latest sample; ok is false when there is none or it is
 // older than the staleness bound at now.
-func (s *Scraper) Get(w index.WorkerID, now time.Time) (Sample, bool) {
+func (s *Scraper) Get(w kvfleet.WorkerID, now time.Time) (Sample, bool) {
 	s.mu.RLock()
 	smp, ok := s.samples[w]
 	s.mu.RUnlock()

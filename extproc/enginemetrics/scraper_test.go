@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvgate/kvgate/indexer/index"
+	"github.com/kvgate/kvgate/internal/kvfleet"
 )
 
 // engine is a test /metrics server whose page can be swapped.
@@ -75,7 +75,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func waitSample(t *testing.T, s *Scraper, w index.WorkerID, ok func(Sample) bool) Sample {
+func waitSample(t *testing.T, s *Scraper, w kvfleet.WorkerID, ok func(Sample) bool) Sample {
 	t.Helper()
 	var got Sample
 	eventually(t, "sample of "+w.String(), func() bool {
@@ -90,9 +90,9 @@ func TestScraperSharedDataParallelPage(t *testing.T) {
 	e := newEngine(t, vllmDP2Page)
 	s := runScraper(t, Config{Interval: 10 * time.Millisecond})
 	const model = "meta-llama/Llama-3.1-8B-Instruct"
-	w0 := index.WorkerID{Endpoint: "10.0.0.1:8000", DPRank: 0}
-	w1 := index.WorkerID{Endpoint: "10.0.0.1:8000", DPRank: 1}
-	if err := s.SetTargets(map[index.WorkerID]Target{w0: {URL: e.url(), Model: model}, w1: {URL: e.url(), Model: model}}); err != nil {
+	w0 := kvfleet.WorkerID{Endpoint: "10.0.0.1:8000", DPRank: 0}
+	w1 := kvfleet.WorkerID{Endpoint: "10.0.0.1:8000", DPRank: 1}
+	if err := s.SetTargets(map[kvfleet.WorkerID]Target{w0: {URL: e.url(), Model: model}, w1: {URL: e.url(), Model: model}}); err != nil {
 		t.Fatal(err)
 	}
 	s0 := waitSample(t, s, w0, func(Sample) bool { return true })
@@ -114,10 +114,10 @@ func TestScraperSharedDataParallelPage(t *testing.T) {
 func TestScraperSGLangAndModelFilter(t *testing.T) {
 	e := newEngine(t, sglangPage)
 	s := runScraper(t, Config{Interval: 10 * time.Millisecond})
-	good := index.WorkerID{Endpoint: "a:1"}
-	wrongModel := index.WorkerID{Endpoint: "b:1"}
+	good := kvfleet.WorkerID{Endpoint: "a:1"}
+	wrongModel := kvfleet.WorkerID{Endpoint: "b:1"}
 	other := newEngine(t, sglangPage)
-	if err := s.SetTargets(map[index.WorkerID]Target{
+	if err := s.SetTargets(map[kvfleet.WorkerID]Target{
 		good:       {URL: e.url(), Model: "Qwen/Qwen3-8B"},
 		wrongModel: {URL: other.url(), Model: "meta-llama/Llama-3.1-8B-Instruct"},
 	}); err != nil {
@@ -137,8 +137,8 @@ func TestScraperStaleness(t *testing.T) {
 	e := newEngine(t, vllmV0Page)
 	const stale = 3 * time.Second
 	s := runScraper(t, Config{Interval: 10 * time.Millisecond, Staleness: stale})
-	w := index.WorkerID{Endpoint: "a:1"}
-	if err := s.SetTargets(map[index.WorkerID]Target{w: {URL: e.url()}}); err != nil {
+	w := kvfleet.WorkerID{Endpoint: "a:1"}
+	if err := s.SetTargets(map[kvfleet.WorkerID]Target{w: {URL: e.url()}}); err != nil {
 		t.Fatal(err)
 	}
 	got := waitSample(t, s, w, func(Sample) bool { return true })
@@ -201,11 +201,11 @@ func TestScraperFailuresCounted(t *testing.T) {
 	l.Close()
 
 	s := runScraper(t, Config{Interval: 10 * time.Millisecond, Timeout: 50 * time.Millisecond, MaxBodyBytes: 1024})
-	targets := map[index.WorkerID]Target{}
+	targets := map[kvfleet.WorkerID]Target{}
 	for i, path := range []string{"/slow", "/500", "/big", "/bigchunked", "/garbage", "/redirect"} {
-		targets[index.WorkerID{Endpoint: fmt.Sprintf("w%d:1", i)}] = Target{URL: srv.URL + path}
+		targets[kvfleet.WorkerID{Endpoint: fmt.Sprintf("w%d:1", i)}] = Target{URL: srv.URL + path}
 	}
-	targets[index.WorkerID{Endpoint: "refused:1"}] = Target{URL: refused}
+	targets[kvfleet.WorkerID{Endpoint: "refused:1"}] = Target{URL: refused}
 	if err := s.SetTargets(targets); err != nil {
 		t.Fatal(err)
 	}
@@ -228,15 +228,15 @@ func TestScraperTargetChanges(t *testing.T) {
 	a := newEngine(t, vllmV0Page)
 	b := newEngine(t, sglangPage)
 	s := runScraper(t, Config{Interval: 10 * time.Millisecond})
-	w := index.WorkerID{Endpoint: "x:1"}
-	if err := s.SetTargets(map[index.WorkerID]Target{w: {URL: a.url()}}); err != nil {
+	w := kvfleet.WorkerID{Endpoint: "x:1"}
+	if err := s.SetTargets(map[kvfleet.WorkerID]Target{w: {URL: a.url()}}); err != nil {
 		t.Fatal(err)
 	}
 	waitSample(t, s, w, func(x Sample) bool { return x.Running == 12 })
 
 	// The worker moves to another URL: its old sample is dropped at once and
 	// the new page's values arrive.
-	if err := s.SetTargets(map[index.WorkerID]Target{w: {URL: b.url()}}); err != nil {
+	if err := s.SetTargets(map[kvfleet.WorkerID]Target{w: {URL: b.url()}}); err != nil {
 		t.Fatal(err)
 	}
 	if x, ok := s.Get(w, time.Now()); ok && x.Running == 12 {
@@ -248,8 +248,8 @@ func TestScraperTargetChanges(t *testing.T) {
 	}
 
 	// Bad URLs are refused and counted; the good ones still apply.
-	w2 := index.WorkerID{Endpoint: "y:1"}
-	err := s.SetTargets(map[index.WorkerID]Target{
+	w2 := kvfleet.WorkerID{Endpoint: "y:1"}
+	err := s.SetTargets(map[kvfleet.WorkerID]Target{
 		w:                               {URL: b.url()},
 		w2:                              {URL: a.url()},
 		{Endpoint: "bad1:1"}:            {URL: "ftp://host/metrics"},

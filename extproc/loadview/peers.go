@@ -4,7 +4,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/kvgate/kvgate/indexer/index"
+	"github.com/kvgate/kvgate/internal/kvfleet"
 	"github.com/kvgate/kvgate/picker"
 )
 
@@ -39,8 +39,8 @@ import (
 // OwnSample is this replica's own load at one moment.
 type OwnSample struct {
 	At     time.Time
-	Loads  map[index.WorkerID]picker.Load // not modified after Add
-	Routed uint64                         // requests begun so far (View.Begun)
+	Loads  map[kvfleet.WorkerID]picker.Load // not modified after Add
+	Routed uint64                           // requests begun so far (View.Begun)
 }
 
 // OwnHistory keeps this replica's recent own samples, oldest first, as a
@@ -96,7 +96,7 @@ func absDuration(d time.Duration) time.Duration {
 // PeerSnapshot is one peer's last published load and its traffic share.
 type PeerSnapshot struct {
 	At      time.Time
-	Workers map[index.WorkerID]picker.Load
+	Workers map[kvfleet.WorkerID]picker.Load
 	Share   float64 // ShareTracker.Share for this peer
 }
 
@@ -104,15 +104,15 @@ type PeerSnapshot struct {
 // (and nil) means no peers.
 type PeerView struct {
 	Replicas  int
-	Published map[index.WorkerID]picker.Load // Σ_p snapshot_p
-	shareSum  float64                        // Σ_p share_p
-	base      map[index.WorkerID][3]float64  // Σ_p share_p × own_at_p, per field
+	Published map[kvfleet.WorkerID]picker.Load // Σ_p snapshot_p
+	shareSum  float64                          // Σ_p share_p
+	base      map[kvfleet.WorkerID][3]float64  // Σ_p share_p × own_at_p, per field
 }
 
 // NewPeerView sums the peers' snapshots and the own-load baselines their
 // extrapolation starts from. own may be nil or empty: no extrapolation.
 func NewPeerView(peers []PeerSnapshot, own *OwnHistory) *PeerView {
-	v := &PeerView{Replicas: len(peers), Published: map[index.WorkerID]picker.Load{}, base: map[index.WorkerID][3]float64{}}
+	v := &PeerView{Replicas: len(peers), Published: map[kvfleet.WorkerID]picker.Load{}, base: map[kvfleet.WorkerID][3]float64{}}
 	for _, p := range peers {
 		for w, l := range p.Workers {
 			sum := v.Published[w]
@@ -142,7 +142,7 @@ func NewPeerView(peers []PeerSnapshot, own *OwnHistory) *PeerView {
 }
 
 // PublishedLoad is the peers' load on w as they last published it.
-func (v *PeerView) PublishedLoad(w index.WorkerID) picker.Load {
+func (v *PeerView) PublishedLoad(w kvfleet.WorkerID) picker.Load {
 	if v == nil {
 		return picker.Load{}
 	}
@@ -151,7 +151,7 @@ func (v *PeerView) PublishedLoad(w index.WorkerID) picker.Load {
 
 // Estimate is the peers' likely load on w now, given this replica's own
 // load on w now (see the package comment above).
-func (v *PeerView) Estimate(w index.WorkerID, own picker.Load) picker.Load {
+func (v *PeerView) Estimate(w kvfleet.WorkerID, own picker.Load) picker.Load {
 	if v == nil || v.Replicas == 0 {
 		return picker.Load{}
 	}

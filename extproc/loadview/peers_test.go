@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvgate/kvgate/indexer/index"
+	"github.com/kvgate/kvgate/internal/kvfleet"
 	"github.com/kvgate/kvgate/picker"
 )
 
@@ -52,10 +52,10 @@ func TestOwnHistoryNearest(t *testing.T) {
 // have changed as this replica did since: +3 requests, +3072 tokens,
 // +15 blocks, so each is at {5, 5120, 25} and both at {10, 10240, 50}.
 func TestPeerEstimateExtrapolatesOwnChange(t *testing.T) {
-	snap := map[index.WorkerID]picker.Load{w1: {InflightRequests: 2, PrefillTokens: 2048, DecodeBlocks: 10}}
+	snap := map[kvfleet.WorkerID]picker.Load{w1: {InflightRequests: 2, PrefillTokens: 2048, DecodeBlocks: 10}}
 	own := history(
-		OwnSample{At: t0.Add(-ms(10)), Loads: map[index.WorkerID]picker.Load{w1: {InflightRequests: 1, PrefillTokens: 1024, DecodeBlocks: 5}}},
-		OwnSample{At: t0.Add(ms(40)), Loads: map[index.WorkerID]picker.Load{w1: {InflightRequests: 3, PrefillTokens: 3072, DecodeBlocks: 15}}},
+		OwnSample{At: t0.Add(-ms(10)), Loads: map[kvfleet.WorkerID]picker.Load{w1: {InflightRequests: 1, PrefillTokens: 1024, DecodeBlocks: 5}}},
+		OwnSample{At: t0.Add(ms(40)), Loads: map[kvfleet.WorkerID]picker.Load{w1: {InflightRequests: 3, PrefillTokens: 3072, DecodeBlocks: 15}}},
 	)
 	v := NewPeerView([]PeerSnapshot{{At: t0, Workers: snap, Share: 1}, {At: t0, Workers: snap, Share: 1}}, own)
 	if v.Replicas != 2 {
@@ -81,15 +81,15 @@ func TestPeerEstimateExtrapolatesOwnChange(t *testing.T) {
 
 // Completions are extrapolated too, and the result never goes negative.
 func TestPeerEstimateFollowsCompletionsAndClamps(t *testing.T) {
-	own := history(OwnSample{At: t0, Loads: map[index.WorkerID]picker.Load{w1: {InflightRequests: 3, DecodeBlocks: 30}}})
-	peer := PeerSnapshot{At: t0, Workers: map[index.WorkerID]picker.Load{w1: {InflightRequests: 3, DecodeBlocks: 30}}, Share: 1}
+	own := history(OwnSample{At: t0, Loads: map[kvfleet.WorkerID]picker.Load{w1: {InflightRequests: 3, DecodeBlocks: 30}}})
+	peer := PeerSnapshot{At: t0, Workers: map[kvfleet.WorkerID]picker.Load{w1: {InflightRequests: 3, DecodeBlocks: 30}}, Share: 1}
 	v := NewPeerView([]PeerSnapshot{peer}, own)
 	// This replica finished 2 of its 3 since: so, likely, did the peer.
 	if got, want := v.Estimate(w1, picker.Load{InflightRequests: 1, DecodeBlocks: 10}), (picker.Load{InflightRequests: 1, DecodeBlocks: 10}); got != want {
 		t.Errorf("estimate %+v, want %+v", got, want)
 	}
 	// A peer with less than this replica's drop: 1 − 3 is clamped to 0.
-	small := PeerSnapshot{At: t0, Workers: map[index.WorkerID]picker.Load{w1: {InflightRequests: 1}}, Share: 1}
+	small := PeerSnapshot{At: t0, Workers: map[kvfleet.WorkerID]picker.Load{w1: {InflightRequests: 1}}, Share: 1}
 	v = NewPeerView([]PeerSnapshot{small}, own)
 	if got := v.Estimate(w1, picker.Load{}); got != (picker.Load{}) {
 		t.Errorf("estimate %+v, want zero (clamped)", got)
@@ -99,8 +99,8 @@ func TestPeerEstimateFollowsCompletionsAndClamps(t *testing.T) {
 // The share scales the extrapolation: 0 leaves the snapshot as published,
 // 0.5 adds half this replica's change. No history: no extrapolation.
 func TestPeerEstimateShare(t *testing.T) {
-	own := history(OwnSample{At: t0, Loads: map[index.WorkerID]picker.Load{w1: {InflightRequests: 2}}})
-	snap := map[index.WorkerID]picker.Load{w1: {InflightRequests: 2}}
+	own := history(OwnSample{At: t0, Loads: map[kvfleet.WorkerID]picker.Load{w1: {InflightRequests: 2}}})
+	snap := map[kvfleet.WorkerID]picker.Load{w1: {InflightRequests: 2}}
 	now := picker.Load{InflightRequests: 6}
 	cases := []struct {
 		share float64
@@ -200,9 +200,9 @@ func checkHerd(t *testing.T, policy string, prompt, prefix int, decode bool) {
 		requests = 120
 		replicas = 3
 	)
-	ids := make([]index.WorkerID, workers)
+	ids := make([]kvfleet.WorkerID, workers)
 	for i := range ids {
-		ids[i] = index.WorkerID{Endpoint: fmt.Sprintf("10.0.0.%d:8000", i+1)}
+		ids[i] = kvfleet.WorkerID{Endpoint: fmt.Sprintf("10.0.0.%d:8000", i+1)}
 	}
 	holder := ids[0]
 	cfg := picker.DefaultConfig()
@@ -214,7 +214,7 @@ func checkHerd(t *testing.T, policy string, prompt, prefix int, decode bool) {
 	// route sends the burst through n replicas round-robin and returns how
 	// many went to the holder before the first went elsewhere; peerLoad is
 	// a replica's view of the others' load on w given its own.
-	route := func(n int, peerLoad func(w index.WorkerID, own picker.Load) picker.Load) int {
+	route := func(n int, peerLoad func(w kvfleet.WorkerID, own picker.Load) picker.Load) int {
 		views := make([]*View, n)
 		for i := range views {
 			views[i] = New()
@@ -230,7 +230,7 @@ func checkHerd(t *testing.T, policy string, prompt, prefix int, decode bool) {
 				l.DecodeBlocks += p.DecodeBlocks
 				cands[j] = picker.Candidate{Worker: picker.Worker{ID: id, Endpoint: id.Endpoint}, Load: l}
 				if id == holder {
-					cands[j].Depths = index.Depths{prefix, prefix, prefix, prefix}
+					cands[j].Depths = kvfleet.Depths{prefix, prefix, prefix, prefix}
 				}
 			}
 			d, err := picker.Pick(req, cands, cfg, nil)
@@ -249,13 +249,13 @@ func checkHerd(t *testing.T, policy string, prompt, prefix int, decode bool) {
 		}
 		return requests
 	}
-	none := func(index.WorkerID, picker.Load) picker.Load { return picker.Load{} }
+	none := func(kvfleet.WorkerID, picker.Load) picker.Load { return picker.Load{} }
 	n1 := route(1, none)
 	stale := route(replicas, none) // the peers' snapshots from before the burst: empty
 	// Each replica's peers: their empty snapshots from the burst's start,
 	// extrapolated from its own change since (its own load was empty then).
-	start := history(OwnSample{At: t0, Loads: map[index.WorkerID]picker.Load{}})
-	empty := PeerSnapshot{At: t0, Workers: map[index.WorkerID]picker.Load{}, Share: 1}
+	start := history(OwnSample{At: t0, Loads: map[kvfleet.WorkerID]picker.Load{}})
+	empty := PeerSnapshot{At: t0, Workers: map[kvfleet.WorkerID]picker.Load{}, Share: 1}
 	pv := NewPeerView([]PeerSnapshot{empty, empty}, start)
 	extrapolated := route(replicas, pv.Estimate)
 	t.Logf("requests on the prefix holder before the first spill: 1 replica %d, %d on stale snapshots %d, %d extrapolating %d",

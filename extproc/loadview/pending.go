@@ -3,7 +3,8 @@ package loadview
 import (
 	"time"
 
-	"github.com/kvgate/kvgate/indexer/index"
+	"github.com/kvgate/kvgate/indexer/kvindex"
+	"github.com/kvgate/kvgate/internal/kvfleet"
 )
 
 // PendingTTL is how long a routed prefix is credited before only KV events
@@ -51,12 +52,12 @@ func DefaultPendingConfig() RecentConfig {
 
 // Record notes that the prompt whose block sequence hashes are chain was
 // routed to w at now.
-func (p *Pending) Record(w index.WorkerID, chain []uint64, now time.Time) {
+func (p *Pending) Record(w kvfleet.WorkerID, chain []uint64, now time.Time) {
 	p.r.Record(w, chain, now)
 }
 
 // ForgetWorker drops every credit of w (it left the fleet or reset).
-func (p *Pending) ForgetWorker(w index.WorkerID) { p.r.ForgetWorker(w) }
+func (p *Pending) ForgetWorker(w kvfleet.WorkerID) { p.r.ForgetWorker(w) }
 
 // Stats reads the underlying counters.
 func (p *Pending) Stats() RecentStats { return p.r.Stats() }
@@ -71,7 +72,7 @@ func (p *Pending) Stats() RecentStats { return p.r.Stats() }
 //
 // Pairs the index already confirms on the device are forgotten: from then
 // on the index alone says whether the worker holds them.
-func (p *Pending) Merge(m index.Match, chain []uint64, now time.Time) index.Match {
+func (p *Pending) Merge(m kvindex.Match, chain []uint64, now time.Time) kvindex.Match {
 	if len(chain) == 0 {
 		return m
 	}
@@ -82,7 +83,7 @@ func (p *Pending) Merge(m index.Match, chain []uint64, now time.Time) index.Matc
 	// Workers the index knows, then pending holders of the first block the
 	// index does not cover for them (block 0 for workers it does not know).
 	for w, d := range m {
-		dev := d[index.TierDevice]
+		dev := d[kvfleet.TierDevice]
 		end := r.runLocked(w, chain, dev, t)
 		if end > dev {
 			for i := range d {
@@ -97,7 +98,7 @@ func (p *Pending) Merge(m index.Match, chain []uint64, now time.Time) index.Matc
 			continue
 		}
 		if m == nil {
-			m = index.Match{}
+			m = kvindex.Match{}
 		}
 		m[h.w] = depthsOf(r.runLocked(h.w, chain, 0, t))
 	}
@@ -106,7 +107,7 @@ func (p *Pending) Merge(m index.Match, chain []uint64, now time.Time) index.Matc
 
 // runLocked returns the end of w's unexpired pending run in chain starting
 // at from (from itself when chain[from] is not pending for w).
-func (r *Recent) runLocked(w index.WorkerID, chain []uint64, from int, t int64) int {
+func (r *Recent) runLocked(w kvfleet.WorkerID, chain []uint64, from int, t int64) int {
 	d := from
 	for d < len(chain) && holds(r.entries[chain[d]], w, t) {
 		d++
@@ -116,7 +117,7 @@ func (r *Recent) runLocked(w index.WorkerID, chain []uint64, from int, t int64) 
 
 // forgetLocked drops w's pairs for hashes; their queue records become
 // stale and fall out as they reach the front.
-func (r *Recent) forgetLocked(w index.WorkerID, hashes []uint64) {
+func (r *Recent) forgetLocked(w kvfleet.WorkerID, hashes []uint64) {
 	for _, h := range hashes {
 		r.dropHolderLocked(h, w)
 	}
@@ -125,8 +126,8 @@ func (r *Recent) forgetLocked(w index.WorkerID, hashes []uint64) {
 // Withdraw drops w's credit for chain: the request routed there failed or
 // was served by another worker, so w is not computing that prefix. Blocks
 // another in-flight request to w shares lose their credit too, which only
-// errs towards trusting the index.
-func (p *Pending) Withdraw(w index.WorkerID, chain []uint64) {
+// errs towards trusting the kvindex.
+func (p *Pending) Withdraw(w kvfleet.WorkerID, chain []uint64) {
 	p.r.mu.Lock()
 	p.r.forgetLocked(w, chain)
 	p.r.mu.Unlock()

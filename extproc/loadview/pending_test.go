@@ -4,7 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvgate/kvgate/indexer/index"
+	"github.com/kvgate/kvgate/indexer/kvindex"
+	"github.com/kvgate/kvgate/internal/kvfleet"
 )
 
 func newPending(t *testing.T) *Pending {
@@ -17,12 +18,12 @@ func newPending(t *testing.T) *Pending {
 }
 
 var (
-	wa = index.WorkerID{Endpoint: "a:8000"}
-	wb = index.WorkerID{Endpoint: "b:8000"}
-	wW = index.WorkerID{Endpoint: "w:8000"}
+	wa = kvfleet.WorkerID{Endpoint: "a:8000"}
+	wb = kvfleet.WorkerID{Endpoint: "b:8000"}
+	wW = kvfleet.WorkerID{Endpoint: "w:8000"}
 )
 
-func dev(d index.Depths) int { return d[index.TierDevice] }
+func dev(d kvfleet.Depths) int { return d[kvfleet.TierDevice] }
 
 func TestPendingCreditsARoutedPrefixTheIndexHasNotSeen(t *testing.T) {
 	p := newPending(t)
@@ -48,12 +49,12 @@ func TestPendingContinuesWhereTheIndexDepthEnds(t *testing.T) {
 	chain := []uint64{1, 2, 3, 4, 5}
 	p.Record(wa, chain, now)
 	// Events for the first two blocks arrived, with a host copy of three.
-	m := index.Match{wa: {2, 3, 3, 3}, wb: {4, 4, 4, 4}}
+	m := kvindex.Match{wa: {2, 3, 3, 3}, wb: {4, 4, 4, 4}}
 	m = p.Merge(m, chain, now)
-	if got := m[wa]; got != (index.Depths{5, 5, 5, 5}) {
+	if got := m[wa]; got != (kvfleet.Depths{5, 5, 5, 5}) {
 		t.Fatalf("a = %v, want 5 on every tier (2 confirmed + 3 pending)", got)
 	}
-	if got := m[wb]; got != (index.Depths{4, 4, 4, 4}) {
+	if got := m[wb]; got != (kvfleet.Depths{4, 4, 4, 4}) {
 		t.Fatalf("b = %v, want its index depths unchanged", got)
 	}
 	// The two confirmed pairs are forgotten: the index owns them now.
@@ -67,7 +68,7 @@ func TestPendingConfirmedPrefixFollowsTheIndexAfterwards(t *testing.T) {
 	now := time.Unix(1000, 0)
 	chain := []uint64{1, 2, 3}
 	p.Record(wa, chain, now)
-	m := p.Merge(index.Match{wa: {3, 3, 3, 3}}, chain, now)
+	m := p.Merge(kvindex.Match{wa: {3, 3, 3, 3}}, chain, now)
 	if dev(m[wa]) != 3 {
 		t.Fatalf("a = %v, want 3", m[wa])
 	}
@@ -76,7 +77,7 @@ func TestPendingConfirmedPrefixFollowsTheIndexAfterwards(t *testing.T) {
 	}
 	// The worker then evicted (or reset): the index no longer lists it, and
 	// no stale credit remains although the TTL has not passed.
-	m = p.Merge(index.Match{}, chain, now.Add(time.Second))
+	m = p.Merge(kvindex.Match{}, chain, now.Add(time.Second))
 	if _, ok := m[wa]; ok {
 		t.Fatalf("a still credited after the index removed a confirmed prefix: %v", m)
 	}

@@ -5,7 +5,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kvgate/kvgate/indexer/index"
+	"github.com/kvgate/kvgate/indexer/kvindex"
+	"github.com/kvgate/kvgate/internal/kvfleet"
 )
 
 // Recent is the approximate KV view for engines that publish no KV events:
@@ -32,14 +33,14 @@ type Recent struct {
 }
 
 type holder struct {
-	w   index.WorkerID
+	w   kvfleet.WorkerID
 	exp int64 // UnixNano after which the pair is forgotten
 	seq uint64
 }
 
 type record struct {
 	hash uint64
-	w    index.WorkerID
+	w    kvfleet.WorkerID
 	exp  int64
 	seq  uint64
 }
@@ -85,7 +86,7 @@ func (r *Recent) growLocked() {
 // Record notes that the prompt whose block sequence hashes are chain was
 // routed to w at now. Only the first MaxEntries blocks are kept: leading
 // blocks are the ones later prompts share.
-func (r *Recent) Record(w index.WorkerID, chain []uint64, now time.Time) {
+func (r *Recent) Record(w kvfleet.WorkerID, chain []uint64, now time.Time) {
 	if len(chain) > r.max {
 		chain = chain[:r.max]
 	}
@@ -169,15 +170,15 @@ func (r *Recent) popLocked(evict bool) {
 // Match returns, per worker, how many leading blocks of chain it is assumed
 // to hold at now. The approximation knows no tiers: a depth is reported on
 // every tier, as if on device.
-func (r *Recent) Match(chain []uint64, now time.Time) index.Match {
+func (r *Recent) Match(chain []uint64, now time.Time) kvindex.Match {
 	t := now.UnixNano()
-	out := index.Match{}
+	out := kvindex.Match{}
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	if len(chain) == 0 {
 		return out
 	}
-	var alive []index.WorkerID
+	var alive []kvfleet.WorkerID
 	for _, h := range r.entries[chain[0]] {
 		if h.exp > t {
 			alive = append(alive, h.w)
@@ -202,7 +203,7 @@ func (r *Recent) Match(chain []uint64, now time.Time) index.Match {
 	return out
 }
 
-func holds(hs []holder, w index.WorkerID, t int64) bool {
+func holds(hs []holder, w kvfleet.WorkerID, t int64) bool {
 	for i := range hs {
 		if hs[i].w == w {
 			return hs[i].exp > t
@@ -211,8 +212,8 @@ func holds(hs []holder, w index.WorkerID, t int64) bool {
 	return false
 }
 
-func depthsOf(d int) index.Depths {
-	var out index.Depths
+func depthsOf(d int) kvfleet.Depths {
+	var out kvfleet.Depths
 	for i := range out {
 		out[i] = d
 	}
@@ -221,7 +222,7 @@ func depthsOf(d int) index.Depths {
 
 // ForgetWorker drops everything recorded for w (it left the fleet). It scans
 // every entry, so it is meant for membership changes, not the request path.
-func (r *Recent) ForgetWorker(w index.WorkerID) {
+func (r *Recent) ForgetWorker(w kvfleet.WorkerID) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for h := range r.entries {
@@ -232,7 +233,7 @@ func (r *Recent) ForgetWorker(w index.WorkerID) {
 
 // dropHolderLocked removes w from h's holders, if it is one; the queue
 // record behind it becomes stale and falls out when it reaches the front.
-func (r *Recent) dropHolderLocked(h uint64, w index.WorkerID) {
+func (r *Recent) dropHolderLocked(h uint64, w kvfleet.WorkerID) {
 	hs := r.entries[h]
 	for i := range hs {
 		if hs[i].w != w {

@@ -5,7 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvgate/kvgate/indexer/index"
+	"github.com/kvgate/kvgate/indexer/kvindex"
+	"github.com/kvgate/kvgate/internal/kvfleet"
 )
 
 func newRecent(t *testing.T, ttl time.Duration, max int) *Recent {
@@ -17,7 +18,7 @@ func newRecent(t *testing.T, ttl time.Duration, max int) *Recent {
 	return r
 }
 
-func depthOf(m index.Match, w index.WorkerID) int {
+func depthOf(m kvindex.Match, w kvfleet.WorkerID) int {
 	d, ok := m[w]
 	if !ok {
 		return 0
@@ -82,7 +83,7 @@ func TestRecentBound(t *testing.T) {
 	const max = 64
 	r := newRecent(t, time.Hour, max)
 	for i := range 1000 {
-		w := index.WorkerID{Endpoint: "w", DPRank: i % 3}
+		w := kvfleet.WorkerID{Endpoint: "w", DPRank: i % 3}
 		r.Record(w, []uint64{uint64(i), uint64(i + 1), uint64(i + 2)}, t0.Add(time.Duration(i)*time.Millisecond))
 		if s := r.Stats(); s.Entries > max || r.size > max {
 			t.Fatalf("after %d records: %d entries, %d queued, bound %d", i, s.Entries, r.size, max)
@@ -93,7 +94,7 @@ func TestRecentBound(t *testing.T) {
 		t.Fatalf("stats %+v", s)
 	}
 	// The newest prompt survives eviction.
-	last := index.WorkerID{Endpoint: "w", DPRank: 999 % 3}
+	last := kvfleet.WorkerID{Endpoint: "w", DPRank: 999 % 3}
 	if d := depthOf(r.Match([]uint64{999, 1000, 1001}, t0.Add(time.Second)), last); d != 3 {
 		t.Errorf("newest prompt depth %d, want 3", d)
 	}
@@ -147,10 +148,10 @@ func TestRecentMatchesModel(t *testing.T) {
 	r := newRecent(t, ttl, 1<<16)
 	type key struct {
 		h uint64
-		w index.WorkerID
+		w kvfleet.WorkerID
 	}
 	model := map[key]time.Time{}
-	workers := []index.WorkerID{w1, w2, {Endpoint: "10.0.0.3:8000"}}
+	workers := []kvfleet.WorkerID{w1, w2, {Endpoint: "10.0.0.3:8000"}}
 	rnd := rand.New(rand.NewPCG(3, 4))
 	now := t0
 	prefixes := [][]uint64{}
@@ -196,7 +197,7 @@ func BenchmarkRecent(b *testing.B) {
 	for i := range chain {
 		chain[i] = uint64(i * 7919)
 	}
-	workers := []index.WorkerID{w1, w2, {Endpoint: "10.0.0.3:8000"}, {Endpoint: "10.0.0.4:8000"}}
+	workers := []kvfleet.WorkerID{w1, w2, {Endpoint: "10.0.0.3:8000"}, {Endpoint: "10.0.0.4:8000"}}
 	for i, w := range workers {
 		r.Record(w, chain[:16*(i+1)], t0)
 	}

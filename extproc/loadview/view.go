@@ -14,7 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/kvgate/kvgate/indexer/index"
+	"github.com/kvgate/kvgate/internal/kvfleet"
 	"github.com/kvgate/kvgate/picker"
 )
 
@@ -53,7 +53,7 @@ const maxTicketAmount = 1 << 40
 // View tracks per-worker load. The zero value is not usable; call New.
 type View struct {
 	mu      sync.Mutex
-	workers map[index.WorkerID]*workerLoad
+	workers map[kvfleet.WorkerID]*workerLoad
 	open    ticketList // every unfinished ticket, oldest first
 
 	begun       atomic.Uint64
@@ -71,7 +71,7 @@ type workerLoad struct {
 
 // New returns an empty View.
 func New() *View {
-	return &View{workers: make(map[index.WorkerID]*workerLoad)}
+	return &View{workers: make(map[kvfleet.WorkerID]*workerLoad)}
 }
 
 type ticketState uint8
@@ -86,7 +86,7 @@ const (
 // idempotent and safe to call from any goroutine; a nil Ticket is a no-op.
 type Ticket struct {
 	v             *View
-	worker        index.WorkerID
+	worker        kvfleet.WorkerID
 	load          *workerLoad // valid while the ticket is unfinished
 	prefillTokens int64
 	decodeBlocks  int64
@@ -96,7 +96,7 @@ type Ticket struct {
 }
 
 // Worker is the worker the ticket was opened on.
-func (t *Ticket) Worker() index.WorkerID { return t.worker }
+func (t *Ticket) Worker() kvfleet.WorkerID { return t.worker }
 
 func (v *View) clamp(n int64) int64 {
 	switch {
@@ -115,7 +115,7 @@ func (v *View) clamp(n int64) int64 {
 // Out-of-range amounts are clamped to [0, 2^40] and counted in
 // Stats.ClampedInputs rather than refused: the request is routed anyway and
 // must be accounted for.
-func (v *View) Begin(worker index.WorkerID, prefillTokens, decodeBlocks int64, now time.Time) *Ticket {
+func (v *View) Begin(worker kvfleet.WorkerID, prefillTokens, decodeBlocks int64, now time.Time) *Ticket {
 	t := &Ticket{
 		v:             v,
 		worker:        worker,
@@ -224,7 +224,7 @@ func (v *View) Sweep(now time.Time, maxAge time.Duration) int {
 }
 
 // Snapshot is worker's current load; zero for a worker with nothing open.
-func (v *View) Snapshot(worker index.WorkerID) picker.Load {
+func (v *View) Snapshot(worker kvfleet.WorkerID) picker.Load {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if wl := v.workers[worker]; wl != nil {
@@ -234,10 +234,10 @@ func (v *View) Snapshot(worker index.WorkerID) picker.Load {
 }
 
 // SnapshotAll returns the load of every worker with an open ticket.
-func (v *View) SnapshotAll() map[index.WorkerID]picker.Load {
+func (v *View) SnapshotAll() map[kvfleet.WorkerID]picker.Load {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	out := make(map[index.WorkerID]picker.Load, len(v.workers))
+	out := make(map[kvfleet.WorkerID]picker.Load, len(v.workers))
 	for w, wl := range v.workers {
 		out[w] = wl.load()
 	}

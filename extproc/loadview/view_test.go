@@ -7,13 +7,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvgate/kvgate/indexer/index"
+	"github.com/kvgate/kvgate/internal/kvfleet"
 	"github.com/kvgate/kvgate/picker"
 )
 
 var (
-	w1 = index.WorkerID{Endpoint: "10.0.0.1:8000"}
-	w2 = index.WorkerID{Endpoint: "10.0.0.2:8000", DPRank: 1}
+	w1 = kvfleet.WorkerID{Endpoint: "10.0.0.1:8000"}
+	w2 = kvfleet.WorkerID{Endpoint: "10.0.0.2:8000", DPRank: 1}
 	t0 = time.Unix(1_700_000_000, 0)
 )
 
@@ -23,7 +23,7 @@ func drained(t *testing.T, v *View) {
 	if all := v.SnapshotAll(); len(all) != 0 {
 		t.Errorf("loads left over: %v", all)
 	}
-	for _, w := range []index.WorkerID{w1, w2} {
+	for _, w := range []kvfleet.WorkerID{w1, w2} {
 		if l := v.Snapshot(w); l != (picker.Load{}) {
 			t.Errorf("%v: load left over %+v", w, l)
 		}
@@ -170,7 +170,7 @@ func TestSweep(t *testing.T) {
 // only walks the list). Everything must return to zero.
 func TestConcurrentTickets(t *testing.T) {
 	v := New()
-	workers := []index.WorkerID{w1, w2, {Endpoint: "10.0.0.3:8000"}}
+	workers := []kvfleet.WorkerID{w1, w2, {Endpoint: "10.0.0.3:8000"}}
 	var wg sync.WaitGroup
 	for g := range 16 {
 		wg.Add(1)

@@ -10,8 +10,9 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/config"
-	"github.com/kvgate/kvgate/extproc/modelfiles"
 	"github.com/kvgate/kvgate/extproc/openai"
+	"github.com/kvgate/kvgate/internal/testkit/modelfiles"
+	"github.com/kvgate/kvgate/internal/yamlconf"
 )
 
 var (
@@ -51,7 +52,7 @@ func boundedRegistry(t *testing.T, edit func(*config.Extproc)) *Registry {
 func TestOptionsFor(t *testing.T) {
 	x := config.Default().Extproc
 	x.MaxBodyBytes = 1 << 20
-	x.Preprocess = config.Preprocess{MaxPromptTokens: 7, MaxWordBytes: 8, Timeout: config.Duration(9 * time.Millisecond), MaxOutputTokens: 10, TrustRequestChatTemplate: true}
+	x.Preprocess = config.Preprocess{MaxPromptTokens: 7, MaxWordBytes: 8, Timeout: yamlconf.Duration(9 * time.Millisecond), MaxOutputTokens: 10, TrustRequestChatTemplate: true}
 	o := OptionsFor(x, "/etc/kvgate")
 	if o.Limits.MaxBodyBytes != 1<<20 || o.Limits.MaxPromptTokens != 7 || o.MaxWordBytes != 8 || o.Timeout != 9*time.Millisecond ||
 		o.Limits.MaxOutputTokens != 10 || !o.TrustRequestChatTemplate || o.BaseDir != "/etc/kvgate" {
@@ -96,7 +97,7 @@ func TestPromptTokenLimitFromConfig(t *testing.T) {
 // The deadline is the registry's: past it, 503 naming the key; the
 // caller's cancellation is ErrCancelled (nobody is left to answer).
 func TestPreprocessDeadlineAndCancel(t *testing.T) {
-	r := boundedRegistry(t, func(x *config.Extproc) { x.Preprocess.Timeout = config.Duration(time.Minute) })
+	r := boundedRegistry(t, func(x *config.Extproc) { x.Preprocess.Timeout = yamlconf.Duration(time.Minute) })
 	expired, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
 	defer cancel()
 	for name, call := range map[string]func(context.Context) error{

@@ -15,10 +15,10 @@ import (
 
 	"github.com/kvgate/kvgate/config"
 	"github.com/kvgate/kvgate/extproc/chattemplate"
-	"github.com/kvgate/kvgate/extproc/chattemplate/jinja"
 	"github.com/kvgate/kvgate/extproc/openai"
 	"github.com/kvgate/kvgate/extproc/tokenizer"
 	"github.com/kvgate/kvgate/indexer/blockhash"
+	"github.com/kvgate/kvgate/internal/third_party/jinja"
 )
 
 // Model is one base model's preprocessing state, loaded once.

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/config"
-	"github.com/kvgate/kvgate/extproc/modelfiles"
 	"github.com/kvgate/kvgate/extproc/openai"
 	"github.com/kvgate/kvgate/indexer/blockhash"
+	"github.com/kvgate/kvgate/internal/testkit/modelfiles"
 )
 
 func newRegistry(t *testing.T) *Registry {

@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/kvgate/kvgate/extproc/envoyharness"
+	"github.com/kvgate/kvgate/e2e/envoyharness"
 	"github.com/kvgate/kvgate/extproc/server"
 )
 

@@ -3,15 +3,16 @@ package ingest
 import (
 	"testing"
 
-	"github.com/kvgate/kvgate/indexer/index"
 	"github.com/kvgate/kvgate/indexer/kvevents"
+	"github.com/kvgate/kvgate/indexer/kvindex"
+	"github.com/kvgate/kvgate/internal/kvfleet"
 )
 
 // BenchmarkApply: 64 chained single-block stores of 16 tokens per batch
 // into the memory index, then their removal, so the state stays bounded.
 func BenchmarkApply(b *testing.B) {
-	idx := index.NewMemory(index.MemoryConfig{})
-	wk := NewWorker(index.WorkerID{Endpoint: "e:1"}, idx, Config{BlockSize: bs})
+	idx := kvindex.NewMemory(kvindex.MemoryConfig{})
+	wk := NewWorker(kvfleet.WorkerID{Endpoint: "e:1"}, idx, Config{BlockSize: bs})
 	var stores, removes kvevents.Batch
 	for i := 0; i < 64; i++ {
 		ev := store([]uint64{uint64(i + 1)}, nil, tokenRange(16*i, bs), "GPU", "")

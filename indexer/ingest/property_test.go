@@ -4,8 +4,8 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/kvgate/kvgate/indexer/index"
 	"github.com/kvgate/kvgate/indexer/kvevents"
+	"github.com/kvgate/kvgate/internal/kvfleet"
 )
 
 // A random stream of stores (with and without known parents, repeated and
@@ -20,12 +20,12 @@ func TestRandomStreamMatchesModel(t *testing.T) {
 	for seed := uint64(1); seed <= 20; seed++ {
 		rng := rand.New(rand.NewPCG(seed, 0))
 		idx := newMem()
-		w := index.WorkerID{Endpoint: "e:1"}
+		w := kvfleet.WorkerID{Endpoint: "e:1"}
 		wk := NewWorker(w, idx, Config{BlockSize: bs, Namespace: "ns"})
 
 		type key struct {
 			eng  uint64
-			tier index.Tier
+			tier kvfleet.Tier
 		}
 		type holding struct {
 			seq uint64
@@ -53,7 +53,7 @@ func TestRandomStreamMatchesModel(t *testing.T) {
 				s := rng.IntN(len(streams))
 				from := rng.IntN(8)
 				to := from + 1 + rng.IntN(8-from)
-				tier := index.Tier(rng.IntN(len(media)))
+				tier := kvfleet.Tier(rng.IntN(len(media)))
 				var ev kvevents.Event
 				hashes := make([]uint64, 0, to-from)
 				for b := from; b < to; b++ {
@@ -94,7 +94,7 @@ func TestRandomStreamMatchesModel(t *testing.T) {
 					held[key{h, tier}] = hd
 				}
 			case op < 9: // remove some engine ids from a tier
-				tier := index.Tier(rng.IntN(len(media)))
+				tier := kvfleet.Tier(rng.IntN(len(media)))
 				var hashes []uint64
 				for n := rng.IntN(4) + 1; n > 0; n-- {
 					hashes = append(hashes, engID(rng.IntN(len(streams)), rng.IntN(8)))
@@ -149,7 +149,7 @@ func TestRandomStreamMatchesModel(t *testing.T) {
 		}
 		for seq, mask := range want {
 			got := depths(t, idx, w, []uint64{seq})
-			for tier := index.Tier(0); tier < index.NumTiers; tier++ {
+			for tier := kvfleet.Tier(0); tier < kvfleet.NumTiers; tier++ {
 				wantD := 0
 				if mask&(1<<(tier+1)-1) != 0 {
 					wantD = 1

@@ -3,8 +3,8 @@ package ingest
 import (
 	"testing"
 
-	"github.com/kvgate/kvgate/indexer/index"
 	"github.com/kvgate/kvgate/indexer/kvevents"
+	"github.com/kvgate/kvgate/internal/kvfleet"
 )
 
 // Two streams feed one worker: the engine's (GPU) and its kvagent's (host
@@ -13,9 +13,9 @@ import (
 // stream knows.
 func TestTierStreamSharesAWorkerWithTheEngineStream(t *testing.T) {
 	idx := newMem()
-	w := index.WorkerID{Endpoint: "10.0.0.1:8000"}
+	w := kvfleet.WorkerID{Endpoint: "10.0.0.1:8000"}
 	gpu := NewWorker(w, idx, Config{BlockSize: bs, ScopedClear: true})
-	tier := NewWorker(w, idx, Config{BlockSize: bs, Tiers: 1<<index.TierHost | 1<<index.TierDisk, ScopedClear: true, ParentSeq: gpu.SeqOf})
+	tier := NewWorker(w, idx, Config{BlockSize: bs, Tiers: 1<<kvfleet.TierHost | 1<<kvfleet.TierDisk, ScopedClear: true, ParentSeq: gpu.SeqOf})
 	toks := tokenRange(0, 3*bs)
 	chain := chainOf(toks, "", "")
 
@@ -31,7 +31,7 @@ func TestTierStreamSharesAWorkerWithTheEngineStream(t *testing.T) {
 	if err := tier.Apply(ctx, batch(store([]uint64{102}, ptr(101), toks[2*bs:], "CPU", ""))); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := depths(t, idx, w, chain), (index.Depths{2, 3, 3, 3}); got != want {
+	if got, want := depths(t, idx, w, chain), (kvfleet.Depths{2, 3, 3, 3}); got != want {
 		t.Fatalf("depths %v, want %v", got, want)
 	}
 	if r := tier.Stats().Rejected[RejectUnknownParent]; r != 0 {
@@ -48,7 +48,7 @@ func TestTierStreamSharesAWorkerWithTheEngineStream(t *testing.T) {
 	if err := tier.Reset(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := depths(t, idx, w, chain), (index.Depths{2, 2, 2, 2}); got != want {
+	if got, want := depths(t, idx, w, chain), (kvfleet.Depths{2, 2, 2, 2}); got != want {
 		t.Fatalf("after the tier stream's reset: depths %v, want %v", got, want)
 	}
 	// And the other way: the kvagent holds block 2 again, the engine
@@ -63,10 +63,10 @@ func TestTierStreamSharesAWorkerWithTheEngineStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := m[w], (index.Depths{0, 1, 1, 1}); got != want {
+	if got, want := m[w], (kvfleet.Depths{0, 1, 1, 1}); got != want {
 		t.Fatalf("after the engine's clear: depths of block 2 %v, want %v", got, want)
 	}
-	if got := depths(t, idx, w, chain); got != (index.Depths{}) {
+	if got := depths(t, idx, w, chain); got != (kvfleet.Depths{}) {
 		t.Fatalf("after the engine's clear: chain depths %v, want none (blocks 0, 1 gone)", got)
 	}
 }

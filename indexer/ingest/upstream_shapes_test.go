@@ -7,8 +7,9 @@ import (
 	"testing"
 
 	"github.com/kvgate/kvgate/indexer/blockhash"
-	"github.com/kvgate/kvgate/indexer/index"
 	"github.com/kvgate/kvgate/indexer/kvevents"
+	"github.com/kvgate/kvgate/indexer/kvindex"
+	"github.com/kvgate/kvgate/internal/kvfleet"
 )
 
 // The batches below are indexer/kvevents/testdata fixtures, written by
@@ -28,7 +29,7 @@ func applyFixture(t *testing.T, wk *Worker, name string) {
 	apply(t, wk, b)
 }
 
-func held(t *testing.T, idx index.Index, w index.WorkerID, chain []uint64) index.Depths {
+func held(t *testing.T, idx kvindex.Index, w kvfleet.WorkerID, chain []uint64) kvfleet.Depths {
 	t.Helper()
 	return depths(t, idx, w, chain)
 }
@@ -37,7 +38,7 @@ func held(t *testing.T, idx index.Index, w index.WorkerID, chain []uint64) index
 // placeholders (block_size 0, no tokens) in one batch. The placeholders
 // are dropped one at a time; the GPU store and its removal apply.
 func TestOffloadPlaceholdersDropOnlyThemselves(t *testing.T) {
-	w := index.WorkerID{Endpoint: "e:1"}
+	w := kvfleet.WorkerID{Endpoint: "e:1"}
 	for _, fx := range []string{"array_offload_placeholder", "map_v026_offload_placeholders"} {
 		t.Run(fx, func(t *testing.T) {
 			idx := newMem()
@@ -48,7 +49,7 @@ func TestOffloadPlaceholdersDropOnlyThemselves(t *testing.T) {
 				t.Fatalf("stats %+v: want the GPU store applied and the placeholders counted", s)
 			}
 			if fx == "array_offload_placeholder" {
-				if d := held(t, idx, w, chainOf(tokenRange(10, bs), "", "")); d[index.TierDevice] != 1 || d[index.TierHost] != 1 {
+				if d := held(t, idx, w, chainOf(tokenRange(10, bs), "", "")); d[kvfleet.TierDevice] != 1 || d[kvfleet.TierHost] != 1 {
 					t.Fatalf("GPU block depths %v, want held on device only (host counts faster tiers)", d)
 				}
 			} else if s.SequenceEntries != 0 || s.RemovedEvents != 1 {
@@ -60,15 +61,15 @@ func TestOffloadPlaceholdersDropOnlyThemselves(t *testing.T) {
 
 // A hybrid model's sliding-window group publishes the same engine hashes
 // as its full-attention group; its removal must not take the
-// full-attention blocks out of the index.
+// full-attention blocks out of the kvindex.
 func TestHybridModelIndexesOnlyTheMainGroup(t *testing.T) {
-	w := index.WorkerID{Endpoint: "e:1"}
+	w := kvfleet.WorkerID{Endpoint: "e:1"}
 	for _, fx := range []string{"array_hybrid_groups", "map_hybrid_groups"} {
 		t.Run(fx, func(t *testing.T) {
 			idx := newMem()
 			wk := NewWorker(w, idx, Config{BlockSize: bs})
 			applyFixture(t, wk, fx)
-			if d := held(t, idx, w, chainOf(tokenRange(500, 2*bs), "", "")); d[index.TierDevice] != 2 {
+			if d := held(t, idx, w, chainOf(tokenRange(500, 2*bs), "", "")); d[kvfleet.TierDevice] != 2 {
 				t.Fatalf("depths %v: the full-attention prefix must stay whole", d)
 			}
 			if s := wk.Stats(); s.Rejected[RejectNonMainGroup] != 2 {
@@ -88,12 +89,12 @@ func TestHybridModelIndexesOnlyTheMainGroup(t *testing.T) {
 	rm := remove("GPU", 1)
 	rm.HasGroupIdx = true // group 0, learned non-main
 	apply(t, wk, batch(rm))
-	if d := held(t, idx, w, chainOf(tokenRange(0, bs), "", "")); d[index.TierDevice] != 1 {
+	if d := held(t, idx, w, chainOf(tokenRange(0, bs), "", "")); d[kvfleet.TierDevice] != 1 {
 		t.Fatalf("depths %v: group 0 is the mamba group here; its removal must not drop group 1's block", d)
 	}
 	rm.GroupIdx = 1
 	apply(t, wk, batch(rm))
-	if d := held(t, idx, w, chainOf(tokenRange(0, bs), "", "")); d[index.TierDevice] != 0 {
+	if d := held(t, idx, w, chainOf(tokenRange(0, bs), "", "")); d[kvfleet.TierDevice] != 0 {
 		t.Fatalf("depths %v: the main group's removal must drop it", d)
 	}
 }
@@ -102,23 +103,23 @@ func TestHybridModelIndexesOnlyTheMainGroup(t *testing.T) {
 // must too, and a continuation without a salt of its own inherits its
 // parent's. Unsalted requests must not match salted blocks.
 func TestSaltedEventsIndexUnderTheirNamespace(t *testing.T) {
-	w := index.WorkerID{Endpoint: "e:1"}
+	w := kvfleet.WorkerID{Endpoint: "e:1"}
 	for _, fx := range []string{"array_salted_extra_keys", "map_salted_extra_keys"} {
 		t.Run(fx, func(t *testing.T) {
 			idx := newMem()
 			wk := NewWorker(w, idx, Config{BlockSize: bs, Namespace: "configured"})
 			applyFixture(t, wk, fx)
 			toks := tokenRange(900, 3*bs)
-			if d := held(t, idx, w, chainOf(toks, "", "tenant-a")); d[index.TierDevice] != 3 {
+			if d := held(t, idx, w, chainOf(toks, "", "tenant-a")); d[kvfleet.TierDevice] != 3 {
 				t.Fatalf("tenant-a depths %v, want 3 (two salted blocks and the inheriting continuation)", d)
 			}
 			if d := held(t, idx, w, chainOf(toks, "", "configured")); d.Max() != 0 {
 				t.Fatalf("unsalted depths %v: salted blocks must not match unsalted requests", d)
 			}
-			if d := held(t, idx, w, chainOf(toks[:bs], "sql-lora", "tenant-b")); d[index.TierDevice] != 1 {
+			if d := held(t, idx, w, chainOf(toks[:bs], "sql-lora", "tenant-b")); d[kvfleet.TierDevice] != 1 {
 				t.Fatalf("LoRA + salt depths %v, want 1 (salt found after the LoRA name and multimodal keys)", d)
 			}
-			if d := held(t, idx, w, chainOf(toks[:bs], "", "tenant-c")); d[index.TierDevice] != 1 {
+			if d := held(t, idx, w, chainOf(toks[:bs], "", "tenant-c")); d[kvfleet.TierDevice] != 1 {
 				t.Fatalf("typed-salt depths %v, want 1", d)
 			}
 		})
@@ -134,7 +135,7 @@ func TestSaltedEventsIndexUnderTheirNamespace(t *testing.T) {
 			if fx == "map_sglang_cache_salt" {
 				want = 1 // the second block is removed in the same batch
 			}
-			if d := held(t, idx, w, seq); d[index.TierDevice] != want {
+			if d := held(t, idx, w, seq); d[kvfleet.TierDevice] != want {
 				t.Fatalf("depths %v, want %d", d, want)
 			}
 		})
@@ -144,11 +145,11 @@ func TestSaltedEventsIndexUnderTheirNamespace(t *testing.T) {
 // REMOTE blocks are not the worker's (Dynamo drops them); LOCAL and
 // unspecified are.
 func TestNonLocalEventsAreDropped(t *testing.T) {
-	w := index.WorkerID{Endpoint: "e:1"}
+	w := kvfleet.WorkerID{Endpoint: "e:1"}
 	idx := newMem()
 	wk := NewWorker(w, idx, Config{BlockSize: bs})
 	applyFixture(t, wk, "map_locality")
-	if d := held(t, idx, w, chainOf(tokenRange(1, bs), "", "")); d[index.TierHost] != 1 {
+	if d := held(t, idx, w, chainOf(tokenRange(1, bs), "", "")); d[kvfleet.TierHost] != 1 {
 		t.Fatalf("depths %v, want the LOCAL block on host", d)
 	}
 	s := wk.Stats()
@@ -159,7 +160,7 @@ func TestNonLocalEventsAreDropped(t *testing.T) {
 
 // A hash announced twice on a tier leaves it with its second removal.
 func TestAnnouncementsAreReferenceCounted(t *testing.T) {
-	w := index.WorkerID{Endpoint: "e:1"}
+	w := kvfleet.WorkerID{Endpoint: "e:1"}
 	idx := newMem()
 	wk := NewWorker(w, idx, Config{BlockSize: bs})
 	toks := tokenRange(0, 2*bs)
@@ -168,11 +169,11 @@ func TestAnnouncementsAreReferenceCounted(t *testing.T) {
 	// second chunk.
 	apply(t, wk, batch(store([]uint64{1}, nil, toks[:bs], "CPU", ""), store([]uint64{1, 2}, nil, toks, "CPU", "")))
 	apply(t, wk, batch(remove("CPU", 1)))
-	if d := held(t, idx, w, chain); d[index.TierHost] != 2 {
+	if d := held(t, idx, w, chain); d[kvfleet.TierHost] != 2 {
 		t.Fatalf("depths %v: one of two announcements withdrawn, the block is still there", d)
 	}
 	apply(t, wk, batch(remove("CPU", 1)))
-	if d := held(t, idx, w, chain); d[index.TierHost] != 0 {
+	if d := held(t, idx, w, chain); d[kvfleet.TierHost] != 0 {
 		t.Fatalf("depths %v: both announcements withdrawn, the block is gone", d)
 	}
 	apply(t, wk, batch(remove("CPU", 1, 2)))
@@ -183,11 +184,11 @@ func TestAnnouncementsAreReferenceCounted(t *testing.T) {
 
 // llm-d-inference-sim writes parent 0 for "no parent".
 func TestUnknownParentZeroStartsASequence(t *testing.T) {
-	w := index.WorkerID{Endpoint: "e:1"}
+	w := kvfleet.WorkerID{Endpoint: "e:1"}
 	idx := newMem()
 	wk := NewWorker(w, idx, Config{BlockSize: bs})
 	applyFixture(t, wk, "array_parent_zero")
-	if d := held(t, idx, w, chainOf(tokenRange(3, bs), "", "")); d[index.TierDevice] != 1 {
+	if d := held(t, idx, w, chainOf(tokenRange(3, bs), "", "")); d[kvfleet.TierDevice] != 1 {
 		t.Fatalf("depths %v", d)
 	}
 	// Any other unknown parent is still refused.
@@ -199,7 +200,7 @@ func TestUnknownParentZeroStartsASequence(t *testing.T) {
 
 // An unusable event costs only itself.
 func TestUnusableEventCostsOnlyItself(t *testing.T) {
-	w := index.WorkerID{Endpoint: "e:1"}
+	w := kvfleet.WorkerID{Endpoint: "e:1"}
 	idx := newMem()
 	wk := NewWorker(w, idx, Config{BlockSize: bs})
 	bad := kvevents.Event{Kind: kvevents.BlockStored, Err: errTest}

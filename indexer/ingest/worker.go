@@ -19,8 +19,9 @@ import (
 	"sync/atomic"
 
 	"github.com/kvgate/kvgate/indexer/blockhash"
-	"github.com/kvgate/kvgate/indexer/index"
 	"github.com/kvgate/kvgate/indexer/kvevents"
+	"github.com/kvgate/kvgate/indexer/kvindex"
+	"github.com/kvgate/kvgate/internal/kvfleet"
 )
 
 // DefaultMaxBlocks bounds the engine-hash map when Config.MaxBlocks is 0:
@@ -40,7 +41,7 @@ type Config struct {
 	// DefaultMaxBlocks. The map mirrors the engine's cache, so size it from
 	// the engine's block count (GPU + offload tiers) with headroom.
 	MaxBlocks int
-	// Tiers, when not 0, is the set of tiers (bit t = index.Tier t) this
+	// Tiers, when not 0, is the set of tiers (bit t = kvfleet.Tier t) this
 	// stream may write; events for other tiers are rejected
 	// (RejectTierNotAllowed). A node's kvagent stream credits host and disk
 	// only: it must never claim, or drop, the engine's GPU blocks.
@@ -90,10 +91,10 @@ type engineBlock struct {
 	// ("consumers must reference-count", vllm#43468; llm-d-kv-cache#680,
 	// Dynamo's EventDedupFilter): the block leaves a tier with its last
 	// announcement, not its first removal.
-	refs [index.NumTiers]uint16
+	refs [kvfleet.NumTiers]uint16
 }
 
-func (b engineBlock) held() bool { return b.refs != [index.NumTiers]uint16{} }
+func (b engineBlock) held() bool { return b.refs != [kvfleet.NumTiers]uint16{} }
 
 // seqRefs counts, per tier, the engine hashes standing for one sequence
 // hash. Distinct engine hashes can share a sequence hash (engine-side
@@ -101,7 +102,7 @@ func (b engineBlock) held() bool { return b.refs != [index.NumTiers]uint16{} }
 // entry must live until the last of them is removed.
 // Counts cannot overflow: they are bounded by len(blocks) <= MaxBlocks,
 // which NewWorker clamps to maxMaxBlocks.
-type seqRefs [index.NumTiers]uint32
+type seqRefs [kvfleet.NumTiers]uint32
 
 const maxMaxBlocks = 1 << 31
 
@@ -109,8 +110,8 @@ const maxMaxBlocks = 1 << 31
 // Reset serialise on a mutex (the Index contract wants one writer per
 // worker); Stats may be called concurrently.
 type Worker struct {
-	id  index.WorkerID
-	idx index.Index
+	id  kvfleet.WorkerID
+	idx kvindex.Index
 	cfg Config
 
 	mu      sync.Mutex
@@ -137,7 +138,7 @@ type Worker struct {
 
 // NewWorker returns a Worker for w that writes to idx. cfg should pass
 // Validate; with a bad BlockSize every BlockStored is rejected and counted.
-func NewWorker(w index.WorkerID, idx index.Index, cfg Config) *Worker {
+func NewWorker(w kvfleet.WorkerID, idx kvindex.Index, cfg Config) *Worker {
 	if cfg.MaxBlocks <= 0 {
 		cfg.MaxBlocks = DefaultMaxBlocks
 	}
@@ -157,7 +158,7 @@ func NewWorker(w index.WorkerID, idx index.Index, cfg Config) *Worker {
 const maxGroups = 256
 
 // ID returns the worker this Worker writes for.
-func (w *Worker) ID() index.WorkerID { return w.id }
+func (w *Worker) ID() kvfleet.WorkerID { return w.id }
 
 // Apply applies a batch's events in order. Events that cannot be applied
 // faithfully are counted (Stats.Rejected) and skipped; the index is never
@@ -256,7 +257,7 @@ const removeOwnChunk = 4096
 // removeOwn removes, tier by tier, every entry this Worker stored: the
 // scoped form of Index.Clear (Config.ScopedClear).
 func (w *Worker) removeOwn(ctx context.Context) error {
-	var byTier [index.NumTiers][]uint64
+	var byTier [kvfleet.NumTiers][]uint64
 	for seq, r := range w.refs {
 		for t := range r {
 			if r[t] > 0 {
@@ -267,8 +268,8 @@ func (w *Worker) removeOwn(ctx context.Context) error {
 	for t, hs := range byTier {
 		for len(hs) > 0 {
 			n := min(len(hs), removeOwnChunk)
-			if err := w.idx.Remove(ctx, w.id, index.Tier(t), hs[:n]); err != nil {
-				return fmt.Errorf("index remove (scoped clear, tier %v): %w", index.Tier(t), err)
+			if err := w.idx.Remove(ctx, w.id, kvfleet.Tier(t), hs[:n]); err != nil {
+				return fmt.Errorf("index remove (scoped clear, tier %v): %w", kvfleet.Tier(t), err)
 			}
 			hs = hs[n:]
 		}
@@ -286,7 +287,7 @@ func (w *Worker) SeqOf(engineHash uint64) (seq, nsSalt uint64, ok bool) {
 	return b.seq, b.nsSalt, ok
 }
 
-func (w *Worker) allowed(t index.Tier) bool {
+func (w *Worker) allowed(t kvfleet.Tier) bool {
 	return w.cfg.Tiers == 0 || w.cfg.Tiers&(1<<t) != 0
 }
 
@@ -375,7 +376,7 @@ func (w *Worker) stored(ctx context.Context, ev *kvevents.Event) error {
 		w.reject(RejectTokenCount, ev, fmt.Sprintf("%d tokens for %d blocks of %d", len(ev.TokenIDs), len(ev.BlockHashes), ev.BlockSize))
 		return nil
 	}
-	tier, err := index.TierFromMedium(ev.Medium)
+	tier, err := kvfleet.TierFromMedium(ev.Medium)
 	if err != nil {
 		w.reject(RejectUnknownMedium, ev, err.Error())
 		return nil
@@ -470,7 +471,7 @@ func (w *Worker) stored(ctx context.Context, ev *kvevents.Event) error {
 }
 
 func (w *Worker) removed(ctx context.Context, ev *kvevents.Event) error {
-	tier, err := index.TierFromMedium(ev.Medium)
+	tier, err := kvfleet.TierFromMedium(ev.Medium)
 	if err != nil {
 		w.reject(RejectUnknownMedium, ev, err.Error())
 		return nil
@@ -516,7 +517,7 @@ func (w *Worker) removed(ctx context.Context, ev *kvevents.Event) error {
 // dropAll retires engine hash h (held as b) from every tier.
 func (w *Worker) dropAll(ctx context.Context, h uint64, b engineBlock) error {
 	delete(w.blocks, h)
-	for t := index.Tier(0); t < index.NumTiers; t++ {
+	for t := kvfleet.Tier(0); t < kvfleet.NumTiers; t++ {
 		if b.refs[t] == 0 {
 			continue
 		}
@@ -530,7 +531,7 @@ func (w *Worker) dropAll(ctx context.Context, h uint64, b engineBlock) error {
 }
 
 // unref drops one holder of (seq, tier) and reports whether it was the last.
-func (w *Worker) unref(seq uint64, t index.Tier) bool {
+func (w *Worker) unref(seq uint64, t kvfleet.Tier) bool {
 	r := w.refs[seq]
 	r[t]--
 	if r == (seqRefs{}) {

@@ -9,15 +9,16 @@ import (
 	"testing"
 
 	"github.com/kvgate/kvgate/indexer/blockhash"
-	"github.com/kvgate/kvgate/indexer/index"
 	"github.com/kvgate/kvgate/indexer/kvevents"
+	"github.com/kvgate/kvgate/indexer/kvindex"
+	"github.com/kvgate/kvgate/internal/kvfleet"
 )
 
 const bs = 16
 
 var ctx = context.Background()
 
-func newMem() *index.Memory { return index.NewMemory(index.MemoryConfig{}) }
+func newMem() *kvindex.Memory { return kvindex.NewMemory(kvindex.MemoryConfig{}) }
 
 // tokenRange returns n consecutive token ids starting at start.
 func tokenRange(start, n int) []uint32 {
@@ -51,7 +52,7 @@ func batch(evs ...kvevents.Event) kvevents.Batch { return kvevents.Batch{TS: 1, 
 
 func ptr(v uint64) *uint64 { return &v }
 
-func depths(t *testing.T, idx index.Index, w index.WorkerID, chain []uint64) index.Depths {
+func depths(t *testing.T, idx kvindex.Index, w kvfleet.WorkerID, chain []uint64) kvfleet.Depths {
 	t.Helper()
 	m, err := idx.Match(ctx, chain)
 	if err != nil {
@@ -73,7 +74,7 @@ func apply(t *testing.T, wk *Worker, b kvevents.Batch) {
 func TestChainedBatchesStoreRequestSequenceHashes(t *testing.T) {
 	const lora, ns = "adapter-x", "tenant-a"
 	idx := newMem()
-	w := index.WorkerID{Endpoint: "10.0.0.1:8000"}
+	w := kvfleet.WorkerID{Endpoint: "10.0.0.1:8000"}
 	wk := NewWorker(w, idx, Config{BlockSize: bs, Namespace: ns})
 	tokens := tokenRange(7000, 10*bs)
 	eng := func(i int) uint64 { return 0xE000 + uint64(i)*7919 } // engine ids: opaque
@@ -89,7 +90,7 @@ func TestChainedBatchesStoreRequestSequenceHashes(t *testing.T) {
 	apply(t, wk, batch(store(ids(7, 10), ptr(eng(6)), tokens[7*bs:], "", lora)))
 
 	chain := chainOf(tokens, lora, ns)
-	if got := depths(t, idx, w, chain); got != (index.Depths{10, 10, 10, 10}) {
+	if got := depths(t, idx, w, chain); got != (kvfleet.Depths{10, 10, 10, 10}) {
 		t.Fatalf("depths %v, want 10 on every tier", got)
 	}
 	st, _ := idx.Stats(ctx)
@@ -115,18 +116,18 @@ func TestChainedBatchesStoreRequestSequenceHashes(t *testing.T) {
 
 func TestTiersAreTrackedPerEngineHash(t *testing.T) {
 	idx := newMem()
-	w := index.WorkerID{Endpoint: "e:1"}
+	w := kvfleet.WorkerID{Endpoint: "e:1"}
 	wk := NewWorker(w, idx, Config{BlockSize: bs})
 	toks := tokenRange(1, 2*bs)
 	chain := chainOf(toks, "", "")
 	apply(t, wk, batch(store([]uint64{1, 2}, nil, toks, "GPU", "")))
 	apply(t, wk, batch(store([]uint64{1, 2}, nil, toks, "CPU", ""))) // offload
 	apply(t, wk, batch(remove("GPU", 1, 2)))
-	if got := depths(t, idx, w, chain); got != (index.Depths{0, 2, 2, 2}) {
+	if got := depths(t, idx, w, chain); got != (kvfleet.Depths{0, 2, 2, 2}) {
 		t.Fatalf("after GPU eviction depths %v, want host 2", got)
 	}
 	apply(t, wk, batch(remove("DISK", 1), remove("CPU", 2)))
-	if got := depths(t, idx, w, chain); got != (index.Depths{0, 1, 1, 1}) {
+	if got := depths(t, idx, w, chain); got != (kvfleet.Depths{0, 1, 1, 1}) {
 		t.Fatalf("depths %v, want host 1", got)
 	}
 	apply(t, wk, batch(remove("CPU", 1)))
@@ -143,7 +144,7 @@ func TestTiersAreTrackedPerEngineHash(t *testing.T) {
 // groups) share one index entry that must outlive the first removal.
 func TestSharedSequenceHashIsReferenceCounted(t *testing.T) {
 	idx := newMem()
-	w := index.WorkerID{Endpoint: "e:1"}
+	w := kvfleet.WorkerID{Endpoint: "e:1"}
 	wk := NewWorker(w, idx, Config{BlockSize: bs})
 	toks := tokenRange(50, bs)
 	chain := chainOf(toks, "", "")
@@ -163,7 +164,7 @@ func TestSharedSequenceHashIsReferenceCounted(t *testing.T) {
 
 func TestReusedEngineHashRetiresOldIdentity(t *testing.T) {
 	idx := newMem()
-	w := index.WorkerID{Endpoint: "e:1"}
+	w := kvfleet.WorkerID{Endpoint: "e:1"}
 	wk := NewWorker(w, idx, Config{BlockSize: bs})
 	a, b := tokenRange(0, bs), tokenRange(100, bs)
 	apply(t, wk, batch(store([]uint64{5}, nil, a, "GPU", ""), store([]uint64{5}, nil, a, "CPU", "")))
@@ -171,7 +172,7 @@ func TestReusedEngineHashRetiresOldIdentity(t *testing.T) {
 	if got := depths(t, idx, w, chainOf(a, "", "")); got.Max() != 0 {
 		t.Fatalf("old identity still matched on %v", got)
 	}
-	if got := depths(t, idx, w, chainOf(b, "", "")); got != (index.Depths{1, 1, 1, 1}) {
+	if got := depths(t, idx, w, chainOf(b, "", "")); got != (kvfleet.Depths{1, 1, 1, 1}) {
 		t.Fatalf("new identity depths %v", got)
 	}
 	if s := wk.Stats(); s.HashConflicts != 1 || s.EngineHashes != 1 || s.SequenceEntries != 1 {
@@ -203,7 +204,7 @@ func TestRejectedEventsLeaveIndexUntouched(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			idx := newMem()
-			wk := NewWorker(index.WorkerID{Endpoint: "e:1"}, idx, tc.cfg)
+			wk := NewWorker(kvfleet.WorkerID{Endpoint: "e:1"}, idx, tc.cfg)
 			apply(t, wk, batch(tc.ev))
 			s := wk.Stats()
 			for r := RejectReason(0); r < NumRejectReasons; r++ {
@@ -225,7 +226,7 @@ func TestRejectedEventsLeaveIndexUntouched(t *testing.T) {
 
 func TestAllBlocksClearedForgetsParents(t *testing.T) {
 	idx := newMem()
-	w := index.WorkerID{Endpoint: "e:1"}
+	w := kvfleet.WorkerID{Endpoint: "e:1"}
 	wk := NewWorker(w, idx, Config{BlockSize: bs})
 	toks := tokenRange(0, 2*bs)
 	apply(t, wk, batch(store([]uint64{1}, nil, toks[:bs], "GPU", ""), kvevents.Event{Kind: kvevents.AllBlocksCleared}))
@@ -240,7 +241,7 @@ func TestAllBlocksClearedForgetsParents(t *testing.T) {
 
 func TestDPRankMismatchIsAnError(t *testing.T) {
 	idx := newMem()
-	wk := NewWorker(index.WorkerID{Endpoint: "e:1", DPRank: 1}, idx, Config{BlockSize: bs})
+	wk := NewWorker(kvfleet.WorkerID{Endpoint: "e:1", DPRank: 1}, idx, Config{BlockSize: bs})
 	b := batch(store([]uint64{1}, nil, tokenRange(0, bs), "GPU", ""))
 	b.DPRank, b.HasDPRank = 2, true
 	if err := wk.Apply(ctx, b); err == nil || !strings.Contains(err.Error(), "dp rank 2") {
@@ -256,11 +257,11 @@ func TestDPRankMismatchIsAnError(t *testing.T) {
 // failingIndex is the real memory index with Store failing on demand, to
 // reach the error path (the memory backend itself cannot fail).
 type failingIndex struct {
-	*index.Memory
+	*kvindex.Memory
 	fail bool
 }
 
-func (f *failingIndex) Store(ctx context.Context, w index.WorkerID, t index.Tier, h []uint64) error {
+func (f *failingIndex) Store(ctx context.Context, w kvfleet.WorkerID, t kvfleet.Tier, h []uint64) error {
 	if f.fail {
 		return errors.New("backend down")
 	}
@@ -269,7 +270,7 @@ func (f *failingIndex) Store(ctx context.Context, w index.WorkerID, t index.Tier
 
 func TestIndexErrorRequiresReset(t *testing.T) {
 	idx := &failingIndex{Memory: newMem(), fail: true}
-	w := index.WorkerID{Endpoint: "e:1"}
+	w := kvfleet.WorkerID{Endpoint: "e:1"}
 	wk := NewWorker(w, idx, Config{BlockSize: bs})
 	toks := tokenRange(0, bs)
 	b := batch(store([]uint64{1}, nil, toks, "GPU", ""))
@@ -324,18 +325,18 @@ func TestFixturesEndToEnd(t *testing.T) {
 
 	// array_current: blocks 0,1 then 2 under 1 (base model), a LoRA block,
 	// block 2 removed, blocks 0,1 offloaded to CPU. dp rank 1.
-	w1 := index.WorkerID{Endpoint: "10.0.0.1:8000", DPRank: 1}
+	w1 := kvfleet.WorkerID{Endpoint: "10.0.0.1:8000", DPRank: 1}
 	apply(t, NewWorker(w1, idx, Config{BlockSize: bs}), read("array_current.msgpack"))
-	if got := depths(t, idx, w1, chainOf(tokenRange(1000, 3*bs), "", "")); got != (index.Depths{2, 2, 2, 2}) {
+	if got := depths(t, idx, w1, chainOf(tokenRange(1000, 3*bs), "", "")); got != (kvfleet.Depths{2, 2, 2, 2}) {
 		t.Fatalf("array_current base chain depths %v, want 2", got)
 	}
-	if got := depths(t, idx, w1, chainOf(tokenRange(5000, bs), "adapter-a", "")); got != (index.Depths{1, 1, 1, 1}) {
+	if got := depths(t, idx, w1, chainOf(tokenRange(5000, bs), "adapter-a", "")); got != (kvfleet.Depths{1, 1, 1, 1}) {
 		t.Fatalf("array_current LoRA chain depths %v, want 1", got)
 	}
 
 	// map_current without its final AllBlocksCleared: LoRA blocks 0,1 on
 	// GPU, block 2 on SHARED storage, block 0's CPU_TIER2 copy removed.
-	w2 := index.WorkerID{Endpoint: "10.0.0.2:8000", DPRank: 2}
+	w2 := kvfleet.WorkerID{Endpoint: "10.0.0.2:8000", DPRank: 2}
 	b := read("map_current.msgpack")
 	if last := b.Events[len(b.Events)-1]; last.Kind != kvevents.AllBlocksCleared {
 		t.Fatalf("fixture changed: last event %v", last.Kind)
@@ -345,7 +346,7 @@ func TestFixturesEndToEnd(t *testing.T) {
 	b.Events = b.Events[:len(b.Events)-1]
 	apply(t, wk, b)
 	chain := chainOf(tokenRange(1, 3*bs), "sql-lora", "")
-	if got := depths(t, idx, w2, chain); got != (index.Depths{2, 2, 2, 3}) {
+	if got := depths(t, idx, w2, chain); got != (kvfleet.Depths{2, 2, 2, 3}) {
 		t.Fatalf("map_current depths %v, want device 2, external 3", got)
 	}
 	// The whole batch ends with AllBlocksCleared.

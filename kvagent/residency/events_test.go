@@ -7,10 +7,11 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/indexer/blockhash"
-	"github.com/kvgate/kvgate/indexer/index"
 	"github.com/kvgate/kvgate/indexer/ingest"
 	"github.com/kvgate/kvgate/indexer/kvevents"
+	"github.com/kvgate/kvgate/indexer/kvindex"
 	"github.com/kvgate/kvgate/indexer/kvstream"
+	"github.com/kvgate/kvgate/internal/kvfleet"
 	"github.com/kvgate/kvgate/kvagent/store"
 )
 
@@ -79,9 +80,9 @@ func TestPublishedEventsReachAnIngestWorker(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	idx := index.NewMemory(index.MemoryConfig{})
-	w := index.WorkerID{Endpoint: "10.0.0.1:8000"}
-	ing := ingest.NewWorker(w, idx, ingest.Config{BlockSize: 2, Tiers: 1<<index.TierHost | 1<<index.TierDisk, ScopedClear: true})
+	idx := kvindex.NewMemory(kvindex.MemoryConfig{})
+	w := kvfleet.WorkerID{Endpoint: "10.0.0.1:8000"}
+	ing := ingest.NewWorker(w, idx, ingest.Config{BlockSize: 2, Tiers: 1<<kvfleet.TierHost | 1<<kvfleet.TierDisk, ScopedClear: true})
 	h := &applyHandler{ing: ing, dec: kvevents.NewDecoder(kvevents.DefaultLimits())}
 	sub, err := kvstream.NewSubscriber(kvstream.Config{Endpoint: p.Endpoint(), ReplayEndpoint: p.ReplayEndpoint(), TailPoll: 50 * time.Millisecond}, h)
 	if err != nil {
@@ -96,7 +97,7 @@ func TestPublishedEventsReachAnIngestWorker(t *testing.T) {
 
 	seed := blockhash.Seed("", "")
 	seqs := blockhash.SequenceHashes(blockhash.LocalHashes([]uint32{10, 11, 20, 21}, 2, seed))
-	want := index.Depths{0, 2, 2, 2}
+	want := kvfleet.Depths{0, 2, 2, 2}
 	for {
 		m, err := idx.Match(ctx, seqs)
 		if err != nil {
@@ -111,7 +112,7 @@ func TestPublishedEventsReachAnIngestWorker(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	p.OnChange(store.Change{Kind: kvevents.BlockRemoved, Tier: store.TierHost, Hashes: []uint64{11}})
-	want = index.Depths{0, 1, 1, 1}
+	want = kvfleet.Depths{0, 1, 1, 1}
 	for {
 		m, _ := idx.Match(ctx, seqs)
 		if m[w] == want {

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/e2e/enginesim"
-	"github.com/kvgate/kvgate/extproc/modelfiles"
+	"github.com/kvgate/kvgate/internal/testkit/modelfiles"
 )
 
 const testModel = "Qwen/Qwen3-0.6B"

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/e2e/enginesim"
-	"github.com/kvgate/kvgate/extproc/modelfiles"
+	"github.com/kvgate/kvgate/internal/testkit/modelfiles"
 	"github.com/kvgate/kvgate/planner-sidecar/perfmodel"
 )
 
