@@ -40,8 +40,11 @@ const (
 )
 
 // isRoutingHeader reports whether a client-supplied header could steer
-// routing: Envoy's ORIGINAL_DST reads x-gateway-destination-endpoint without
-// sanitising it, so the client's copy must never survive (wire-formats §5).
+// routing: Envoy's ORIGINAL_DST cluster with use_http_header takes the host
+// from the named header as the client sent it, with no check of its own
+// (envoyproxy/envoy source/extensions/clusters/original_dst/
+// original_dst_cluster.cc, OriginalDstCluster::LoadBalancer::chooseHost),
+// so the client's copy must never survive.
 func isRoutingHeader(name string) bool {
 	return strings.HasPrefix(name, HeaderDestination) || name == HeaderPrefiller
 }
