@@ -42,7 +42,7 @@ func TestPeerTLSWithTransferEngine(t *testing.T) {
 		}
 		return c
 	}
-	agent := func(name string, c *tls.Config) transfer.Agent {
+	agent := func(name string, c *tls.Config) transfer.Endpoint {
 		t.Helper()
 		a, err := transfer.NewTCP(transfer.TCPConfig{Name: name, TLS: c})
 		if err != nil {
@@ -51,7 +51,7 @@ func TestPeerTLSWithTransferEngine(t *testing.T) {
 		t.Cleanup(func() { a.Close() })
 		return a
 	}
-	read := func(from, to transfer.Agent) ([]byte, error) {
+	read := func(from, to transfer.Endpoint) ([]byte, error) {
 		t.Helper()
 		want := bytes.Repeat([]byte("kvgate-block-"), 5000)
 		rh, err := to.RegisterMem(transfer.Region{Kind: transfer.DRAM, Addr: want})
@@ -95,7 +95,7 @@ func TestPeerTLSWithTransferEngine(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name     string
-		from, to transfer.Agent
+		from, to transfer.Endpoint
 	}{{"x reads from b", x, b}, {"a reads from x", a, x}} {
 		got, err := read(tc.from, tc.to)
 		if err == nil {

@@ -43,7 +43,7 @@ type Agent struct {
 	connL net.Listener
 
 	// Peer side (nil without kvagent.peer).
-	xfer       transfer.Agent
+	xfer       transfer.Endpoint
 	arena      []byte // the shm arena, mapped for the transfer engine
 	region     uint32
 	peerSrv    *connector.Server

@@ -122,7 +122,7 @@ func (n *victimNode) peerRPC(t *testing.T, c *tls.Config) pb.ConnectorClient {
 // reader is an attacker's (or a peer's) transfer engine that has loaded
 // the victim's transfer metadata.
 type reader struct {
-	x      transfer.Agent
+	x      transfer.Endpoint
 	local  []byte
 	lh     uint32
 	remote string

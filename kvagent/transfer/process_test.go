@@ -55,7 +55,7 @@ func runPeerProcess(mode string) int {
 }
 
 // startPeerProcess runs the peer and loads its metadata into a.
-func startPeerProcess(t *testing.T, a Agent, mode string) *exec.Cmd {
+func startPeerProcess(t *testing.T, a Endpoint, mode string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), peerEnv+"="+mode)

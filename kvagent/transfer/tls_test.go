@@ -84,7 +84,7 @@ func TestTCPMutualTLS(t *testing.T) {
 
 	// tlsPair starts a target with targetTLS and an initiator with
 	// initTLS, and reads 256 KiB; it returns the error and what landed.
-	tlsPair := func(t *testing.T, initTLS, targetTLS *tls.Config) (error, []byte, *tcpAgent, *tcpAgent) {
+	tlsPair := func(t *testing.T, initTLS, targetTLS *tls.Config) (error, []byte, *tcpEndpoint, *tcpEndpoint) {
 		t.Helper()
 		a, _ := newTestAgent(t, TCPConfig{Name: "a", Streams: 2, TLS: initTLS})
 		b, _ := newTestAgent(t, TCPConfig{Name: "b", TLS: targetTLS})
@@ -124,7 +124,7 @@ func TestTCPMutualTLS(t *testing.T) {
 			t.Fatalf("ReadAccess saw client certificates %q, want [node-a]", got)
 		}
 	})
-	failsClosed := func(t *testing.T, err error, local []byte, a *tcpAgent, want string) {
+	failsClosed := func(t *testing.T, err error, local []byte, a *tcpEndpoint, want string) {
 		t.Helper()
 		if err == nil {
 			t.Fatal("transfer succeeded")
