@@ -75,18 +75,6 @@ func counter(t *testing.T, c *prometheus.CounterVec, label string) float64 {
 	return testutil.ToFloat64(c.WithLabelValues(label))
 }
 
-// waitFor polls cond under a hang guard.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("still waiting for %s after a minute", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // slowListener hands out connections whose writes trickle (16 KiB every
 // 4 ms, about 4 MiB/s), so a test can act while a transfer is
 // demonstrably in flight.

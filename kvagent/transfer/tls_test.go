@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kvgate/kvgate/internal/testkit/poll"
 )
 
 // testCA is a certificate authority made up for one test.
@@ -150,7 +152,7 @@ func TestTCPMutualTLS(t *testing.T) {
 		err, local, a, b := tlsPair(t, init, good("b"))
 		failsClosed(t, err, local, a, "tls")
 		// The target counts the refusal after it sent the alert.
-		waitFor(t, "the target to count the refused handshake", func() bool { return counter(t, b.metrics.errors, reasonRejected) >= 1 })
+		poll.True(t, "the target to count the refused handshake", time.Minute, func() bool { return counter(t, b.metrics.errors, reasonRejected) >= 1 })
 	})
 	t.Run("initiator without a certificate", func(t *testing.T) {
 		a, _ := newTestAgent(t, TCPConfig{Name: "a", TLS: &tls.Config{RootCAs: ca.pool, Certificates: []tls.Certificate{}, GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return nil, nil }}})
