@@ -136,6 +136,12 @@ type KvagentPeer struct {
 	// --advertise-host` overrides it (the Helm chart passes the pod IP).
 	AdvertiseHost string `yaml:"advertise_host"`
 	Streams       int    `yaml:"streams"`
+	// FetchTimeout (kvagent.peer only) bounds one peer fill: when an
+	// engine's Lookup or Acquire misses blocks here, the agent asks its
+	// peers which of them holds the chain and fetches it within this
+	// time, while the engine's request waits; past it the engine gets the
+	// local prefix and recomputes the rest. Default 1s.
+	FetchTimeout yamlconf.Duration `yaml:"fetch_timeout"`
 	// TLS (kvagent.peer only) is mutual TLS on both peer channels, the
 	// control gRPC service and the transfer engine: every agent presents
 	// its certificate and accepts only peers signed by ca_file. Required
@@ -186,6 +192,9 @@ func (x *Kvagent) applyDefaults() {
 	}
 	if x.Peer.Streams == 0 {
 		x.Peer.Streams = 4
+	}
+	if x.Peer.FetchTimeout == 0 {
+		x.Peer.FetchTimeout = yamlconf.Duration(1e9)
 	}
 	h := x.HostBlocks
 	e, p := &x.Quotas.Engine, &x.Quotas.Peer
@@ -320,6 +329,9 @@ func (x *Kvagent) validate(path string) error {
 	if p.Streams < 1 || p.Streams > 64 {
 		return fmt.Errorf("%s.peer.streams: %d: want 1..64", path, p.Streams)
 	}
+	if d := p.FetchTimeout.D(); d < 10e6 || d > 60e9 {
+		return fmt.Errorf("%s.peer.fetch_timeout: %s: want 10ms..1m", path, d)
+	}
 	if err := p.TLS.Validate(path + ".peer.tls"); err != nil {
 		return err
 	}
@@ -360,8 +372,8 @@ func (x *Kvagent) validate(path string) error {
 			return fmt.Errorf("%s.name: empty, duplicate or this agent's own name %q", pp, q.Name)
 		}
 		names[q.Name] = true
-		if q.TLS != (PeerTLS{}) || q.Listen != "" || q.TransferListen != "" {
-			return fmt.Errorf("%s: only name and addr belong here (tls, listen and transfer_listen are kvagent.peer's)", pp)
+		if q.TLS != (PeerTLS{}) || q.Listen != "" || q.TransferListen != "" || q.FetchTimeout != 0 {
+			return fmt.Errorf("%s: only name and addr belong here (tls, listen, transfer_listen and fetch_timeout are kvagent.peer's)", pp)
 		}
 		if err := checkHostPort(q.Addr); err != nil {
 			return fmt.Errorf("%s.addr: %w", pp, err)

@@ -56,6 +56,9 @@ type Agent struct {
 	// arena is registered and the peer server exists (nil before).
 	reads atomic.Pointer[readGate]
 
+	// fills are the peer fills in flight (peerfill.go), one per chain.
+	fills fills
+
 	wg       sync.WaitGroup
 	mu       sync.Mutex
 	peers    map[string]*peer // by name
@@ -104,11 +107,17 @@ func Start(cfg config.Kvagent, reg prometheus.Registerer, log *slog.Logger) (_ *
 	metrics := connector.NewMetrics(reg)
 	limits := connector.Limits{MaxChain: cfg.MaxChain}
 	eq := cfg.Quotas.Engine
-	if a.conn, err = connector.NewServer(connector.Config{
+	ccfg := connector.Config{
 		Store: a.st, Slots: cfg.HostBlocks, Limits: limits, Metrics: metrics, Logger: log.With("part", "connector"),
 		Quota: connector.Quota{PerConnection: eq.PerConnection, PerClient: eq.PerProcess, HoldTimeout: eq.HoldTimeout.D(),
 			ConfigKey: "kvagent.quotas.engine", ClientKey: "per_process"},
-	}); err != nil {
+	}
+	if cfg.Peer.Listen != "" {
+		// An engine's lookup or onboard that misses locally is filled
+		// from the peers that hold the chain (peerfill.go).
+		ccfg.PeerFill = a.fillFromPeers
+	}
+	if a.conn, err = connector.NewServer(ccfg); err != nil {
 		return nil, err
 	}
 	if a.connL, err = connector.ListenUnix(cfg.Socket); err != nil {
