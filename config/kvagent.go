@@ -28,7 +28,7 @@ import (
 //	  quotas:                            # slots a client may hold pinned, and for how long (0: derived)
 //	    engine: {per_connection: 0, per_process: 0, hold_timeout: 60s}
 //	    peer: {per_connection: 0, per_peer: 0, total: 0, hold_timeout: 30s}
-//	  peer: {listen: 10.0.0.11:5700, transfer_listen: 10.0.0.11:5701, streams: 4,
+//	  peer: {listen: 10.0.0.11:5700, transfer_listen: 10.0.0.11:5701, streams: 4, fetch_timeout: 1s,
 //	         advertise_host: 10.0.0.11,
 //	         tls: {cert_file: /etc/kvgate/peer/tls.crt, key_file: /etc/kvgate/peer/tls.key, ca_file: /etc/kvgate/peer/ca.crt},
 //	         namespaces: [{peer: node-b.gpu.internal, allow: [qwen3, "qwen3/*"]}]}

@@ -32,7 +32,7 @@ func TestKvagentSectionDefaultsAndDerivedBlockSize(t *testing.T) {
 	if got, want := k.BlockSize(), 36*8*128*2*2*16; got != want {
 		t.Errorf("block size %d, want %d", got, want)
 	}
-	if k.Disk.DirectIO != "auto" || k.Disk.AdmitAfter != 2 || k.Admin != "127.0.0.1:9500" || k.MaxChain != 4096 || k.Peer.Streams != 4 {
+	if k.Disk.DirectIO != "auto" || k.Disk.AdmitAfter != 2 || k.Admin != "127.0.0.1:9500" || k.MaxChain != 4096 || k.Peer.Streams != 4 || k.Peer.FetchTimeout.D() != 1e9 {
 		t.Errorf("defaults: %+v", k)
 	}
 	// Quotas default to shares of the 1024 host slots.
@@ -68,6 +68,8 @@ func TestKvagentErrorsNameTheKey(t *testing.T) {
 		{"transfer_listen: 127.0.0.1:5701}", "transfer_listen: 0.0.0.0:5701}", `kvagent.peer.tls: required: kvagent.peer.transfer_listen "0.0.0.0:5701"`},
 		{"transfer_listen: 127.0.0.1:5701}", "transfer_listen: \":5701\"}", `kvagent.peer.transfer_listen ":5701" is not a loopback address`},
 		{"transfer_listen: 127.0.0.1:5701}", "transfer_listen: 127.0.0.1:5701, namespaces: [{peer: node-b, allow: [m]}]}", "kvagent.peer.namespaces: needs kvagent.peer.tls"},
+		{"transfer_listen: 127.0.0.1:5701}", "transfer_listen: 127.0.0.1:5701, fetch_timeout: 1ms}", "kvagent.peer.fetch_timeout: 1ms: want 10ms..1m"},
+		{"peers: [{name: node-b, addr: 10.0.0.12:5700}]", "peers: [{name: node-b, addr: 10.0.0.12:5700, fetch_timeout: 2s}]", "kvagent.peers[0]: only name and addr belong here"},
 		{"transfer_listen: 127.0.0.1:5701}", "transfer_listen: 127.0.0.1:5701, advertise_host: \"127.0.0.1:5701\"}", `kvagent.peer.advertise_host: "127.0.0.1:5701": want a host without a port`},
 		{"transfer_listen: 127.0.0.1:5701}", "transfer_listen: 127.0.0.1:5701, advertise_host: \"$(POD_IP)\"}", `kvagent.peer.advertise_host: "$(POD_IP)": want an IP address or a DNS name`},
 		{"peer: {listen: 127.0.0.1:5700, transfer_listen: 127.0.0.1:5701}", "peer: {advertise_host: 10.0.0.1}", "kvagent.peer.advertise_host: set without kvagent.peer.listen"},
