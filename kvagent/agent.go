@@ -25,7 +25,7 @@ import (
 	"sync/atomic"
 	"syscall"
 
-	"github.com/kvgate/kvgate/config"
+	"github.com/kvgate/kvgate/kvagent/agentconfig"
 	"github.com/kvgate/kvgate/kvagent/connector"
 	"github.com/kvgate/kvgate/kvagent/residency"
 	"github.com/kvgate/kvgate/kvagent/store"
@@ -35,7 +35,7 @@ import (
 
 // Agent is one running kvagent.
 type Agent struct {
-	cfg   config.Kvagent
+	cfg   agentconfig.Config
 	log   *slog.Logger
 	st    *store.Store
 	pub   *residency.Publisher // nil without kvagent.events
@@ -68,7 +68,7 @@ type Agent struct {
 
 // Start opens the store and starts serving. reg receives every metric
 // (store, transfer, connector); nil registers nothing.
-func Start(cfg config.Kvagent, reg prometheus.Registerer, log *slog.Logger) (_ *Agent, err error) {
+func Start(cfg agentconfig.Config, reg prometheus.Registerer, log *slog.Logger) (_ *Agent, err error) {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -157,7 +157,7 @@ func (a *Agent) serve(s *connector.Server, l net.Listener) {
 // the bound port. A listener on every address (":5701", "0.0.0.0:…",
 // "[::]:…") names no address a peer could dial, so it needs
 // advertise_host.
-func listenTransfer(p config.KvagentPeer) (net.Listener, string, error) {
+func listenTransfer(p agentconfig.Peer) (net.Listener, string, error) {
 	host, _, err := net.SplitHostPort(p.TransferListen)
 	if err != nil {
 		return nil, "", fmt.Errorf("kvagent.peer.transfer_listen %q: %w", p.TransferListen, err)

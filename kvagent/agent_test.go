@@ -17,6 +17,7 @@ import (
 	"github.com/kvgate/kvgate/indexer/kvindex"
 	"github.com/kvgate/kvgate/internal/kvfleet"
 	"github.com/kvgate/kvgate/internal/testkit/poll"
+	"github.com/kvgate/kvgate/kvagent/agentconfig"
 	"github.com/kvgate/kvgate/kvagent/connector"
 	pb "github.com/kvgate/kvgate/kvagent/connector/connectorpb"
 	"github.com/kvgate/kvgate/kvagent/store"
@@ -69,7 +70,7 @@ func agentYAML(o agentOpts) string {
 	return b.String()
 }
 
-func agentConfig(t *testing.T, o agentOpts) config.Kvagent {
+func agentConfig(t *testing.T, o agentOpts) agentconfig.Config {
 	t.Helper()
 	if o.admin == "" {
 		o.admin = "127.0.0.1:0"
@@ -81,7 +82,7 @@ func agentConfig(t *testing.T, o agentOpts) config.Kvagent {
 	return c.Kvagent
 }
 
-func startAgent(t *testing.T, cfg config.Kvagent) *Agent {
+func startAgent(t *testing.T, cfg agentconfig.Config) *Agent {
 	t.Helper()
 	a, err := Start(cfg, nil, slog.Default())
 	if err != nil {

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvgate/kvgate/config"
 	"github.com/kvgate/kvgate/internal/testkit/tlstest"
 	"github.com/kvgate/kvgate/internal/yamlconf"
+	"github.com/kvgate/kvgate/kvagent/agentconfig"
 	"github.com/kvgate/kvgate/kvagent/connector"
 	pb "github.com/kvgate/kvgate/kvagent/connector/connectorpb"
 	"github.com/kvgate/kvgate/kvagent/store"
@@ -276,7 +276,7 @@ func TestPeerFillKeepsNamespacesApart(t *testing.T) {
 		caFile, _ := ca.Write(dir, "ca")
 		a := startAgent(t, peerTLSConfig(t, ca, caFile, "node-a", freePort(t)))
 		bcfg := peerTLSConfig(t, ca, caFile, "node-b", freePort(t))
-		bcfg.Peer.Namespaces = []config.KvagentPeerNamespaces{{Peer: "node-a", Allow: []string{"shared"}}}
+		bcfg.Peer.Namespaces = []agentconfig.PeerNamespaces{{Peer: "node-a", Allow: []string{"shared"}}}
 		b := startAgent(t, bcfg)
 		if err := a.AddPeer("b", b.PeerAddr()); err != nil {
 			t.Fatal(err)

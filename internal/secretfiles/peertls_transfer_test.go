@@ -1,4 +1,4 @@
-package config_test
+package secretfiles_test
 
 import (
 	"bytes"
@@ -7,12 +7,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvgate/kvgate/config"
+	"github.com/kvgate/kvgate/internal/secretfiles"
 	"github.com/kvgate/kvgate/internal/testkit/tlstest"
 	"github.com/kvgate/kvgate/kvagent/transfer"
 )
 
-// config.PeerTLS drives the kvagent TCP transfer engine as it is: agents
+// secretfiles.PeerTLS drives the kvagent TCP transfer engine as it is: agents
 // of one CA move bytes over mutual TLS; an agent of another CA gets none.
 func TestPeerTLSWithTransferEngine(t *testing.T) {
 	dir := t.TempDir()
@@ -36,7 +36,7 @@ func TestPeerTLSWithTransferEngine(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c, err := (&config.PeerTLS{CertFile: f.Cert, KeyFile: f.Key, CAFile: caPath}).Load()
+		c, err := (&secretfiles.PeerTLS{CertFile: f.Cert, KeyFile: f.Key, CAFile: caPath}).Load()
 		if err != nil {
 			t.Fatal(err)
 		}
