@@ -3,6 +3,8 @@ package kvagent
 import (
 	"context"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	pb "github.com/kvgate/kvgate/kvagent/connector/connectorpb"
 )
@@ -25,7 +27,10 @@ import (
 // pin anyway); and one fill per chain is in flight: a request for a chain
 // already being filled waits for that fill instead of starting another.
 // A failed or empty fill is never an error to the engine: it gets the
-// local prefix, as without peers.
+// local prefix, as without peers. A chain no peer held more of is not
+// asked about again for fetch_timeout: vLLM asks for a waiting request's
+// chain again and again (get_num_new_matched_tokens is called on every
+// scheduler step), and each ask would cost a lookup on every peer.
 //
 // Isolation: the namespace is the engine request's, which the connector
 // checked the connection may use; a peer answers it under its own
@@ -42,10 +47,46 @@ type fillKey struct {
 	blocks    int
 }
 
-// fills is the set of fills in flight.
+// maxMissed bounds the chains remembered as missed at every peer.
+const maxMissed = 4096
+
+// fills is the set of fills in flight, and the chains recently missed.
 type fills struct {
 	mu       sync.Mutex
 	inFlight map[fillKey]chan struct{} // closed when the fill ends
+	missed   map[fillKey]time.Time     // until when no peer is asked again
+	rounds   atomic.Int64              // peer lookup rounds (tests)
+}
+
+// recentlyMissed reports whether k was missed at every peer less than
+// fetch_timeout ago.
+func (f *fills) recentlyMissed(k fillKey, now time.Time) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	until, ok := f.missed[k]
+	return ok && now.Before(until)
+}
+
+// noteMiss remembers k as missed until until. Past maxMissed chains the
+// expired ones go, and all of them if none has expired: a bound, not an
+// LRU, since a forgotten miss only costs one more round of lookups.
+func (f *fills) noteMiss(k fillKey, now, until time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.missed == nil {
+		f.missed = map[fillKey]time.Time{}
+	}
+	if len(f.missed) >= maxMissed {
+		for mk, u := range f.missed {
+			if !now.Before(u) {
+				delete(f.missed, mk)
+			}
+		}
+		if len(f.missed) >= maxMissed {
+			clear(f.missed)
+		}
+	}
+	f.missed[k] = until
 }
 
 // join returns the fill of k already in flight (leader false), or records
@@ -76,7 +117,11 @@ func (a *Agent) fillFromPeers(ctx context.Context, ns string, chain []uint64, re
 	if resident >= len(chain) {
 		return
 	}
-	wait, done, leader := a.fills.join(fillKey{namespace: ns, last: chain[len(chain)-1], blocks: len(chain)})
+	key := fillKey{namespace: ns, last: chain[len(chain)-1], blocks: len(chain)}
+	if a.fills.recentlyMissed(key, time.Now()) {
+		return
+	}
+	wait, done, leader := a.fills.join(key)
 	if !leader {
 		select {
 		case <-wait:
@@ -89,6 +134,8 @@ func (a *Agent) fillFromPeers(ctx context.Context, ns string, chain []uint64, re
 	defer cancel()
 	name, n := a.longestPeerPrefix(ctx, ns, chain, resident)
 	if name == "" {
+		now := time.Now()
+		a.fills.noteMiss(key, now, now.Add(a.cfg.Peer.FetchTimeout.D()))
 		return
 	}
 	got, err := a.FetchFromPeer(ctx, name, ns, chain[:n])
@@ -110,6 +157,7 @@ func (a *Agent) longestPeerPrefix(ctx context.Context, ns string, chain []uint64
 		peers = append(peers, p)
 	}
 	a.mu.Unlock()
+	a.fills.rounds.Add(1)
 	held := make([]int, len(peers))
 	var wg sync.WaitGroup
 	for i, p := range peers {

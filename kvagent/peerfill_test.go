@@ -61,7 +61,11 @@ func fetchesOK(a *Agent, peer string) float64 {
 // was fetched is this node's from then on (no second fetch), and the
 // peer's pins are given back.
 func TestEngineOnboardIsFilledFromAPeer(t *testing.T) {
-	a := startAgent(t, agentConfig(t, agentOpts{dir: t.TempDir(), hostBlocks: 16, peer: true}))
+	acfg := agentConfig(t, agentOpts{dir: t.TempDir(), hostBlocks: 16, peer: true})
+	// Long enough that a miss is still remembered when it is asked
+	// about again, however loaded the machine.
+	acfg.Peer.FetchTimeout = yamlconf.Duration(time.Minute)
+	a := startAgent(t, acfg)
 	b := startAgent(t, agentConfig(t, agentOpts{dir: t.TempDir(), hostBlocks: 16, peer: true}))
 	if err := a.AddPeer("b", b.PeerAddr()); err != nil {
 		t.Fatal(err)
@@ -126,9 +130,21 @@ func TestEngineOnboardIsFilledFromAPeer(t *testing.T) {
 	if r, acq := b.peerSrv.Pinned(); r != 0 || acq != 0 {
 		t.Fatalf("the peer still holds %d reserved, %d acquired slots", r, acq)
 	}
-	// A chain no peer holds: the local prefix (none), no fetch, no error.
-	if got := onboard(t, onA, "m", makeChain(2, 900, 900).hashes); len(got) != 0 {
+	// A chain no peer holds: the local prefix (none), no fetch, no error;
+	// asked again (vLLM's scheduler does, every step), the peers are not
+	// asked again.
+	nowhere := makeChain(2, 900, 900).hashes
+	rounds := a.fills.rounds.Load()
+	if got := onboard(t, onA, "m", nowhere); len(got) != 0 {
 		t.Fatalf("onboard of a chain nobody holds: %d blocks", len(got))
+	}
+	for range 3 {
+		if tiers, err := onA.Lookup(ctx, "m", nowhere); err != nil || len(tiers) != 0 {
+			t.Fatalf("lookup of a chain nobody holds: %v %v", tiers, err)
+		}
+	}
+	if n := a.fills.rounds.Load() - rounds; n != 1 {
+		t.Fatalf("%d rounds of peer lookups for one chain nobody holds, asked 4 times; want 1", n)
 	}
 	if n := testutil.ToFloat64(a.peerFetchM.fetches.WithLabelValues("b", "error")); n != 0 {
 		t.Fatalf("%v failed peer fetches", n)
