@@ -16,13 +16,14 @@ import (
 // holds it (FetchFromPeer: the peer pins, the transfer engine copies, the
 // blocks are committed here as host blocks) and returns, so that the
 // engine's request is answered from this node's arena. This is the remote
-// tier of LMCache's storage manager (a local miss falls through to a
-// remote backend before the engine recomputes), with the agent, not the
+// tier of LMCache's storage manager (lmcache/v1/storage_backend/
+// storage_manager.py: a miss in the local backends falls through to the
+// remote one before the engine recomputes), with the agent, not the
 // engine, talking to the peers.
 //
 // Bounds: a fill takes at most kvagent.peer.fetch_timeout (peer lookups
 // and the transfer together; the engine's request waits for it, so a slow
-// peer costs that much once, then the engine recomputes); it fetches at
+// peer costs that much, then the engine recomputes); it fetches at
 // most quotas.engine.per_connection blocks (what one engine connection may
 // pin anyway); and one fill per chain is in flight: a request for a chain
 // already being filled waits for that fill instead of starting another.
