@@ -182,7 +182,7 @@ type tcpEndpoint struct {
 	accepted atomic.Int64 // connections accepted, for tests
 }
 
-// NewTCP starts a TCP agent listening for peers.
+// NewTCP starts a TCP endpoint listening for peers.
 func NewTCP(cfg TCPConfig) (Endpoint, error) {
 	return newTCP(cfg)
 }

@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
-// newTestAgent starts a TCP agent with its own metrics registry.
+// newTestAgent starts a TCP endpoint with its own metrics registry.
 func newTestAgent(t *testing.T, cfg TCPConfig) (*tcpEndpoint, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
