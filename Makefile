@@ -40,7 +40,7 @@ FUZZ_TARGETS := \
 	./planner-sidecar/journal:FuzzRead \
 	./extproc:FuzzDecodeLoadSnapshot \
 	./cmd/kvgate:FuzzBearerToken \
-	./config:FuzzParseCABundle \
+	./internal/secretfiles:FuzzParseCABundle \
 	./deploy/inventory:FuzzParseDesc \
 	./deploy/inventory:FuzzCheck \
 	./indexer/kvstream:FuzzParseFrames \

@@ -491,7 +491,7 @@ func (c *Config) applyDefaults() {
 	x.Outlier.applyDefaults()
 	x.SharedLoad.applyDefaults()
 	x.Preprocess.applyDefaults()
-	c.Kvagent.applyDefaults()
+	c.Kvagent.ApplyDefaults()
 	c.Planner.applyDefaults()
 	hc := &x.HealthCheck
 	if hc.Interval == 0 {
@@ -550,10 +550,10 @@ func (c *Config) Validate() error {
 	if err := checkHostPort(c.Indexer.Listen); err != nil {
 		return fmt.Errorf("indexer.listen: %w", err)
 	}
-	if err := c.Indexer.AdminAuth.validate("indexer.admin_auth"); err != nil {
+	if err := c.Indexer.AdminAuth.Validate("indexer.admin_auth"); err != nil {
 		return err
 	}
-	if err := c.Indexer.AdminAuth.checkExposure("indexer.listen", c.Indexer.Listen, "indexer.admin_auth"); err != nil {
+	if err := c.Indexer.AdminAuth.CheckExposure("indexer.listen", c.Indexer.Listen, "indexer.admin_auth"); err != nil {
 		return err
 	}
 	if err := c.Indexer.validateEventsBind(); err != nil {
@@ -568,7 +568,7 @@ func (c *Config) Validate() error {
 	if err := c.Extproc.SharedLoad.validate("extproc.shared_load"); err != nil {
 		return err
 	}
-	if err := c.Extproc.TLS.validate("extproc.tls"); err != nil {
+	if err := c.Extproc.TLS.Validate("extproc.tls"); err != nil {
 		return err
 	}
 	if err := c.Extproc.checkListenExposure(); err != nil {
@@ -580,13 +580,13 @@ func (c *Config) Validate() error {
 	if err := c.Extproc.DebugHeader.validate("extproc.debug_header"); err != nil {
 		return err
 	}
-	if err := c.Extproc.AdminAuth.validate("extproc.admin_auth"); err != nil {
+	if err := c.Extproc.AdminAuth.Validate("extproc.admin_auth"); err != nil {
 		return err
 	}
-	if err := c.Extproc.AdminAuth.checkExposure("extproc.admin", c.Extproc.Admin, "extproc.admin_auth"); err != nil {
+	if err := c.Extproc.AdminAuth.CheckExposure("extproc.admin", c.Extproc.Admin, "extproc.admin_auth"); err != nil {
 		return err
 	}
-	if err := c.Kvagent.validate("kvagent"); err != nil {
+	if err := c.Kvagent.Validate("kvagent"); err != nil {
 		return err
 	}
 	if err := c.Planner.validate("planner"); err != nil {
@@ -694,38 +694,10 @@ func (c *Config) Model(name string) *Model {
 	return nil
 }
 
-// ZMQEndpoint validates a tcp://host:port endpoint and returns it with the
-// port offset by rank (vLLM offsets data-parallel ranks' ports by dp_rank).
-func ZMQEndpoint(ep string, rank int) (string, int, error) {
-	u, err := url.Parse(ep)
-	if err != nil || u.Scheme != "tcp" || u.Host == "" || u.Path != "" {
-		return "", 0, fmt.Errorf("%q: want tcp://host:port", ep)
-	}
-	host, portStr, err := net.SplitHostPort(u.Host)
-	if err != nil {
-		return "", 0, fmt.Errorf("%q: %v", ep, err)
-	}
-	port, err := strconv.Atoi(portStr)
-	if err != nil || port <= 0 || port+rank > 65535 {
-		return "", 0, fmt.Errorf("%q: bad port", ep)
-	}
-	return "tcp://" + net.JoinHostPort(host, strconv.Itoa(port+rank)), port + rank, nil
-}
+// ZMQEndpoint is yamlconf.ZMQEndpoint (where components' configs find it).
+func ZMQEndpoint(ep string, rank int) (string, int, error) { return yamlconf.ZMQEndpoint(ep, rank) }
 
-func checkHostPort(s string) error {
-	host, port, err := net.SplitHostPort(s)
-	if err != nil {
-		return fmt.Errorf("%q: want host:port", s)
-	}
-	if strings.ContainsAny(host, "/ ") {
-		return fmt.Errorf("%q: bad host", s)
-	}
-	p, err := strconv.Atoi(port)
-	if err != nil || p < 0 || p > 65535 {
-		return fmt.Errorf("%q: bad port", s)
-	}
-	return nil
-}
+func checkHostPort(s string) error { return yamlconf.CheckHostPort(s) }
 
 // checkListenExposure refuses an ext_proc listener beyond loopback that
 // serves plaintext: whoever reaches it can route requests anywhere in the

@@ -20,10 +20,10 @@ func TestExtprocPlaintextListenRefused(t *testing.T) {
 			t.Fatalf("%s with allow_plaintext: %v", addr, err)
 		}
 	}
-	p := newPKI(t)
+	_, server, _ := writePKI(t, t.TempDir())
 	c := Default()
 	c.Extproc.Listen = "0.0.0.0:9002"
-	c.Extproc.TLS = ServerTLS{CertFile: p.server.Cert, KeyFile: p.server.Key}
+	c.Extproc.TLS = ServerTLS{CertFile: server.Cert, KeyFile: server.Key}
 	if err := c.Validate(); err != nil {
 		t.Fatalf("with TLS: %v", err)
 	}

@@ -422,10 +422,10 @@ func (x *Planner) validate(path string) error {
 	if err := checkHostPort(x.Admin); err != nil {
 		return fmt.Errorf("%s.admin: %w", path, err)
 	}
-	if err := x.AdminAuth.validate(path + ".admin_auth"); err != nil {
+	if err := x.AdminAuth.Validate(path + ".admin_auth"); err != nil {
 		return err
 	}
-	return x.AdminAuth.checkExposure(path+".admin", x.Admin, path+".admin_auth")
+	return x.AdminAuth.CheckExposure(path+".admin", x.Admin, path+".admin_auth")
 }
 
 func checkPlannerURL(s string) error {

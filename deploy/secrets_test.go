@@ -17,7 +17,7 @@ import (
 // secretValue is what the tests put in a Secret's key: the value the env
 // var of the same Secret gets (renderedConfig), so a password read from a
 // file equals the one the in-chart Redis is started with. It is longer
-// than config.MinAdminTokenBytes, so it serves as an admin token too.
+// than secretfiles.MinAdminTokenBytes, so it serves as an admin token too.
 func secretValue(secret string) string { return "from-secret-" + secret }
 
 var (

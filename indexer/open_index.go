@@ -8,6 +8,7 @@ import (
 
 	"github.com/kvgate/kvgate/config"
 	"github.com/kvgate/kvgate/indexer/kvindex"
+	"github.com/kvgate/kvgate/internal/secretfiles"
 )
 
 // OpenIndex builds the configured index backend. For Redis it owns the
@@ -55,7 +56,7 @@ func redisOptions(r config.RedisIndex) (*redis.UniversalOptions, error) {
 	if r.PasswordFile != "" || r.PasswordEnv != "" || r.Username != "" {
 		user := r.Username
 		opts.CredentialsProviderContext = func(context.Context) (string, string, error) {
-			p, err := r.Password()
+			p, err := secretfiles.Password(r.PasswordFile, r.PasswordEnv)
 			if err != nil {
 				return "", "", fmt.Errorf("redis index: password: %w", err)
 			}

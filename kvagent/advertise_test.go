@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvgate/kvgate/config"
+	"github.com/kvgate/kvgate/kvagent/agentconfig"
 )
 
 // The transfer engine is advertised at advertise_host (or the listen
@@ -22,7 +22,7 @@ func TestListenTransferAdvertises(t *testing.T) {
 		{"127.0.0.1:0", "fd00::7", "[fd00::7]:"},
 		{":0", "node-a.gpu.internal", "node-a.gpu.internal:"},
 	} {
-		l, addr, err := listenTransfer(config.KvagentPeer{TransferListen: c.listen, AdvertiseHost: c.host})
+		l, addr, err := listenTransfer(agentconfig.Peer{TransferListen: c.listen, AdvertiseHost: c.host})
 		if err != nil {
 			t.Fatalf("%s advertising %q: %v", c.listen, c.host, err)
 		}
@@ -33,7 +33,7 @@ func TestListenTransferAdvertises(t *testing.T) {
 		}
 	}
 	for _, listen := range []string{":0", "0.0.0.0:0", "[::]:0"} {
-		if _, _, err := listenTransfer(config.KvagentPeer{TransferListen: listen}); err == nil || !strings.Contains(err.Error(), "advertise_host") {
+		if _, _, err := listenTransfer(agentconfig.Peer{TransferListen: listen}); err == nil || !strings.Contains(err.Error(), "advertise_host") {
 			t.Fatalf("%s without advertise_host: %v, want an error naming advertise_host", listen, err)
 		}
 	}

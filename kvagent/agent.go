@@ -25,7 +25,7 @@ import (
 	"sync/atomic"
 	"syscall"
 
-	"github.com/kvgate/kvgate/config"
+	"github.com/kvgate/kvgate/kvagent/agentconfig"
 	"github.com/kvgate/kvgate/kvagent/connector"
 	"github.com/kvgate/kvgate/kvagent/residency"
 	"github.com/kvgate/kvgate/kvagent/store"
@@ -35,7 +35,7 @@ import (
 
 // Agent is one running kvagent.
 type Agent struct {
-	cfg   config.Kvagent
+	cfg   agentconfig.Config
 	log   *slog.Logger
 	st    *store.Store
 	pub   *residency.Publisher // nil without kvagent.events
@@ -43,7 +43,7 @@ type Agent struct {
 	connL net.Listener
 
 	// Peer side (nil without kvagent.peer).
-	xfer       transfer.Agent
+	xfer       transfer.Endpoint
 	arena      []byte // the shm arena, mapped for the transfer engine
 	region     uint32
 	peerSrv    *connector.Server
@@ -56,6 +56,9 @@ type Agent struct {
 	// arena is registered and the peer server exists (nil before).
 	reads atomic.Pointer[readGate]
 
+	// fills are the peer fills in flight (peerfill.go), one per chain.
+	fills fills
+
 	wg       sync.WaitGroup
 	mu       sync.Mutex
 	peers    map[string]*peer // by name
@@ -65,7 +68,7 @@ type Agent struct {
 
 // Start opens the store and starts serving. reg receives every metric
 // (store, transfer, connector); nil registers nothing.
-func Start(cfg config.Kvagent, reg prometheus.Registerer, log *slog.Logger) (_ *Agent, err error) {
+func Start(cfg agentconfig.Config, reg prometheus.Registerer, log *slog.Logger) (_ *Agent, err error) {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -104,11 +107,17 @@ func Start(cfg config.Kvagent, reg prometheus.Registerer, log *slog.Logger) (_ *
 	metrics := connector.NewMetrics(reg)
 	limits := connector.Limits{MaxChain: cfg.MaxChain}
 	eq := cfg.Quotas.Engine
-	if a.conn, err = connector.NewServer(connector.Config{
+	ccfg := connector.Config{
 		Store: a.st, Slots: cfg.HostBlocks, Limits: limits, Metrics: metrics, Logger: log.With("part", "connector"),
 		Quota: connector.Quota{PerConnection: eq.PerConnection, PerClient: eq.PerProcess, HoldTimeout: eq.HoldTimeout.D(),
 			ConfigKey: "kvagent.quotas.engine", ClientKey: "per_process"},
-	}); err != nil {
+	}
+	if cfg.Peer.Listen != "" {
+		// An engine's lookup or onboard that misses locally is filled
+		// from the peers that hold the chain (peerfill.go).
+		ccfg.PeerFill = a.fillFromPeers
+	}
+	if a.conn, err = connector.NewServer(ccfg); err != nil {
 		return nil, err
 	}
 	if a.connL, err = connector.ListenUnix(cfg.Socket); err != nil {
@@ -148,7 +157,7 @@ func (a *Agent) serve(s *connector.Server, l net.Listener) {
 // the bound port. A listener on every address (":5701", "0.0.0.0:…",
 // "[::]:…") names no address a peer could dial, so it needs
 // advertise_host.
-func listenTransfer(p config.KvagentPeer) (net.Listener, string, error) {
+func listenTransfer(p agentconfig.Peer) (net.Listener, string, error) {
 	host, _, err := net.SplitHostPort(p.TransferListen)
 	if err != nil {
 		return nil, "", fmt.Errorf("kvagent.peer.transfer_listen %q: %w", p.TransferListen, err)

@@ -16,6 +16,8 @@ import (
 	"github.com/kvgate/kvgate/indexer/blockhash"
 	"github.com/kvgate/kvgate/indexer/kvindex"
 	"github.com/kvgate/kvgate/internal/kvfleet"
+	"github.com/kvgate/kvgate/internal/testkit/poll"
+	"github.com/kvgate/kvgate/kvagent/agentconfig"
 	"github.com/kvgate/kvgate/kvagent/connector"
 	pb "github.com/kvgate/kvgate/kvagent/connector/connectorpb"
 	"github.com/kvgate/kvgate/kvagent/store"
@@ -68,7 +70,7 @@ func agentYAML(o agentOpts) string {
 	return b.String()
 }
 
-func agentConfig(t *testing.T, o agentOpts) config.Kvagent {
+func agentConfig(t *testing.T, o agentOpts) agentconfig.Config {
 	t.Helper()
 	if o.admin == "" {
 		o.admin = "127.0.0.1:0"
@@ -80,7 +82,7 @@ func agentConfig(t *testing.T, o agentOpts) config.Kvagent {
 	return c.Kvagent
 }
 
-func startAgent(t *testing.T, cfg config.Kvagent) *Agent {
+func startAgent(t *testing.T, cfg agentconfig.Config) *Agent {
 	t.Helper()
 	a, err := Start(cfg, nil, slog.Default())
 	if err != nil {
@@ -177,36 +179,30 @@ engines:
 func waitDepths(t *testing.T, idx kvindex.Index, chain []uint64, want kvfleet.Depths, what string) {
 	t.Helper()
 	w := kvfleet.WorkerID{Endpoint: testWorker}
-	deadline := time.Now().Add(20 * time.Second)
-	var got kvfleet.Depths
-	for time.Now().Before(deadline) {
+	poll.Until(t, what, 20*time.Second, func() error {
 		m, err := idx.Match(context.Background(), chain)
 		if err != nil {
-			t.Fatal(err)
+			return err
 		}
-		if got = m[w]; got == want {
-			return
+		if got := m[w]; got != want {
+			return fmt.Errorf("index depths %v, want %v", got, want)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("%s: index depths %v, want %v", what, got, want)
+		return nil
+	})
 }
 
 func waitTiers(t *testing.T, c *connector.Client, chain []uint64, want []pb.Tier) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	var got []pb.Tier
-	for time.Now().Before(deadline) {
-		var err error
-		if got, err = c.Lookup(context.Background(), "m", chain); err != nil {
-			t.Fatal(err)
+	poll.Until(t, "the lookup's tiers", 20*time.Second, func() error {
+		got, err := c.Lookup(context.Background(), "m", chain)
+		if err != nil {
+			return err
 		}
-		if fmt.Sprint(got) == fmt.Sprint(want) {
-			return
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			return fmt.Errorf("tiers %v, want %v", got, want)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("lookup: tiers %v, want %v", got, want)
+		return nil
+	})
 }
 
 func TestIndexerCreditsTheAgentsTiersAndForgetsHostBlocksOnRestart(t *testing.T) {
@@ -263,13 +259,7 @@ func TestFetchAChainFromAPeersHostAndDiskTiers(t *testing.T) {
 	}
 	waitTiers(t, cb, onDisk.hashes, []pb.Tier{pb.Tier_TIER_HOST, pb.Tier_TIER_HOST})
 	// Wait for the write-through to disk before evicting from host.
-	deadline := time.Now().Add(20 * time.Second)
-	for b.Store().Stats().Disk.Blocks < 2 {
-		if time.Now().After(deadline) {
-			t.Fatal("blocks never reached b's disk")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	poll.True(t, "the blocks to reach b's disk", 20*time.Second, func() bool { return b.Store().Stats().Disk.Blocks >= 2 })
 	if err := cb.Offload(ctx, "m", onHost.blocks); err != nil {
 		t.Fatal(err)
 	}
@@ -278,12 +268,7 @@ func TestFetchAChainFromAPeersHostAndDiskTiers(t *testing.T) {
 	// promotes it to b's host tier, evicting host blocks, and a block
 	// evicted before its copy reached the disk is gone (the write-through
 	// is asynchronous). CI on a loaded machine hit that race.
-	for b.Store().Stats().Disk.Blocks < 6 {
-		if time.Now().After(deadline) {
-			t.Fatal("the host chain never reached b's disk")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	poll.True(t, "the host chain to reach b's disk", 20*time.Second, func() bool { return b.Store().Stats().Disk.Blocks >= 6 })
 
 	if err := a.AddPeer("b", b.PeerAddr()); err != nil {
 		t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/config"
+	"github.com/kvgate/kvgate/internal/testkit/poll"
 	"github.com/kvgate/kvgate/internal/testkit/tlstest"
 	"github.com/kvgate/kvgate/kvagent/connector"
 	pb "github.com/kvgate/kvgate/kvagent/connector/connectorpb"
@@ -122,7 +123,7 @@ func (n *victimNode) peerRPC(t *testing.T, c *tls.Config) pb.ConnectorClient {
 // reader is an attacker's (or a peer's) transfer engine that has loaded
 // the victim's transfer metadata.
 type reader struct {
-	x      transfer.Agent
+	x      transfer.Endpoint
 	local  []byte
 	lh     uint32
 	remote string
@@ -495,7 +496,7 @@ func TestAttackPinStarvationByPeers(t *testing.T) {
 	if got, err := legit.FetchFromPeer(ctx, "victim", "m", fill.hashes[:2]); err == nil || !strings.Contains(err.Error(), "kvagent.quotas.peer.total") {
 		t.Fatalf("a peer's fetch while the attackers hold peer.total: %d, %v", got, err)
 	}
-	waitFor(t, "the attackers' pins to expire", func() bool {
+	poll.True(t, "the attackers' pins to expire", 30*time.Second, func() bool {
 		return n.metric(t, "kvgate_kvagent_connector_expired_slots_total", `listener="peer"`, `kind="acquired"`) >= float64(pinned)
 	})
 	// Pins given back: the legitimate peer fetches again.
@@ -540,7 +541,7 @@ func TestAttackReservationStarvationOnTheSocket(t *testing.T) {
 		t.Fatalf("attacker reserved %d slots (%d refused), want at most kvagent.quotas.engine.per_process (32)", reserved, refused)
 	}
 	n.stillServes(t, c, 1200, nil)
-	waitFor(t, "the attacker's reservations to expire", func() bool {
+	poll.True(t, "the attacker's reservations to expire", 30*time.Second, func() bool {
 		return n.metric(t, "kvgate_kvagent_connector_expired_slots_total", `listener="engine"`, `kind="reserved"`) >= float64(reserved)
 	})
 	// The attacker's connections are still open, its slots free again:

@@ -23,6 +23,7 @@ import (
 	"github.com/kvgate/kvgate/config"
 	"github.com/kvgate/kvgate/indexer/blockhash"
 	"github.com/kvgate/kvgate/internal/kvfleet"
+	"github.com/kvgate/kvgate/internal/testkit/poll"
 	"github.com/kvgate/kvgate/kvagent/connector"
 	pb "github.com/kvgate/kvgate/kvagent/connector/connectorpb"
 	"github.com/kvgate/kvgate/kvagent/store"
@@ -196,7 +197,7 @@ func TestKill9MidWriteThenRestart(t *testing.T) {
 			mu.Unlock()
 		}
 	}()
-	waitFor(t, "24 committed offloads", func() bool {
+	poll.True(t, "24 committed offloads", 30*time.Second, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(committed) >= 24
@@ -315,17 +316,6 @@ func dialAgentBytes(t *testing.T, sock string, blockBytes int) *connector.Client
 	}
 	t.Cleanup(func() { c.Close() })
 	return c
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // flipOnDisk finds pattern in the files under dir and flips a byte a

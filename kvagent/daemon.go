@@ -8,7 +8,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/kvgate/kvgate/config"
+	"github.com/kvgate/kvgate/kvagent/agentconfig"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -20,7 +20,7 @@ import (
 // wrapAdmin, when not nil, wraps the admin handler: `kvgate kvagent`
 // passes the bearer-token check of kvagent.admin_auth that every kvgate
 // admin listener shares (it lives with the command, not here).
-func Serve(ctx context.Context, cfg config.Kvagent, log *slog.Logger, wrapAdmin func(http.Handler) http.Handler, listening func(admin net.Addr, a *Agent)) error {
+func Serve(ctx context.Context, cfg agentconfig.Config, log *slog.Logger, wrapAdmin func(http.Handler) http.Handler, listening func(admin net.Addr, a *Agent)) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	a, err := Start(cfg, reg, log)

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/kvgate/kvgate/config"
+	"github.com/kvgate/kvgate/kvagent/agentconfig"
 	"github.com/kvgate/kvgate/kvagent/connector"
 )
 
@@ -21,7 +22,7 @@ import (
 // a change to the path (capabilities, checksums on serving).
 func BenchmarkFetchFromPeer(b *testing.B) {
 	const bb, chainLen, chains = 256 << 10, 64, 4
-	agentCfg := func(dir string, hostBlocks int) config.Kvagent {
+	agentCfg := func(dir string, hostBlocks int) agentconfig.Config {
 		y := fmt.Sprintf("kvagent:\n  name: %s\n  socket: %s\n  shm_path: %s\n  block_bytes: %d\n  host_blocks: %d\n  admin: 127.0.0.1:0\n  peer: {listen: 127.0.0.1:0, transfer_listen: 127.0.0.1:0, streams: 4}\n",
 			filepath.Base(dir), filepath.Join(dir, "k.sock"), filepath.Join(dir, "arena"), bb, hostBlocks)
 		c, err := config.Parse(strings.NewReader(y))
@@ -70,7 +71,7 @@ func BenchmarkFetchFromPeer(b *testing.B) {
 	}
 }
 
-func startAgentB(b *testing.B, cfg config.Kvagent) *Agent {
+func startAgentB(b *testing.B, cfg agentconfig.Config) *Agent {
 	a, err := Start(cfg, nil, nil)
 	if err != nil {
 		b.Fatal(err)

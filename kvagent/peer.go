@@ -25,7 +25,7 @@ type peer struct {
 	rpc  pb.ConnectorClient
 
 	loaded     bool   // transfer metadata loaded (guarded by Agent.mu)
-	remote     string // the peer's transfer agent name
+	remote     string // the peer's transfer endpoint name
 	region     uint32 // the peer's arena region handle
 	blockBytes int
 	slots      int

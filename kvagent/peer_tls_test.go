@@ -12,13 +12,14 @@ import (
 
 	"github.com/kvgate/kvgate/config"
 	"github.com/kvgate/kvgate/internal/testkit/tlstest"
+	"github.com/kvgate/kvgate/kvagent/agentconfig"
 	"github.com/kvgate/kvgate/kvagent/store"
 )
 
 // peerTLSConfig is agentConfig with kvagent.peer.tls: a certificate for
 // 127.0.0.1 issued by issuer, peers verified against caFile. The transfer
 // engine listens on a known port so the test can knock on it directly.
-func peerTLSConfig(t *testing.T, issuer *tlstest.CA, caFile, name string, transferPort int) config.Kvagent {
+func peerTLSConfig(t *testing.T, issuer *tlstest.CA, caFile, name string, transferPort int) agentconfig.Config {
 	t.Helper()
 	dir := t.TempDir()
 	leaf, err := issuer.Peer(name, "127.0.0.1")

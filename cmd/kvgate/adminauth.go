@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/kvgate/kvgate/config"
+	"github.com/kvgate/kvgate/internal/secretfiles"
 )
 
 // probePaths stay open when a token is required: kubelet httpGet probes
@@ -19,8 +20,8 @@ import (
 var probePaths = map[string]bool{"/healthz": true, "/readyz": true}
 
 // maxAuthorizationBytes bounds the header compared: the token is at most
-// config.MaxAdminTokenBytes.
-const maxAuthorizationBytes = len("Bearer ") + config.MaxAdminTokenBytes
+// secretfiles.MaxAdminTokenBytes.
+const maxAuthorizationBytes = len("Bearer ") + secretfiles.MaxAdminTokenBytes
 
 // withAdminAuth wraps an admin handler. With a token configured, every
 // request but the probes must carry `Authorization: Bearer <token>`

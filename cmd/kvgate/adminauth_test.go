@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/kvgate/kvgate/config"
+	"github.com/kvgate/kvgate/internal/secretfiles"
 )
 
 func adminMux() http.Handler {
@@ -137,7 +138,7 @@ func FuzzBearerToken(f *testing.F) {
 			}
 			return
 		}
-		if tok == "" || len(tok) > config.MaxAdminTokenBytes || tok != strings.TrimSpace(tok) {
+		if tok == "" || len(tok) > secretfiles.MaxAdminTokenBytes || tok != strings.TrimSpace(tok) {
 			t.Fatalf("accepted token %q from %q", tok, header)
 		}
 		if !strings.HasSuffix(strings.TrimSpace(header), tok) {

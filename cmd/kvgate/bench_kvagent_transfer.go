@@ -31,7 +31,7 @@ func benchKvagentTransfer(ctx context.Context, w io.Writer, _ time.Duration) err
 	}
 	dst := make([]byte, total)
 
-	type agents struct{ a, b transfer.Agent }
+	type agents struct{ a, b transfer.Endpoint }
 	pairs := map[int]agents{}
 	defer func() {
 		for _, p := range pairs {

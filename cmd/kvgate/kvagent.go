@@ -13,6 +13,7 @@ import (
 
 	"github.com/kvgate/kvgate/config"
 	"github.com/kvgate/kvgate/kvagent"
+	"github.com/kvgate/kvgate/kvagent/agentconfig"
 )
 
 func init() {
@@ -45,7 +46,7 @@ func runKvagent(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if *advertise != "" {
-		if err := config.CheckAdvertiseHost(*advertise); err != nil {
+		if err := agentconfig.CheckAdvertiseHost(*advertise); err != nil {
 			fmt.Fprintf(stderr, "kvgate kvagent: --advertise-host: %v\n", err)
 			return 2
 		}
@@ -74,7 +75,7 @@ func runKvagent(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 // serveKvagent runs the agent until ctx ends, its admin listener behind
 // kvagent.admin_auth (the bearer-token check every kvgate admin listener
 // shares; /healthz and /readyz stay open for the kubelet).
-func serveKvagent(ctx context.Context, cfg config.Kvagent, log *slog.Logger, listening func(admin net.Addr, a *kvagent.Agent)) error {
+func serveKvagent(ctx context.Context, cfg agentconfig.Config, log *slog.Logger, listening func(admin net.Addr, a *kvagent.Agent)) error {
 	wrapAdmin := func(h http.Handler) http.Handler {
 		return withAdminAuth(h, "kvagent.admin", cfg.Admin, cfg.AdminAuth, log)
 	}

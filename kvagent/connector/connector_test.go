@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kvgate/kvgate/internal/testkit/poll"
 
 	pb "github.com/kvgate/kvgate/kvagent/connector/connectorpb"
 	"github.com/kvgate/kvgate/kvagent/store"
@@ -272,17 +275,12 @@ func TestSlotsOfAClosedConnectionAreGivenBack(t *testing.T) {
 		t.Fatalf("release of another connection's slot: %v, want FailedPrecondition", err)
 	}
 	c1.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		r, a := f.srv.Pinned()
-		if r == 0 && a == 0 {
-			break
+	poll.Until(t, "the closed connection's slots to be given back", 10*time.Second, func() error {
+		if r, a := f.srv.Pinned(); r != 0 || a != 0 {
+			return fmt.Errorf("still held: %d reserved, %d acquired", r, a)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("slots of the closed connection still held: %d reserved, %d acquired", r, a)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	slots, err := c2.Reserve(ctx, "m", []uint64{7, 8, 9})
 	if err != nil || len(slots) != 3 {
 		t.Fatalf("reserve after the first engine left: %v %v", slots, err)

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvgate/kvgate/internal/testkit/poll"
+
 	pb "github.com/kvgate/kvgate/kvagent/connector/connectorpb"
 	"github.com/kvgate/kvgate/kvagent/store"
 	"github.com/prometheus/client_golang/prometheus"
@@ -231,17 +233,12 @@ func TestHoldsExpire(t *testing.T) {
 
 func waitPinned(t *testing.T, s *Server, reserved, acquired int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		r, a := s.Pinned()
-		if r == reserved && a == acquired {
-			return
+	poll.Until(t, "the pinned slots", 10*time.Second, func() error {
+		if r, a := s.Pinned(); r != reserved || a != acquired {
+			return fmt.Errorf("pinned %d reserved, %d acquired; want %d, %d", r, a, reserved, acquired)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pinned %d reserved, %d acquired; want %d, %d", r, a, reserved, acquired)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // The peer listener hands out a capability per Acquire; AuthorizeRead

@@ -78,6 +78,16 @@ type Config struct {
 	// peers may look up and fetch which namespaces; a peer no rule names
 	// gets none. Empty: every peer that may connect may fetch any.
 	PeerNamespaces []NamespaceRule
+	// PeerFill (engine servers only; nil: none) is called by Lookup and
+	// Acquire when the store's resident prefix of the request's chain
+	// (after the quota) is shorter than the chain: it may fetch the rest
+	// from peer kvagents into the store, and returns once whatever it
+	// could fetch is resident (the kvagent's fillFromPeers, bounded by
+	// kvagent.peer.fetch_timeout). The namespace is the request's, which
+	// the connection may use (checked before). A peer server never calls
+	// it: what a peer asks for is served from this node only, so fetches
+	// never cascade from agent to agent.
+	PeerFill func(ctx context.Context, namespace string, chain []uint64, resident int)
 }
 
 // Server implements connectorpb.ConnectorServer on a store.
@@ -282,8 +292,11 @@ func (s *Server) Register(ctx context.Context, r *pb.RegisterRequest) (*pb.Regis
 	}, nil
 }
 
-func (s *Server) Lookup(_ context.Context, r *pb.LookupRequest) (*pb.LookupResponse, error) {
+func (s *Server) Lookup(ctx context.Context, r *pb.LookupRequest) (*pb.LookupResponse, error) {
 	tiers := s.st.Lookup(r.GetNamespace(), r.GetChain())
+	if s.fillFromPeers(ctx, r.GetNamespace(), r.GetChain(), len(tiers)) {
+		tiers = s.st.Lookup(r.GetNamespace(), r.GetChain())
+	}
 	out := make([]pb.Tier, len(tiers))
 	for i, t := range tiers {
 		out[i] = tierToPB(t)
@@ -367,6 +380,7 @@ func (s *Server) Acquire(ctx context.Context, r *pb.AcquireRequest) (*pb.Acquire
 		return nil, status.Errorf(codes.ResourceExhausted, "acquire: %v", err)
 	}
 	chain = chain[:admitted]
+	s.fillFromPeers(ctx, r.GetNamespace(), chain, len(s.st.Lookup(r.GetNamespace(), chain)))
 	var slots []store.Slot
 	if s.cfg.Peer {
 		// Blocks leaving the node are checked first (an engine on the
@@ -407,6 +421,19 @@ func (s *Server) Release(ctx context.Context, r *pb.ReleaseRequest) (*pb.Release
 	}
 	s.st.Release(slots)
 	return &pb.ReleaseResponse{}, nil
+}
+
+// fillFromPeers lets PeerFill complete a chain the store holds only the
+// first resident blocks of, and reports whether it was called. Lookup
+// stays free of side effects on what the engine sees: a filled block is
+// one the store could have held anyway (it is announced as this node's
+// host block, like an offload).
+func (s *Server) fillFromPeers(ctx context.Context, ns string, chain []uint64, resident int) bool {
+	if s.cfg.Peer || s.cfg.PeerFill == nil || resident >= len(chain) {
+		return false
+	}
+	s.cfg.PeerFill(ctx, ns, chain, resident)
+	return true
 }
 
 // expiryHint completes "not reserved/acquired by this connection" when

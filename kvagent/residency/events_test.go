@@ -2,9 +2,12 @@ package residency
 
 import (
 	"context"
+	"fmt"
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/kvgate/kvgate/internal/testkit/poll"
 
 	"github.com/kvgate/kvgate/indexer/blockhash"
 	"github.com/kvgate/kvgate/indexer/ingest"
@@ -97,32 +100,21 @@ func TestPublishedEventsReachAnIngestWorker(t *testing.T) {
 
 	seed := blockhash.Seed("", "")
 	seqs := blockhash.SequenceHashes(blockhash.LocalHashes([]uint32{10, 11, 20, 21}, 2, seed))
-	want := kvfleet.Depths{0, 2, 2, 2}
-	for {
-		m, err := idx.Match(ctx, seqs)
-		if err != nil {
-			t.Fatal(err)
+	depths := func(want kvfleet.Depths) func() error {
+		return func() error {
+			m, err := idx.Match(ctx, seqs)
+			if err != nil {
+				return err
+			}
+			if m[w] != want {
+				return fmt.Errorf("index depths %v, want %v", m[w], want)
+			}
+			return nil
 		}
-		if m[w] == want {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("index depths %v, want %v", m[w], want)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
+	poll.Until(t, "the stored blocks indexed", 20*time.Second, depths(kvfleet.Depths{0, 2, 2, 2}))
 	p.OnChange(store.Change{Kind: kvevents.BlockRemoved, Tier: store.TierHost, Hashes: []uint64{11}})
-	want = kvfleet.Depths{0, 1, 1, 1}
-	for {
-		m, _ := idx.Match(ctx, seqs)
-		if m[w] == want {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("after removal: index depths %v, want %v", m[w], want)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	poll.Until(t, "the removal indexed", 20*time.Second, depths(kvfleet.Depths{0, 1, 1, 1}))
 }
 
 type applyHandler struct {

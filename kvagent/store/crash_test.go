@@ -67,8 +67,8 @@ func crashWriter(dir string) {
 	}
 	chunks := 0
 	s.mu.Lock()
-	s.disk.writeChunk = ioAlign
-	s.disk.chunkPause = func() {
+	s.diskFile.writeChunk = ioAlign
+	s.diskFile.chunkPause = func() {
 		chunks++
 		if tornAfter > 0 && chunks == tornAfter {
 			fmt.Println("torn")

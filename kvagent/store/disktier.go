@@ -37,8 +37,8 @@ func (s *Store) openDisk() error {
 	if err != nil {
 		return fmt.Errorf("kvagent store: %w", err)
 	}
-	s.disk = d
-	s.dsk = newTierIndex(TierDisk, s.cfg.DiskBlocks)
+	s.diskFile = d
+	s.diskIndex = newTierIndex(TierDisk, s.cfg.DiskBlocks)
 	if err := s.recoverDisk(existing); err != nil {
 		d.close()
 		return fmt.Errorf("kvagent store: recover disk tier: %w", err)
@@ -47,7 +47,7 @@ func (s *Store) openDisk() error {
 	s.writerEnd = make(chan struct{})
 	go s.diskWriter()
 	s.log.Info("kvagent disk tier open", "file", d.path, "slots", d.slots, "direct_io", direct,
-		"recovered", len(s.dsk.entries), "corrupt", s.c.corrupt[TierDisk])
+		"recovered", len(s.diskIndex.entries), "corrupt", s.c.corrupt[TierDisk])
 	return nil
 }
 
@@ -60,7 +60,7 @@ func (s *Store) enqueueDiskLocked(k Key, m Meta, sum uint64, src []byte) {
 		buf = s.bufFree[n-1]
 		s.bufFree = s.bufFree[:n-1]
 	} else if s.bufCount < s.cfg.DiskQueue {
-		buf = alignedBuffer(int(s.disk.slotBytes))
+		buf = alignedBuffer(int(s.diskFile.slotBytes))
 		s.bufCount++
 	} else {
 		s.c.dropped[TierDisk]++
@@ -80,7 +80,7 @@ func (s *Store) diskWriter() {
 
 func (s *Store) writeDisk(w diskWrite) {
 	s.mu.Lock()
-	if s.dsk.entries[w.key] != nil {
+	if s.diskIndex.entries[w.key] != nil {
 		s.finishWriteLocked(w)
 		s.mu.Unlock()
 		return
@@ -99,7 +99,7 @@ func (s *Store) writeDisk(w diskWrite) {
 
 	_, err := encodeHeader(w.buf[:headerRegion], &h)
 	if err == nil {
-		err = s.disk.writeSlot(slot, w.buf)
+		err = s.diskFile.writeSlot(slot, w.buf)
 	}
 
 	s.mu.Lock()
@@ -110,7 +110,7 @@ func (s *Store) writeDisk(w diskWrite) {
 		s.c.dropped[TierDisk]++
 	} else {
 		e := &entry{key: w.key, meta: w.meta, slot: slot, sum: w.sum, gen: h.Gen, lastUse: s.tick()}
-		s.dsk.insert(e)
+		s.diskIndex.insert(e)
 		s.c.offloadBytes[TierDisk] += uint64(s.cfg.BlockBytes)
 		s.announceLocked(kvevents.BlockStored, TierDisk, w.key, &e.meta)
 	}
@@ -132,18 +132,18 @@ func (s *Store) allocDiskLocked() (int32, bool) {
 		s.diskFree = s.diskFree[:n-1]
 		return i, true
 	}
-	v := s.dsk.victim()
+	v := s.diskIndex.victim()
 	if v == nil {
 		return -1, false
 	}
-	s.dsk.remove(v)
+	s.diskIndex.remove(v)
 	s.c.evictions[TierDisk]++
 	s.announceLocked(kvevents.BlockRemoved, TierDisk, v.key, nil)
 	return v.slot, true
 }
 
 func (s *Store) releaseDiskLocked(e *entry) {
-	s.dsk.unpin(e)
+	s.diskIndex.unpin(e)
 	if e.dead && e.pins == 0 {
 		s.diskFree = append(s.diskFree, e.slot)
 	}
@@ -159,7 +159,7 @@ func (s *Store) diskReadFailedLocked(e *entry, err error) {
 	if e.dead {
 		return
 	}
-	s.dsk.remove(e)
+	s.diskIndex.remove(e)
 	s.announceLocked(kvevents.BlockRemoved, TierDisk, e.key, nil)
 	e.dead = true
 	if e.pins == 0 {
@@ -174,11 +174,11 @@ func (s *Store) readDiskBlock(slot int32, k Key, wantSum uint64, dst []byte) (Me
 	hdr := s.hdrPool.Get().([]byte)
 	defer s.hdrPool.Put(hdr)
 	var scratch []byte
-	if s.disk.direct && !isAligned(dst) {
+	if s.diskFile.direct && !isAligned(dst) {
 		scratch = s.dataPool.Get().([]byte)
 		defer s.dataPool.Put(scratch)
 	}
-	if err := s.disk.readSlot(slot, hdr, dst, scratch); err != nil {
+	if err := s.diskFile.readSlot(slot, hdr, dst, scratch); err != nil {
 		return Meta{}, err
 	}
 	h, err := decodeHeader(hdr[:headerRegion])

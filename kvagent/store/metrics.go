@@ -40,9 +40,9 @@ func (s *Store) Stats() Stats {
 		}
 		return ts
 	}
-	st := Stats{Host: tier(TierHost, s.host), Disk: tier(TierDisk, s.dsk), Misses: s.c.misses, AdmissionRejections: s.c.rejections,
+	st := Stats{Host: tier(TierHost, s.hostIndex), Disk: tier(TierDisk, s.diskIndex), Misses: s.c.misses, AdmissionRejections: s.c.rejections,
 		DiskQueued: len(s.pending)}
-	st.DirectIO = s.disk != nil && s.disk.direct
+	st.DirectIO = s.diskFile != nil && s.diskFile.direct
 	return st
 }
 

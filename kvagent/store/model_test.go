@@ -196,7 +196,7 @@ func runModel(t *testing.T, seed uint64, steps int) {
 	// The index equals the residency the change stream describes.
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for tier, idx := range map[Tier]*tierIndex{TierHost: s.host, TierDisk: s.dsk} {
+	for tier, idx := range map[Tier]*tierIndex{TierHost: s.hostIndex, TierDisk: s.diskIndex} {
 		if len(idx.entries) != len(mc.log.resident[tier]) {
 			t.Fatalf("%v: index has %d blocks, change stream says %d", tier, len(idx.entries), len(mc.log.resident[tier]))
 		}
@@ -218,21 +218,21 @@ func checkInvariants(t *testing.T, step int, s *Store, mc *modelChecker) {
 			used++
 		}
 	}
-	if used+len(s.hostFree) != len(s.hostSlots) || len(s.host.entries) > s.host.capacity {
-		t.Fatalf("step %d: host slots: %d used + %d free != %d, or %d resident > capacity %d", step, used, len(s.hostFree), len(s.hostSlots), len(s.host.entries), s.host.capacity)
+	if used+len(s.hostFree) != len(s.hostSlots) || len(s.hostIndex.entries) > s.hostIndex.capacity {
+		t.Fatalf("step %d: host slots: %d used + %d free != %d, or %d resident > capacity %d", step, used, len(s.hostFree), len(s.hostSlots), len(s.hostIndex.entries), s.hostIndex.capacity)
 	}
-	if len(s.dsk.entries) > s.dsk.capacity || len(s.dsk.entries)+len(s.diskFree) > s.dsk.capacity {
-		t.Fatalf("step %d: disk: %d resident + %d free > capacity %d", step, len(s.dsk.entries), len(s.diskFree), s.dsk.capacity)
+	if len(s.diskIndex.entries) > s.diskIndex.capacity || len(s.diskIndex.entries)+len(s.diskFree) > s.diskIndex.capacity {
+		t.Fatalf("step %d: disk: %d resident + %d free > capacity %d", step, len(s.diskIndex.entries), len(s.diskFree), s.diskIndex.capacity)
 	}
 	for k, n := range mc.pinned {
 		if n > 0 {
-			if e := s.host.entries[k]; e == nil || e.pins < int32(n) {
+			if e := s.hostIndex.entries[k]; e == nil || e.pins < int32(n) {
 				t.Fatalf("step %d: %v pinned %d times by the test, store has %+v", step, k, n, e)
 			}
 		}
 	}
 	// The eviction heap holds exactly the evictable blocks.
-	for _, idx := range []*tierIndex{s.host, s.dsk} {
+	for _, idx := range []*tierIndex{s.hostIndex, s.diskIndex} {
 		for _, e := range idx.entries {
 			if idx.evictable(e) != (e.heapIdx >= 0) {
 				t.Fatalf("step %d: %v %v evictable=%v but heap index %d", step, idx.tier, e.key, idx.evictable(e), e.heapIdx)

@@ -11,7 +11,7 @@ import (
 // when the tier cannot supply them all (every other slot pinned or
 // reserved); nothing stays reserved then.
 func (s *Store) Reserve(ks []Key) ([]Slot, error) {
-	if s.host == nil {
+	if s.hostIndex == nil {
 		return nil, ErrNoHostTier
 	}
 	s.mu.Lock()
@@ -71,7 +71,7 @@ func (s *Store) commit(ks []Key, metas []Meta, slots []Slot, sums []uint64) erro
 			return fmt.Errorf("commit: block %d: %w", i, err)
 		}
 	}
-	if s.host == nil {
+	if s.hostIndex == nil {
 		return ErrNoHostTier
 	}
 	s.mu.Lock()
@@ -135,7 +135,7 @@ func (s *Store) checkReservedLocked(op string, slots []Slot) error {
 // are ignored (and logged): a client retrying an abort must not free
 // someone else's slot.
 func (s *Store) Abort(slots []Slot) {
-	if s.host == nil {
+	if s.hostIndex == nil {
 		return
 	}
 	s.mu.Lock()
@@ -152,7 +152,7 @@ func (s *Store) Abort(slots []Slot) {
 // considerDiskLocked queues a host-resident block for disk when the
 // frequency gate admits it and it is not on disk or queued already.
 func (s *Store) considerDiskLocked(e *entry) {
-	if s.dsk == nil || s.dsk.entries[e.key] != nil || s.pending[e.key] || !s.admittedLocked(e.key) {
+	if s.diskIndex == nil || s.diskIndex.entries[e.key] != nil || s.pending[e.key] || !s.admittedLocked(e.key) {
 		return
 	}
 	s.enqueueDiskLocked(e.key, e.meta, e.sum, s.arena.slot(e.slot))
@@ -176,11 +176,11 @@ func (s *Store) Put(k Key, m Meta, data []byte) error {
 	}
 	defer s.inflight.Done()
 	s.sketch.add(k)
-	if s.host == nil {
+	if s.hostIndex == nil {
 		return s.putDiskOnly(k, m, data)
 	}
-	if e := s.host.entries[k]; e != nil {
-		s.host.touch(e, s.tick())
+	if e := s.hostIndex.entries[k]; e != nil {
+		s.hostIndex.touch(e, s.tick())
 		s.considerDiskLocked(e)
 		s.mu.Unlock()
 		s.flush()
@@ -208,7 +208,7 @@ func (s *Store) Put(k Key, m Meta, data []byte) error {
 func (s *Store) putDiskOnly(k Key, m Meta, data []byte) error {
 	defer s.flush()
 	defer s.mu.Unlock()
-	if s.dsk.entries[k] != nil || s.pending[k] {
+	if s.diskIndex.entries[k] != nil || s.pending[k] {
 		return nil
 	}
 	if !s.admittedLocked(k) {

@@ -15,9 +15,9 @@ func (s *Store) Lookup(ns string, chain []uint64) []Tier {
 	for _, h := range chain {
 		k := Key{Namespace: ns, Hash: h}
 		switch {
-		case s.host != nil && s.host.entries[k] != nil:
+		case s.hostIndex != nil && s.hostIndex.entries[k] != nil:
 			out = append(out, TierHost)
-		case s.dsk != nil && s.dsk.entries[k] != nil:
+		case s.diskIndex != nil && s.diskIndex.entries[k] != nil:
 			out = append(out, TierDisk)
 		default:
 			return out
@@ -53,7 +53,7 @@ func (s *Store) AcquireVerified(ns string, chain []uint64) ([]Slot, error) {
 }
 
 func (s *Store) acquire(ns string, chain []uint64, verify bool) ([]Slot, error) {
-	if s.host == nil {
+	if s.hostIndex == nil {
 		return nil, ErrNoHostTier
 	}
 	s.mu.Lock()
@@ -75,9 +75,9 @@ func (s *Store) acquire(ns string, chain []uint64, verify bool) ([]Slot, error) 
 	}
 	for _, h := range chain {
 		k := Key{Namespace: ns, Hash: h}
-		if e := s.host.entries[k]; e != nil {
-			s.host.pin(e)
-			s.host.touch(e, s.tick())
+		if e := s.hostIndex.entries[k]; e != nil {
+			s.hostIndex.pin(e)
+			s.hostIndex.touch(e, s.tick())
 			s.c.hits[TierHost]++
 			s.c.onboardBytes[TierHost] += uint64(s.cfg.BlockBytes)
 			out = append(out, Slot(e.slot))
@@ -87,8 +87,8 @@ func (s *Store) acquire(ns string, chain []uint64, verify bool) ([]Slot, error) 
 			continue
 		}
 		de := (*entry)(nil)
-		if s.dsk != nil {
-			de = s.dsk.entries[k]
+		if s.diskIndex != nil {
+			de = s.diskIndex.entries[k]
 		}
 		if de == nil {
 			break
@@ -146,7 +146,7 @@ func (s *Store) acquire(ns string, chain []uint64, verify bool) ([]Slot, error) 
 // pins cannot let the slot be reused mid-read. Release undoes it. On error
 // nothing is pinned.
 func (s *Store) PinSlots(slots []Slot) error {
-	if s.host == nil {
+	if s.hostIndex == nil {
 		return ErrNoHostTier
 	}
 	s.mu.Lock()
@@ -160,7 +160,7 @@ func (s *Store) PinSlots(slots []Slot) error {
 		}
 	}
 	for _, sl := range slots {
-		s.host.pin(s.hostSlots[sl].e)
+		s.hostIndex.pin(s.hostSlots[sl].e)
 	}
 	return nil
 }
@@ -174,7 +174,7 @@ func (s *Store) promoteLocked(de *entry) (*entry, error) {
 	if !ok {
 		return nil, ErrFull
 	}
-	s.dsk.pin(de)
+	s.diskIndex.pin(de)
 	k, sum := de.key, de.sum
 	s.mu.Unlock()
 	meta, err := s.readDiskBlock(de.slot, k, sum, s.arena.slot(i))
@@ -185,16 +185,16 @@ func (s *Store) promoteLocked(de *entry) (*entry, error) {
 		s.diskReadFailedLocked(de, err)
 		return nil, err
 	}
-	s.dsk.touch(de, s.tick())
+	s.diskIndex.touch(de, s.tick())
 	e := s.installHostLocked(k, meta, i, sum)
-	s.host.pin(e)
+	s.hostIndex.pin(e)
 	return e, nil
 }
 
 // Release drops one pin per slot (from Acquire). Slots that are not pinned
 // are ignored and logged.
 func (s *Store) Release(slots []Slot) {
-	if s.host == nil {
+	if s.hostIndex == nil {
 		return
 	}
 	s.mu.Lock()
@@ -230,17 +230,17 @@ func (s *Store) Get(k Key, dst []byte) (Tier, Meta, error) {
 	defer s.flush()
 	defer s.mu.Unlock()
 	s.sketch.add(k)
-	if s.host != nil {
-		if e := s.host.entries[k]; e != nil {
+	if s.hostIndex != nil {
+		if e := s.hostIndex.entries[k]; e != nil {
 			return s.copyOutLocked(e, dst, TierHost)
 		}
 	}
-	if s.dsk == nil || s.dsk.entries[k] == nil {
+	if s.diskIndex == nil || s.diskIndex.entries[k] == nil {
 		s.c.misses++
 		return 0, Meta{}, fmt.Errorf("get %s/%d: %w", k.Namespace, k.Hash, ErrNotFound)
 	}
-	de := s.dsk.entries[k]
-	if s.host != nil {
+	de := s.diskIndex.entries[k]
+	if s.hostIndex != nil {
 		e, err := s.promoteLocked(de)
 		if err == nil {
 			t, m, err := s.copyOutLocked(e, dst, TierDisk)
@@ -256,7 +256,7 @@ func (s *Store) Get(k Key, dst []byte) (Tier, Meta, error) {
 		}
 	}
 	// No host slot to promote into: read straight into dst.
-	s.dsk.pin(de)
+	s.diskIndex.pin(de)
 	s.mu.Unlock()
 	meta, err := s.readDiskBlock(de.slot, k, de.sum, dst)
 	s.mu.Lock()
@@ -265,7 +265,7 @@ func (s *Store) Get(k Key, dst []byte) (Tier, Meta, error) {
 		s.diskReadFailedLocked(de, err)
 		return 0, Meta{}, fmt.Errorf("get %s/%d: %w", k.Namespace, k.Hash, err)
 	}
-	s.dsk.touch(de, s.tick())
+	s.diskIndex.touch(de, s.tick())
 	s.c.hits[TierDisk]++
 	s.c.onboardBytes[TierDisk] += uint64(s.cfg.BlockBytes)
 	return TierDisk, cloneMeta(meta), nil
@@ -275,8 +275,8 @@ func (s *Store) Get(k Key, dst []byte) (Tier, Meta, error) {
 // counts the hit for tier (TierDisk when e was just promoted). Called with
 // mu held; mu is released during the copy (e is pinned meanwhile).
 func (s *Store) copyOutLocked(e *entry, dst []byte, tier Tier) (Tier, Meta, error) {
-	s.host.pin(e)
-	s.host.touch(e, s.tick())
+	s.hostIndex.pin(e)
+	s.hostIndex.touch(e, s.tick())
 	s.mu.Unlock()
 	got := copySum(dst, s.arena.slot(e.slot))
 	s.mu.Lock()
@@ -296,7 +296,7 @@ func (s *Store) copyOutLocked(e *entry, dst []byte, tier Tier) (Tier, Meta, erro
 // the caller holds pinned (Acquire): a peer fetch commits the blocks under
 // the same metas. Nothing is copied but the metas.
 func (s *Store) PinnedMetas(slots []Slot) ([]uint64, []Meta, error) {
-	if s.host == nil {
+	if s.hostIndex == nil {
 		return nil, nil, ErrNoHostTier
 	}
 	s.mu.Lock()

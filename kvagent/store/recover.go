@@ -15,13 +15,13 @@ import (
 // of an evicted block). Recovered blocks are announced parents first, since
 // the indexer links a stored block to its parent.
 func (s *Store) recoverDisk(existing int) error {
-	buf := alignedBuffer(int(s.disk.slotBytes))
+	buf := alignedBuffer(int(s.diskFile.slotBytes))
 	found := map[Key]*entry{}
 	used := make([]bool, s.cfg.DiskBlocks)
 	corrupt := 0
 	for i := 0; i < existing; i++ {
 		slot := int32(i)
-		if _, err := s.disk.f.ReadAt(buf, s.disk.offset(slot)); err != nil {
+		if _, err := s.diskFile.f.ReadAt(buf, s.diskFile.offset(slot)); err != nil {
 			return fmt.Errorf("read slot %d: %w", i, err)
 		}
 		h, err := decodeHeader(buf[:headerRegion])
@@ -61,7 +61,7 @@ func (s *Store) recoverDisk(existing int) error {
 	sort.Slice(all, func(i, j int) bool { return all[i].gen < all[j].gen })
 	for _, e := range all {
 		e.lastUse = s.tick()
-		s.dsk.insert(e)
+		s.diskIndex.insert(e)
 	}
 	for i := s.cfg.DiskBlocks - 1; i >= 0; i-- {
 		if !used[i] {

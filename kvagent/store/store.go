@@ -118,7 +118,9 @@ type Store struct {
 	cfg   Config
 	log   *slog.Logger
 	arena *arena
-	disk  *diskFile
+	// diskFile is the disk tier's file (slots of header + block); diskIndex
+	// is what it holds. Both nil without a disk tier.
+	diskFile *diskFile
 
 	hdrPool  sync.Pool // aligned header-region buffers
 	dataPool sync.Pool // aligned block-sized buffers for unaligned O_DIRECT reads
@@ -127,10 +129,10 @@ type Store struct {
 	closed    bool
 	inflight  sync.WaitGroup // operations touching the arena or the disk file outside mu
 	clock     uint64         // logical time for LRU
-	host      *tierIndex     // nil without a host tier
+	hostIndex *tierIndex     // what the arena holds; nil without a host tier
 	hostSlots []hostSlot
 	hostFree  []int32
-	dsk       *tierIndex // nil without a disk tier
+	diskIndex *tierIndex // what diskFile holds; nil without a disk tier
 	diskFree  []int32
 	nextGen   uint64
 	sketch    *frequencySketch
@@ -165,7 +167,7 @@ func Open(cfg Config) (*Store, error) {
 			return nil, err
 		}
 		s.arena = a
-		s.host = newTierIndex(TierHost, cfg.HostBlocks)
+		s.hostIndex = newTierIndex(TierHost, cfg.HostBlocks)
 		s.hostSlots = make([]hostSlot, cfg.HostBlocks)
 		s.hostFree = make([]int32, 0, cfg.HostBlocks)
 		for i := cfg.HostBlocks - 1; i >= 0; i-- {
@@ -252,10 +254,10 @@ func (s *Store) Close() error {
 		<-s.writerEnd
 	}
 	s.mu.Lock()
-	if s.host != nil {
+	if s.hostIndex != nil {
 		for i := range s.hostSlots {
 			if hs := s.hostSlots[i]; hs.state == slotResident && !hs.e.dead {
-				s.host.remove(hs.e)
+				s.hostIndex.remove(hs.e)
 				s.announceLocked(kvevents.BlockRemoved, TierHost, hs.e.key, nil)
 			}
 			s.hostSlots[i] = hostSlot{}
@@ -274,8 +276,8 @@ func (s *Store) closeFiles() error {
 	if s.arena != nil {
 		errs = append(errs, s.arena.close())
 	}
-	if s.disk != nil {
-		errs = append(errs, s.disk.close())
+	if s.diskFile != nil {
+		errs = append(errs, s.diskFile.close())
 	}
 	return errors.Join(errs...)
 }
@@ -310,7 +312,7 @@ func (s *Store) allocHostLocked() (int32, bool) {
 		s.hostSlots[i].state = slotReserved
 		return i, true
 	}
-	v := s.host.victim()
+	v := s.hostIndex.victim()
 	if v == nil {
 		return -1, false
 	}
@@ -323,10 +325,10 @@ func (s *Store) allocHostLocked() (int32, bool) {
 // not on disk yet is demoted (its bytes copied into the disk queue before
 // the slot is reused).
 func (s *Store) evictHostLocked(v *entry) {
-	s.host.remove(v)
+	s.hostIndex.remove(v)
 	s.c.evictions[TierHost]++
 	s.announceLocked(kvevents.BlockRemoved, TierHost, v.key, nil)
-	if s.dsk == nil || s.dsk.entries[v.key] != nil || s.pending[v.key] {
+	if s.diskIndex == nil || s.diskIndex.entries[v.key] != nil || s.pending[v.key] {
 		return
 	}
 	if s.admittedLocked(v.key) {
@@ -347,21 +349,21 @@ func (s *Store) freeHostSlotLocked(i int32) {
 // are the same.
 func (s *Store) installHostLocked(k Key, m Meta, i int32, sum uint64) *entry {
 	now := s.tick()
-	if e := s.host.entries[k]; e != nil {
+	if e := s.hostIndex.entries[k]; e != nil {
 		s.freeHostSlotLocked(i)
-		s.host.touch(e, now)
+		s.hostIndex.touch(e, now)
 		return e
 	}
 	e := &entry{key: k, meta: m, slot: i, sum: sum, lastUse: now}
 	s.hostSlots[i] = hostSlot{state: slotResident, e: e}
-	s.host.insert(e)
+	s.hostIndex.insert(e)
 	s.announceLocked(kvevents.BlockStored, TierHost, k, &e.meta)
 	return e
 }
 
 // releaseHostLocked drops one pin of e.
 func (s *Store) releaseHostLocked(e *entry) {
-	s.host.unpin(e)
+	s.hostIndex.unpin(e)
 	if e.dead && e.pins == 0 {
 		s.freeHostSlotLocked(e.slot)
 	}
@@ -372,7 +374,7 @@ func (s *Store) dropHostLocked(e *entry) {
 	if e.dead {
 		return
 	}
-	s.host.remove(e)
+	s.hostIndex.remove(e)
 	s.announceLocked(kvevents.BlockRemoved, TierHost, e.key, nil)
 	e.dead = true
 	if e.pins == 0 {

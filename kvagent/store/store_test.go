@@ -246,7 +246,7 @@ func TestPinnedNeverEvicted(t *testing.T) {
 	}
 	s.Release(pb)
 	s.Release(pb) // a second release is ignored, not a negative pin count
-	if e := s.host.entries[b]; e == nil || e.pins != 0 {
+	if e := s.hostIndex.entries[b]; e == nil || e.pins != 0 {
 		t.Fatalf("pins after double release: %+v", e)
 	}
 }
@@ -341,8 +341,8 @@ func TestDiskQueueFullDrops(t *testing.T) {
 	s := openTest(t, cfg)
 	release := make(chan struct{})
 	s.mu.Lock()
-	s.disk.writeChunk = ioAlign
-	s.disk.chunkPause = func() { <-release }
+	s.diskFile.writeChunk = ioAlign
+	s.diskFile.chunkPause = func() { <-release }
 	s.mu.Unlock()
 	for h := uint64(1); h <= 4; h++ {
 		k := Key{"m", h}
@@ -381,7 +381,7 @@ func TestRecoveryAnnouncesAndVerifies(t *testing.T) {
 		}
 	}
 	s.drainDisk()
-	slotOf := s.dsk.entries[Key{"m", 3}].slot
+	slotOf := s.diskIndex.entries[Key{"m", 3}].slot
 	s.Close()
 
 	// Flip one data byte of block 3 on disk.
@@ -452,8 +452,8 @@ func TestRecoveryKeepsNewestGeneration(t *testing.T) {
 	}
 	d.close()
 	s := openTest(t, cfg)
-	e := s.dsk.entries[k]
-	if e == nil || e.slot != 9 || e.meta.LoRAName != "gen8" || len(s.dsk.entries) != 1 {
+	e := s.diskIndex.entries[k]
+	if e == nil || e.slot != 9 || e.meta.LoRAName != "gen8" || len(s.diskIndex.entries) != 1 {
 		t.Fatalf("recovered %+v, want slot 9 (generation 8)", e)
 	}
 	if s.nextGen != 8 || len(s.diskFree) != cfg.DiskBlocks-1 {
@@ -489,7 +489,7 @@ func TestDirectIOModes(t *testing.T) {
 		s.Put(k, Meta{}, blockData(k, cfg.BlockBytes))
 		s.drainDisk()
 		s.mu.Lock()
-		e := s.host.entries[k]
+		e := s.hostIndex.entries[k]
 		s.evictHostLocked(e) // already on disk: just leaves host
 		s.freeHostSlotLocked(e.slot)
 		s.mu.Unlock()

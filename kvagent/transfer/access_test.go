@@ -8,6 +8,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/kvgate/kvgate/internal/testkit/poll"
 )
 
 // By default a target takes no inbound writes: the item fails with a
@@ -166,5 +169,5 @@ func TestTCPPlaintextTargetRefusesRemotePeers(t *testing.T) {
 	if !bytes.Equal(local, make([]byte, 4096)) {
 		t.Fatal("bytes landed")
 	}
-	waitFor(t, "the refusal to be counted", func() bool { return counter(t, b.metrics.errors, reasonRejected) >= 1 })
+	poll.True(t, "the refusal to be counted", time.Minute, func() bool { return counter(t, b.metrics.errors, reasonRejected) >= 1 })
 }

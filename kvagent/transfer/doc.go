@@ -1,6 +1,6 @@
 // Package transfer moves KV blocks between kvagents on different nodes.
 //
-// Its Agent is shaped after NVIDIA NIXL's nixlAgent (nixl.h): register
+// Its Endpoint (one per kvagent) is shaped after NVIDIA NIXL's nixlAgent (nixl.h): register
 // memory (RegisterMem), hand the serialised metadata to peers through any
 // side channel (LocalMetadata / LoadRemoteMetadata), create a request from
 // a local and a remote descriptor list (CreateXfer), Post it, poll Status

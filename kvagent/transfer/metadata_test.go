@@ -63,7 +63,7 @@ func TestMetadataRejects(t *testing.T) {
 	}
 }
 
-var fuzzAgent = sync.OnceValue(func() *tcpAgent {
+var fuzzAgent = sync.OnceValue(func() *tcpEndpoint {
 	a, err := newTCP(TCPConfig{Name: "fuzz"})
 	if err != nil {
 		panic(err)

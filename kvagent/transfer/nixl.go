@@ -2,7 +2,7 @@
 
 package transfer
 
-// The NIXL backend: the same Agent over NVIDIA's NIXL (github.com/ai-dynamo/nixl)
+// The NIXL backend: the same Endpoint over NVIDIA's NIXL (github.com/ai-dynamo/nixl)
 // through cgo and the extern "C" shim in nixl_shim.cpp. It builds only
 // with -tags nixl where libnixl and its headers are installed:
 //
@@ -59,7 +59,7 @@ const (
 	nixlSuccess    = 0
 )
 
-type nixlAgent struct {
+type nixlEndpoint struct {
 	cfg     NIXLConfig
 	h       *C.kvg_nixl
 	metrics *metrics
@@ -107,7 +107,7 @@ type nixlXfer struct {
 }
 
 // NewNIXL creates a NIXL agent with one backend plugin.
-func NewNIXL(cfg NIXLConfig) (Agent, error) {
+func NewNIXL(cfg NIXLConfig) (Endpoint, error) {
 	if cfg.Name == "" || len(cfg.Name) > maxNameLen {
 		return nil, fmt.Errorf("kvagent/transfer: nixl: name %q: want 1..%d bytes", cfg.Name, maxNameLen)
 	}
@@ -155,7 +155,7 @@ func NewNIXL(cfg NIXLConfig) (Agent, error) {
 		}
 		return nil, fmt.Errorf("kvagent/transfer: nixl: create agent %q with backend %s: %s", cfg.Name, cfg.Backend, msg)
 	}
-	return &nixlAgent{cfg: cfg, h: h, metrics: m, log: cfg.Logger.With("agent", cfg.Name),
+	return &nixlEndpoint{cfg: cfg, h: h, metrics: m, log: cfg.Logger.With("agent", cfg.Name),
 		regions: map[uint32]*nixlRegion{}, peers: map[string]map[uint32]nixlRemoteRegion{}, xfers: map[Xfer]*nixlXfer{}}, nil
 }
 
@@ -169,9 +169,9 @@ func nixlErr(what string, st C.int) error {
 	return fmt.Errorf("kvagent/transfer: nixl: %s: %s", what, nixlStatus(st))
 }
 
-func (a *nixlAgent) Name() string { return a.cfg.Name }
+func (a *nixlEndpoint) Name() string { return a.cfg.Name }
 
-func (a *nixlAgent) RegisterMem(r Region) (uint32, error) {
+func (a *nixlEndpoint) RegisterMem(r Region) (uint32, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {
@@ -235,7 +235,7 @@ func unmap(r *nixlRegion) {
 	}
 }
 
-func (a *nixlAgent) DeregisterMem(handle uint32) error {
+func (a *nixlEndpoint) DeregisterMem(handle uint32) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	r := a.regions[handle]
@@ -260,7 +260,7 @@ func (a *nixlAgent) DeregisterMem(handle uint32) error {
 //	NIXL blob len u32, blob, crc32c u32
 const nixlMetadataMagic = "KVGN"
 
-func (a *nixlAgent) LocalMetadata() ([]byte, error) {
+func (a *nixlEndpoint) LocalMetadata() ([]byte, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {
@@ -294,7 +294,7 @@ func (a *nixlAgent) LocalMetadata() ([]byte, error) {
 	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, castagnoli)), nil
 }
 
-func (a *nixlAgent) LoadRemoteMetadata(md []byte) (string, error) {
+func (a *nixlEndpoint) LoadRemoteMetadata(md []byte) (string, error) {
 	bad := func(format string, args ...any) (string, error) {
 		return "", metadataErr(format, args...)
 	}
@@ -357,7 +357,7 @@ func (a *nixlAgent) LoadRemoteMetadata(md []byte) (string, error) {
 	return name, nil
 }
 
-func (a *nixlAgent) InvalidateRemote(remote string) error {
+func (a *nixlEndpoint) InvalidateRemote(remote string) error {
 	a.mu.Lock()
 	_, ok := a.peers[remote]
 	delete(a.peers, remote)
@@ -373,7 +373,7 @@ func (a *nixlAgent) InvalidateRemote(remote string) error {
 	return nil
 }
 
-func (a *nixlAgent) CreateXfer(op Op, local []Desc, remote string, remoteDescs []Desc, notif []byte) (Xfer, error) {
+func (a *nixlEndpoint) CreateXfer(op Op, local []Desc, remote string, remoteDescs []Desc, notif []byte) (Xfer, error) {
 	if op != Read && op != Write {
 		return 0, fmt.Errorf("kvagent/transfer: create: op %d: want Read or Write", op)
 	}
@@ -449,7 +449,7 @@ func (a *nixlAgent) CreateXfer(op Op, local []Desc, remote string, remoteDescs [
 	return a.nextX, nil
 }
 
-func (a *nixlAgent) Post(h Xfer) error {
+func (a *nixlEndpoint) Post(h Xfer) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {
@@ -472,7 +472,7 @@ func (a *nixlAgent) Post(h Xfer) error {
 	return nil
 }
 
-func (a *nixlAgent) Status(h Xfer) (State, error) {
+func (a *nixlEndpoint) Status(h Xfer) (State, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	x := a.xfers[h]
@@ -504,7 +504,7 @@ func (a *nixlAgent) Status(h Xfer) (State, error) {
 	}
 }
 
-func (a *nixlAgent) GetNotifs() map[string][][]byte {
+func (a *nixlEndpoint) GetNotifs() map[string][][]byte {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	out := map[string][][]byte{}
@@ -533,7 +533,7 @@ func (a *nixlAgent) GetNotifs() map[string][][]byte {
 	return out
 }
 
-func (a *nixlAgent) GenNotif(remote string, msg []byte) error {
+func (a *nixlEndpoint) GenNotif(remote string, msg []byte) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if _, ok := a.peers[remote]; !ok {
@@ -552,7 +552,7 @@ func (a *nixlAgent) GenNotif(remote string, msg []byte) error {
 	return nil
 }
 
-func (a *nixlAgent) Release(h Xfer) error {
+func (a *nixlEndpoint) Release(h Xfer) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	x := a.xfers[h]
@@ -566,7 +566,7 @@ func (a *nixlAgent) Release(h Xfer) error {
 	return nil
 }
 
-func (a *nixlAgent) Close() error {
+func (a *nixlEndpoint) Close() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kvgate/kvgate/internal/testkit/poll"
 )
 
 // The test binary doubles as a peer process: with KVGATE_TRANSFER_PEER
@@ -55,7 +57,7 @@ func runPeerProcess(mode string) int {
 }
 
 // startPeerProcess runs the peer and loads its metadata into a.
-func startPeerProcess(t *testing.T, a Agent, mode string) *exec.Cmd {
+func startPeerProcess(t *testing.T, a Endpoint, mode string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), peerEnv+"="+mode)
@@ -120,7 +122,7 @@ func TestTCPPeerProcessKilled(t *testing.T) {
 	lh := mustRegister(t, a, Region{Kind: DRAM, Addr: make([]byte, peerRegionBytes)})
 	cmd := startPeerProcess(t, a, "slow")
 	x := post(t, a, Read, []Desc{{Region: lh, Len: peerRegionBytes}}, "peer", []Desc{{Region: 1, Len: peerRegionBytes}})
-	waitFor(t, "the first bytes", func() bool { return counter(t, a.metrics.bytes, "read") > 0 })
+	poll.True(t, "the first bytes", time.Minute, func() bool { return counter(t, a.metrics.bytes, "read") > 0 })
 	if err := cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}

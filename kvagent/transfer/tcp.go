@@ -147,11 +147,11 @@ func (c *TCPConfig) applyDefaults() error {
 	return nil
 }
 
-// tcpAgent is the TCP backend: every agent listens; an initiator opens
+// tcpEndpoint is the TCP backend: every agent listens; an initiator opens
 // Streams connections to each peer it transfers with and stripes the
 // descriptors over them. The target validates every descriptor against
 // what it has registered, whatever the initiator believed.
-type tcpAgent struct {
+type tcpEndpoint struct {
 	cfg       TCPConfig
 	ln        net.Listener
 	addr      string
@@ -182,12 +182,12 @@ type tcpAgent struct {
 	accepted atomic.Int64 // connections accepted, for tests
 }
 
-// NewTCP starts a TCP agent listening for peers.
-func NewTCP(cfg TCPConfig) (Agent, error) {
+// NewTCP starts a TCP endpoint listening for peers.
+func NewTCP(cfg TCPConfig) (Endpoint, error) {
 	return newTCP(cfg)
 }
 
-func newTCP(cfg TCPConfig) (*tcpAgent, error) {
+func newTCP(cfg TCPConfig) (*tcpEndpoint, error) {
 	if err := cfg.applyDefaults(); err != nil {
 		return nil, err
 	}
@@ -210,7 +210,7 @@ func newTCP(cfg TCPConfig) (*tcpAgent, error) {
 		return nil, fmt.Errorf("kvagent/transfer: tcp: advertised address %q longer than %d bytes", addr, maxNameLen)
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	a := &tcpAgent{
+	a := &tcpEndpoint{
 		cfg: cfg, ln: ln, addr: addr, metrics: m, ctx: ctx, stop: stop,
 		log:      cfg.Logger.With("agent", cfg.Name),
 		regions:  map[uint32]*region{},
@@ -231,9 +231,9 @@ func newTCP(cfg TCPConfig) (*tcpAgent, error) {
 	return a, nil
 }
 
-func (a *tcpAgent) Name() string { return a.cfg.Name }
+func (a *tcpEndpoint) Name() string { return a.cfg.Name }
 
-func (a *tcpAgent) RegisterMem(r Region) (uint32, error) {
+func (a *tcpEndpoint) RegisterMem(r Region) (uint32, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {
@@ -255,7 +255,7 @@ func (a *tcpAgent) RegisterMem(r Region) (uint32, error) {
 	return h, nil
 }
 
-func (a *tcpAgent) DeregisterMem(handle uint32) error {
+func (a *tcpEndpoint) DeregisterMem(handle uint32) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.regions[handle] == nil {
@@ -265,13 +265,13 @@ func (a *tcpAgent) DeregisterMem(handle uint32) error {
 	return nil
 }
 
-func (a *tcpAgent) region(handle uint32) *region {
+func (a *tcpEndpoint) region(handle uint32) *region {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
 	return a.regions[handle]
 }
 
-func (a *tcpAgent) LocalMetadata() ([]byte, error) {
+func (a *tcpEndpoint) LocalMetadata() ([]byte, error) {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
 	if a.closed {
@@ -285,7 +285,7 @@ func (a *tcpAgent) LocalMetadata() ([]byte, error) {
 	return m.encode(), nil
 }
 
-func (a *tcpAgent) LoadRemoteMetadata(md []byte) (string, error) {
+func (a *tcpEndpoint) LoadRemoteMetadata(md []byte) (string, error) {
 	m, err := decodeMetadata(md)
 	if err != nil {
 		return "", err
@@ -315,7 +315,7 @@ func (a *tcpAgent) LoadRemoteMetadata(md []byte) (string, error) {
 	return m.name, nil
 }
 
-func (a *tcpAgent) InvalidateRemote(remote string) error {
+func (a *tcpEndpoint) InvalidateRemote(remote string) error {
 	a.mu.Lock()
 	p := a.peers[remote]
 	delete(a.peers, remote)
@@ -335,10 +335,10 @@ type xfer struct {
 	locals []*region // resolved local[i].Region
 	rdescs []Desc
 	notif  []byte
-	cur    *attempt // the latest post; guarded by tcpAgent.mu
+	cur    *attempt // the latest post; guarded by tcpEndpoint.mu
 }
 
-func (a *tcpAgent) CreateXfer(op Op, local []Desc, remote string, remoteDescs []Desc, notif []byte) (Xfer, error) {
+func (a *tcpEndpoint) CreateXfer(op Op, local []Desc, remote string, remoteDescs []Desc, notif []byte) (Xfer, error) {
 	if op != Read && op != Write {
 		return 0, fmt.Errorf("kvagent/transfer: create: op %d: want Read or Write", op)
 	}
@@ -390,7 +390,7 @@ func (a *tcpAgent) CreateXfer(op Op, local []Desc, remote string, remoteDescs []
 	return a.nextXfer, nil
 }
 
-func (a *tcpAgent) Post(h Xfer) error {
+func (a *tcpEndpoint) Post(h Xfer) error {
 	a.mu.Lock()
 	if a.closed {
 		a.mu.Unlock()
@@ -437,7 +437,7 @@ func (a *tcpAgent) Post(h Xfer) error {
 	return nil
 }
 
-func (a *tcpAgent) current(h Xfer) (*attempt, error) {
+func (a *tcpEndpoint) current(h Xfer) (*attempt, error) {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
 	x := a.xfers[h]
@@ -447,7 +447,7 @@ func (a *tcpAgent) current(h Xfer) (*attempt, error) {
 	return x.cur, nil
 }
 
-func (a *tcpAgent) Status(h Xfer) (State, error) {
+func (a *tcpEndpoint) Status(h Xfer) (State, error) {
 	at, err := a.current(h)
 	if err != nil {
 		return Failed, err
@@ -458,7 +458,7 @@ func (a *tcpAgent) Status(h Xfer) (State, error) {
 	return at.status()
 }
 
-func (a *tcpAgent) wait(ctx context.Context, h Xfer) (State, error) {
+func (a *tcpEndpoint) wait(ctx context.Context, h Xfer) (State, error) {
 	at, err := a.current(h)
 	if err != nil {
 		return Failed, err
@@ -474,7 +474,7 @@ func (a *tcpAgent) wait(ctx context.Context, h Xfer) (State, error) {
 	}
 }
 
-func (a *tcpAgent) Release(h Xfer) error {
+func (a *tcpEndpoint) Release(h Xfer) error {
 	a.mu.Lock()
 	x := a.xfers[h]
 	delete(a.xfers, h)
@@ -488,7 +488,7 @@ func (a *tcpAgent) Release(h Xfer) error {
 	return nil
 }
 
-func (a *tcpAgent) GetNotifs() map[string][][]byte {
+func (a *tcpEndpoint) GetNotifs() map[string][][]byte {
 	a.notifMu.Lock()
 	defer a.notifMu.Unlock()
 	got := a.notifs
@@ -498,7 +498,7 @@ func (a *tcpAgent) GetNotifs() map[string][][]byte {
 }
 
 // queueNotif keeps a notification from peer name until GetNotifs.
-func (a *tcpAgent) queueNotif(from string, msg []byte) error {
+func (a *tcpEndpoint) queueNotif(from string, msg []byte) error {
 	a.notifMu.Lock()
 	defer a.notifMu.Unlock()
 	if a.notifCount >= maxQueuedNotifs || a.notifBytes+len(msg) > maxQueuedNotifBytes {
@@ -510,7 +510,7 @@ func (a *tcpAgent) queueNotif(from string, msg []byte) error {
 	return nil
 }
 
-func (a *tcpAgent) GenNotif(remote string, msg []byte) error {
+func (a *tcpEndpoint) GenNotif(remote string, msg []byte) error {
 	a.mu.RLock()
 	p := a.peers[remote]
 	closed := a.closed
@@ -531,7 +531,7 @@ func (a *tcpAgent) GenNotif(remote string, msg []byte) error {
 	return err
 }
 
-func (a *tcpAgent) Close() error {
+func (a *tcpEndpoint) Close() error {
 	a.mu.Lock()
 	if a.closed {
 		a.mu.Unlock()
@@ -571,7 +571,7 @@ func (a *tcpAgent) Close() error {
 // attempt is one post of a request: its own wire id, so late frames of an
 // earlier post can never be taken for this one.
 type attempt struct {
-	agent *tcpAgent
+	agent *tcpEndpoint
 	peer  *peer
 	op    Op // 0: a standalone notification (GenNotif)
 	id    uint64
@@ -590,7 +590,7 @@ type attempt struct {
 	done        chan struct{}
 }
 
-func newAttempt(a *tcpAgent, p *peer, op Op, id uint64, notif []byte) *attempt {
+func newAttempt(a *tcpEndpoint, p *peer, op Op, id uint64, notif []byte) *attempt {
 	return &attempt{agent: a, peer: p, op: op, id: id, notif: notif, state: InProgress, done: make(chan struct{})}
 }
 

@@ -10,7 +10,7 @@ import (
 // The suite writes and notifies as well as reads: NIXL's semantics, which
 // the TCP backend has once InboundWrites and InboundNotifs are on.
 func TestTCPConformance(t *testing.T) {
-	transfertest.RunConformance(t, func(t *testing.T, name string) transfer.Agent {
+	transfertest.RunConformance(t, func(t *testing.T, name string) transfer.Endpoint {
 		a, err := transfer.NewTCP(transfer.TCPConfig{Name: name, Streams: 3, MaxMessageBytes: 64 << 10, InboundWrites: true, InboundNotifs: true})
 		if err != nil {
 			t.Fatalf("NewTCP: %v", err)
@@ -22,7 +22,7 @@ func TestTCPConformance(t *testing.T) {
 // One stream and the largest frames: the other end of the configuration
 // space.
 func TestTCPConformanceOneStream(t *testing.T) {
-	transfertest.RunConformance(t, func(t *testing.T, name string) transfer.Agent {
+	transfertest.RunConformance(t, func(t *testing.T, name string) transfer.Endpoint {
 		a, err := transfer.NewTCP(transfer.TCPConfig{Name: name, Streams: 1, MaxMessageBytes: 16 << 20, InboundWrites: true, InboundNotifs: true})
 		if err != nil {
 			t.Fatalf("NewTCP: %v", err)

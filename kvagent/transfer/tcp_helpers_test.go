@@ -12,8 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
-// newTestAgent starts a TCP agent with its own metrics registry.
-func newTestAgent(t *testing.T, cfg TCPConfig) (*tcpAgent, *prometheus.Registry) {
+// newTestAgent starts a TCP endpoint with its own metrics registry.
+func newTestAgent(t *testing.T, cfg TCPConfig) (*tcpEndpoint, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	cfg.Registerer = reg
@@ -25,7 +25,7 @@ func newTestAgent(t *testing.T, cfg TCPConfig) (*tcpAgent, *prometheus.Registry)
 	return a, reg
 }
 
-func mustRegister(t *testing.T, a Agent, r Region) uint32 {
+func mustRegister(t *testing.T, a Endpoint, r Region) uint32 {
 	t.Helper()
 	h, err := a.RegisterMem(r)
 	if err != nil {
@@ -35,7 +35,7 @@ func mustRegister(t *testing.T, a Agent, r Region) uint32 {
 }
 
 // load makes from's metadata known to to.
-func load(t *testing.T, to, from Agent) {
+func load(t *testing.T, to, from Endpoint) {
 	t.Helper()
 	md, err := from.LocalMetadata()
 	if err != nil {
@@ -46,7 +46,7 @@ func load(t *testing.T, to, from Agent) {
 	}
 }
 
-func post(t *testing.T, a Agent, op Op, local []Desc, remote string, rd []Desc) Xfer {
+func post(t *testing.T, a Endpoint, op Op, local []Desc, remote string, rd []Desc) Xfer {
 	t.Helper()
 	x, err := a.CreateXfer(op, local, remote, rd, nil)
 	if err != nil {
@@ -59,7 +59,7 @@ func post(t *testing.T, a Agent, op Op, local []Desc, remote string, rd []Desc) 
 }
 
 // await waits for x under a hang guard (not a speed assertion).
-func await(t *testing.T, a Agent, x Xfer) error {
+func await(t *testing.T, a Endpoint, x Xfer) error {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -73,18 +73,6 @@ func await(t *testing.T, a Agent, x Xfer) error {
 func counter(t *testing.T, c *prometheus.CounterVec, label string) float64 {
 	t.Helper()
 	return testutil.ToFloat64(c.WithLabelValues(label))
-}
-
-// waitFor polls cond under a hang guard.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("still waiting for %s after a minute", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 // slowListener hands out connections whose writes trickle (16 KiB every

@@ -19,7 +19,7 @@ const maxWriteErrors = 4096
 // buffer while more input keeps arriving.
 const answerDelay = 2 * time.Millisecond
 
-func (a *tcpAgent) acceptLoop() {
+func (a *tcpEndpoint) acceptLoop() {
 	defer a.wg.Done()
 	backoff := 5 * time.Millisecond
 	for {
@@ -55,7 +55,7 @@ func (a *tcpAgent) acceptLoop() {
 
 // serverConn is the target side of one connection from a peer.
 type serverConn struct {
-	a        *tcpAgent
+	a        *tcpEndpoint
 	conn     net.Conn
 	fr       *frameReader
 	fw       *frameWriter
@@ -68,7 +68,7 @@ type serverConn struct {
 	writeErrs map[[2]uint64]string
 }
 
-func (a *tcpAgent) serve(raw net.Conn) {
+func (a *tcpEndpoint) serve(raw net.Conn) {
 	defer a.wg.Done()
 	defer func() {
 		raw.Close()

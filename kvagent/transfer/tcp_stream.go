@@ -14,7 +14,7 @@ import (
 // peer is a remote agent whose metadata is loaded, with the connections
 // (streams) this agent opened to it.
 type peer struct {
-	agent      *tcpAgent
+	agent      *tcpEndpoint
 	name       string
 	addr       string
 	maxPayload int                     // guarded by agent.mu
@@ -141,7 +141,7 @@ type item struct {
 // items, a reader goroutine matches the answers, which the target sends in
 // request order, against the expect list.
 type stream struct {
-	agent *tcpAgent
+	agent *tcpEndpoint
 	peer  *peer
 	idx   int
 
@@ -458,7 +458,7 @@ func alignedBuffer(n int) []byte {
 // returns the peer's max payload. A peer that refuses the version offered
 // (a version-2 agent refuses any other) is dialed again offering
 // minProtocolVersion, and offered that from then on.
-func (a *tcpAgent) dial(p *peer) (net.Conn, *frameReader, *frameWriter, int, error) {
+func (a *tcpEndpoint) dial(p *peer) (net.Conn, *frameReader, *frameWriter, int, error) {
 	p.mu.Lock()
 	offer := p.offer
 	p.mu.Unlock()
@@ -474,7 +474,7 @@ func (a *tcpAgent) dial(p *peer) (net.Conn, *frameReader, *frameWriter, int, err
 	return conn, fr, fw, sendMax, err
 }
 
-func (a *tcpAgent) dialOffering(p *peer, offer uint8) (net.Conn, *frameReader, *frameWriter, int, error) {
+func (a *tcpEndpoint) dialOffering(p *peer, offer uint8) (net.Conn, *frameReader, *frameWriter, int, error) {
 	deadline := time.Now().Add(a.cfg.DialTimeout)
 	d := net.Dialer{Deadline: deadline, KeepAlive: 15 * time.Second}
 	raw, err := d.DialContext(a.ctx, "tcp", p.addr)

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kvgate/kvgate/internal/testkit/poll"
 )
 
 func TestTCPConfigErrors(t *testing.T) {
@@ -365,7 +367,7 @@ func TestTCPPeerClosesMidTransfer(t *testing.T) {
 	lh := mustRegister(t, a, Region{Kind: DRAM, Addr: make([]byte, n)})
 	load(t, a, b)
 	x := post(t, a, Read, []Desc{{Region: lh, Len: n}}, "b", []Desc{{Region: rh, Len: n}})
-	waitFor(t, "the first bytes", func() bool { return counter(t, a.metrics.bytes, "read") > 0 })
+	poll.True(t, "the first bytes", time.Minute, func() bool { return counter(t, a.metrics.bytes, "read") > 0 })
 	b.Close()
 	err := await(t, a, x)
 	if err == nil {
@@ -393,7 +395,7 @@ func TestTCPReleaseCancels(t *testing.T) {
 	if err := a.Post(x); !errors.Is(err, ErrRepostActive) {
 		t.Fatalf("Post of a transfer in progress: %v, want ErrRepostActive", err)
 	}
-	waitFor(t, "the first bytes", func() bool { return counter(t, a.metrics.bytes, "read") > 0 })
+	poll.True(t, "the first bytes", time.Minute, func() bool { return counter(t, a.metrics.bytes, "read") > 0 })
 	at, _ := a.current(x)
 	if err := a.Release(x); err != nil {
 		t.Fatal(err)

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kvgate/kvgate/internal/testkit/poll"
 )
 
 // testCA is a certificate authority made up for one test.
@@ -84,7 +86,7 @@ func TestTCPMutualTLS(t *testing.T) {
 
 	// tlsPair starts a target with targetTLS and an initiator with
 	// initTLS, and reads 256 KiB; it returns the error and what landed.
-	tlsPair := func(t *testing.T, initTLS, targetTLS *tls.Config) (error, []byte, *tcpAgent, *tcpAgent) {
+	tlsPair := func(t *testing.T, initTLS, targetTLS *tls.Config) (error, []byte, *tcpEndpoint, *tcpEndpoint) {
 		t.Helper()
 		a, _ := newTestAgent(t, TCPConfig{Name: "a", Streams: 2, TLS: initTLS})
 		b, _ := newTestAgent(t, TCPConfig{Name: "b", TLS: targetTLS})
@@ -124,7 +126,7 @@ func TestTCPMutualTLS(t *testing.T) {
 			t.Fatalf("ReadAccess saw client certificates %q, want [node-a]", got)
 		}
 	})
-	failsClosed := func(t *testing.T, err error, local []byte, a *tcpAgent, want string) {
+	failsClosed := func(t *testing.T, err error, local []byte, a *tcpEndpoint, want string) {
 		t.Helper()
 		if err == nil {
 			t.Fatal("transfer succeeded")
@@ -150,7 +152,7 @@ func TestTCPMutualTLS(t *testing.T) {
 		err, local, a, b := tlsPair(t, init, good("b"))
 		failsClosed(t, err, local, a, "tls")
 		// The target counts the refusal after it sent the alert.
-		waitFor(t, "the target to count the refused handshake", func() bool { return counter(t, b.metrics.errors, reasonRejected) >= 1 })
+		poll.True(t, "the target to count the refused handshake", time.Minute, func() bool { return counter(t, b.metrics.errors, reasonRejected) >= 1 })
 	})
 	t.Run("initiator without a certificate", func(t *testing.T) {
 		a, _ := newTestAgent(t, TCPConfig{Name: "a", TLS: &tls.Config{RootCAs: ca.pool, Certificates: []tls.Certificate{}, GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return nil, nil }}})

@@ -13,7 +13,7 @@ import (
 
 // streamVersions reports the protocol version of each open stream from a
 // to peer.
-func streamVersions(t *testing.T, a *tcpAgent, peer string) []uint8 {
+func streamVersions(t *testing.T, a *tcpEndpoint, peer string) []uint8 {
 	t.Helper()
 	a.mu.Lock()
 	p := a.peers[peer]

@@ -24,11 +24,11 @@ const hangGuard = 2 * time.Minute
 
 // NewAgentFunc returns a fresh agent called name. The suite closes every
 // agent it creates.
-type NewAgentFunc func(t *testing.T, name string) transfer.Agent
+type NewAgentFunc func(t *testing.T, name string) transfer.Endpoint
 
 // RunConformance runs the suite against a backend.
 func RunConformance(t *testing.T, newAgent NewAgentFunc) {
-	mk := func(t *testing.T, name string) transfer.Agent {
+	mk := func(t *testing.T, name string) transfer.Endpoint {
 		t.Helper()
 		a := newAgent(t, name)
 		t.Cleanup(func() { a.Close() })
@@ -67,9 +67,9 @@ func Pattern(seed uint64, n int) []byte {
 }
 
 // Connect loads b's metadata into a (and a's into b) and checks the names.
-func Connect(t *testing.T, a, b transfer.Agent) {
+func Connect(t *testing.T, a, b transfer.Endpoint) {
 	t.Helper()
-	for _, p := range [][2]transfer.Agent{{a, b}, {b, a}} {
+	for _, p := range [][2]transfer.Endpoint{{a, b}, {b, a}} {
 		md, err := p[1].LocalMetadata()
 		if err != nil {
 			t.Fatalf("%s.LocalMetadata: %v", p[1].Name(), err)
@@ -85,7 +85,7 @@ func Connect(t *testing.T, a, b transfer.Agent) {
 }
 
 // Register registers r with a or fails the test.
-func Register(t *testing.T, a transfer.Agent, r transfer.Region) uint32 {
+func Register(t *testing.T, a transfer.Endpoint, r transfer.Region) uint32 {
 	t.Helper()
 	h, err := a.RegisterMem(r)
 	if err != nil {
@@ -96,7 +96,7 @@ func Register(t *testing.T, a transfer.Agent, r transfer.Region) uint32 {
 
 // Run creates, posts and waits for one transfer, and releases it; it
 // returns the transfer's error.
-func Run(t *testing.T, a transfer.Agent, op transfer.Op, local []transfer.Desc, remote string, remoteDescs []transfer.Desc, notif []byte) error {
+func Run(t *testing.T, a transfer.Endpoint, op transfer.Op, local []transfer.Desc, remote string, remoteDescs []transfer.Desc, notif []byte) error {
 	t.Helper()
 	x, err := a.CreateXfer(op, local, remote, remoteDescs, notif)
 	if err != nil {
@@ -110,7 +110,7 @@ func Run(t *testing.T, a transfer.Agent, op transfer.Op, local []transfer.Desc, 
 }
 
 // Await waits for x under the hang guard.
-func Await(t *testing.T, a transfer.Agent, x transfer.Xfer) error {
+func Await(t *testing.T, a transfer.Endpoint, x transfer.Xfer) error {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 	defer cancel()
@@ -235,7 +235,7 @@ func testLongDescriptor(t *testing.T, mk NewAgentFunc) {
 
 // CollectNotifs polls agent until it has received want notifications in
 // all, under the hang guard, and returns them by sender.
-func CollectNotifs(t *testing.T, agent transfer.Agent, want int) map[string][][]byte {
+func CollectNotifs(t *testing.T, agent transfer.Endpoint, want int) map[string][][]byte {
 	t.Helper()
 	got := map[string][][]byte{}
 	count := 0

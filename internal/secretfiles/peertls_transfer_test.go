@@ -1,4 +1,4 @@
-package config_test
+package secretfiles_test
 
 import (
 	"bytes"
@@ -7,12 +7,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvgate/kvgate/config"
+	"github.com/kvgate/kvgate/internal/secretfiles"
 	"github.com/kvgate/kvgate/internal/testkit/tlstest"
 	"github.com/kvgate/kvgate/kvagent/transfer"
 )
 
-// config.PeerTLS drives the kvagent TCP transfer engine as it is: agents
+// secretfiles.PeerTLS drives the kvagent TCP transfer engine as it is: agents
 // of one CA move bytes over mutual TLS; an agent of another CA gets none.
 func TestPeerTLSWithTransferEngine(t *testing.T) {
 	dir := t.TempDir()
@@ -36,13 +36,13 @@ func TestPeerTLSWithTransferEngine(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c, err := (&config.PeerTLS{CertFile: f.Cert, KeyFile: f.Key, CAFile: caPath}).Load()
+		c, err := (&secretfiles.PeerTLS{CertFile: f.Cert, KeyFile: f.Key, CAFile: caPath}).Load()
 		if err != nil {
 			t.Fatal(err)
 		}
 		return c
 	}
-	agent := func(name string, c *tls.Config) transfer.Agent {
+	agent := func(name string, c *tls.Config) transfer.Endpoint {
 		t.Helper()
 		a, err := transfer.NewTCP(transfer.TCPConfig{Name: name, TLS: c})
 		if err != nil {
@@ -51,7 +51,7 @@ func TestPeerTLSWithTransferEngine(t *testing.T) {
 		t.Cleanup(func() { a.Close() })
 		return a
 	}
-	read := func(from, to transfer.Agent) ([]byte, error) {
+	read := func(from, to transfer.Endpoint) ([]byte, error) {
 		t.Helper()
 		want := bytes.Repeat([]byte("kvgate-block-"), 5000)
 		rh, err := to.RegisterMem(transfer.Region{Kind: transfer.DRAM, Addr: want})
@@ -95,7 +95,7 @@ func TestPeerTLSWithTransferEngine(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name     string
-		from, to transfer.Agent
+		from, to transfer.Endpoint
 	}{{"x reads from b", x, b}, {"a reads from x", a, x}} {
 		got, err := read(tc.from, tc.to)
 		if err == nil {

@@ -1,4 +1,4 @@
-package config
+package secretfiles
 
 import (
 	"bytes"
@@ -7,34 +7,9 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"os"
 	"sync"
 )
-
-// MaxPEMBytes bounds one certificate, key or CA bundle file: a bundle of a
-// few hundred CAs fits, a misconfigured path to a large file does not get
-// read into memory on every handshake.
-const MaxPEMBytes = 1 << 20
-
-// readBounded reads at most MaxPEMBytes of path (more is an error naming
-// the file, never its content).
-func readBounded(path string, limit int) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, int64(limit)+1))
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	if len(b) > limit {
-		return nil, fmt.Errorf("%s: larger than %d bytes", path, limit)
-	}
-	return b, nil
-}
 
 // keyPairFiles is a certificate and its key on disk, re-read on every
 // handshake so that a rotated pair (cert-manager, a Kubernetes Secret
@@ -69,10 +44,10 @@ func newKeyPairFiles(certPath, keyPath string) (*keyPairFiles, error) {
 func (k *keyPairFiles) current() (*tls.Certificate, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	certPEM, err := readBounded(k.certPath, MaxPEMBytes)
+	certPEM, err := ReadBounded(k.certPath, MaxPEMBytes)
 	var keyPEM []byte
 	if err == nil {
-		keyPEM, err = readBounded(k.keyPath, MaxPEMBytes)
+		keyPEM, err = ReadBounded(k.keyPath, MaxPEMBytes)
 	}
 	if err == nil && k.cert != nil && bytes.Equal(certPEM, k.certPEM) && bytes.Equal(keyPEM, k.keyPEM) {
 		return k.cert, nil
@@ -118,7 +93,7 @@ func newCAFile(path string) (*caFile, error) {
 func (c *caFile) current() (*x509.CertPool, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	b, err := readBounded(c.path, MaxPEMBytes)
+	b, err := ReadBounded(c.path, MaxPEMBytes)
 	if err == nil && c.pool != nil && bytes.Equal(b, c.pem) {
 		return c.pool, nil
 	}

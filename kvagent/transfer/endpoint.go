@@ -146,12 +146,14 @@ func (s State) String() string {
 // Release.
 type Xfer uint64
 
-// Agent moves bytes between registered regions of agents on different
-// nodes. Its shape is NIXL's nixlAgent: register memory, exchange metadata
+// Endpoint moves bytes between registered regions of endpoints on
+// different nodes: one per kvagent, its peer-facing data plane (the daemon
+// itself is kvagent.Agent, hence the different name). Its shape is NIXL's
+// nixlAgent (nixl.h), which NIXL calls an agent: register memory, exchange metadata
 // through a side channel, create a request from a local and a remote
 // descriptor list, post it, poll its status, read notifications, release.
 // Every method is safe for concurrent use.
-type Agent interface {
+type Endpoint interface {
 	// Name is the agent's name; peers address it by this name.
 	Name() string
 	// RegisterMem makes a region usable in descriptors and returns its
@@ -248,7 +250,7 @@ type waiter interface {
 // Wait blocks until x is Done or Failed, or ctx ends, and returns nil when
 // it is Done. NIXL callers poll getXferStatus in a loop; Wait is that loop
 // (or a channel wait where the backend has one).
-func Wait(ctx context.Context, a Agent, x Xfer) error {
+func Wait(ctx context.Context, a Endpoint, x Xfer) error {
 	if w, ok := a.(waiter); ok {
 		st, err := w.wait(ctx, x)
 		return finished(st, err)
