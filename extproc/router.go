@@ -59,7 +59,7 @@ type Member struct {
 	Approximate bool
 }
 
-// Router implements server.Router.
+// Router implements server.Decider: the request path behind the ext_proc server.
 type Router struct {
 	cfg     config.Extproc
 	reg     *preprocess.Registry
@@ -85,7 +85,7 @@ type Router struct {
 	throughput map[kvfleet.WorkerID]*picker.ThroughputEstimator
 }
 
-var _ server.Router = (*Router)(nil)
+var _ server.Decider = (*Router)(nil)
 
 // NewRouter builds the request path from the configuration.
 func NewRouter(cfg config.Config, reg *preprocess.Registry, idx kvindex.Index, log *slog.Logger) (*Router, error) {
@@ -255,8 +255,8 @@ func (r *Router) Run(ctx context.Context) {
 // Load exposes kvgate's own accounting (tests and metrics read it).
 func (r *Router) Load() *loadview.View { return r.load }
 
-// Route implements server.Router.
-func (r *Router) Route(ctx context.Context, req *server.Request) (*server.Decision, *server.RouteError) {
+// Decide implements server.Decider.
+func (r *Router) Decide(ctx context.Context, req *server.Request) (*server.Decision, *server.RouteError) {
 	start := r.now()
 	var res *preprocess.Result
 	var err error

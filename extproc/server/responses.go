@@ -21,14 +21,14 @@ import (
 // (gateway-api-inference-extension pkg/common/envoy BodyByteLimit).
 const MaxStreamedChunk = 62000
 
-// validateDecision checks what the router returned before it reaches Envoy:
+// validateDecision checks what the decider returned before it reaches Envoy:
 // Envoy routes only to literal addresses (ORIGINAL_DST parses one ip:port
 // with parseInternetAddressAndPortNoThrow; override_host looks hosts up by
 // address string) and rejects header names or values with invalid
 // characters (ext_proc mutation_utils.cc applyHeaderMutations).
 func validateDecision(d *Decision) error {
 	if d == nil {
-		return fmt.Errorf("router returned neither a decision nor an error")
+		return fmt.Errorf("decider returned neither a decision nor an error")
 	}
 	if _, err := envoyaddr.Parse(d.Endpoint); err != nil {
 		return fmt.Errorf("decision endpoint: %w", err)

@@ -22,14 +22,14 @@ import (
 // not a hung test binary; it is not a performance assertion.
 const hangGuard = 20 * time.Second
 
-// fakeRouter answers from a function and records what it was asked.
-type fakeRouter struct {
+// fakeDecider answers from a function and records what it was asked.
+type fakeDecider struct {
 	mu    sync.Mutex
 	calls []server.Request
 	fn    func(ctx context.Context, req *server.Request) (*server.Decision, *server.RouteError)
 }
 
-func (f *fakeRouter) Route(ctx context.Context, req *server.Request) (*server.Decision, *server.RouteError) {
+func (f *fakeDecider) Decide(ctx context.Context, req *server.Request) (*server.Decision, *server.RouteError) {
 	f.mu.Lock()
 	cp := *req
 	cp.Body = append([]byte(nil), req.Body...)
@@ -41,7 +41,7 @@ func (f *fakeRouter) Route(ctx context.Context, req *server.Request) (*server.De
 	return f.fn(ctx, req)
 }
 
-func (f *fakeRouter) seen() []server.Request {
+func (f *fakeDecider) seen() []server.Request {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return append([]server.Request(nil), f.calls...)
@@ -82,7 +82,7 @@ type env struct {
 	addr string
 }
 
-func startServer(tb testing.TB, r server.Router, cfg server.Config) *env {
+func startServer(tb testing.TB, r server.Decider, cfg server.Config) *env {
 	tb.Helper()
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -70,8 +70,8 @@ type streamState struct {
 	debugHeader string
 	finished    bool
 	served      bool
-	// sent maps each endpoint sent to Envoy (canonical) to the router's
-	// spelling of it, so the served endpoint is reported as the router
+	// sent maps each endpoint sent to Envoy (canonical) to the decider's
+	// spelling of it, so the served endpoint is reported as the decider
 	// knows it.
 	sent map[string]string
 
@@ -509,18 +509,18 @@ func (st *streamState) routeFullDuplex(end bool) error {
 	return nil
 }
 
-// decide calls the router once and validates its answer; a rejection is
+// decide calls the decider once and validates its answer; a rejection is
 // sent as an ImmediateResponse and returned as errImmediate.
 func (st *streamState) decide(body []byte) (*Decision, error) {
 	st.req.Body = body
-	// The router's work is bounded by the request deadline too: Envoy
+	// The decider's work is bounded by the request deadline too: Envoy
 	// would wait for it forever in FULL_DUPLEX_STREAMED.
 	ctx, cancel := context.WithDeadline(st.ctx, st.started.Add(st.s.cfg.RequestTimeout))
 	defer cancel()
-	d, rerr, panicked := st.callRouter(ctx)
+	d, rerr, panicked := st.callDecider(ctx)
 	if panicked != nil {
-		st.s.c.routerPanics.Add(1)
-		st.s.log.Error("router panicked", "panic", panicked, "request_id", st.req.RequestID)
+		st.s.c.deciderPanics.Add(1)
+		st.s.log.Error("decider panicked", "panic", panicked, "request_id", st.req.RequestID)
 		return nil, st.immediate(http.StatusInternalServerError, errorJSON(http.StatusInternalServerError, "kvgate routing failed"), nil, "kvgate_router_panic")
 	}
 	if rerr == nil && d != nil {
@@ -541,7 +541,7 @@ func (st *streamState) decide(body []byte) (*Decision, error) {
 	}
 	if err := validateDecision(d); err != nil {
 		st.s.c.badDecisions.Add(1)
-		st.s.log.Error("router returned an invalid decision", "err", err, "request_id", st.req.RequestID)
+		st.s.log.Error("decider returned an invalid decision", "err", err, "request_id", st.req.RequestID)
 		st.finish(OutcomeStreamError)
 		return nil, st.immediate(http.StatusInternalServerError, errorJSON(http.StatusInternalServerError, "kvgate routing failed"), nil, "kvgate_invalid_decision")
 	}
@@ -552,7 +552,7 @@ func (st *streamState) decide(body []byte) (*Decision, error) {
 
 // canonicalize rewrites the decision's endpoints to the spelling Envoy's
 // host map uses (override_host looks hosts up exactly) and remembers the
-// router's own, to report the served endpoint back in it. With
+// decider's own, to report the served endpoint back in it. With
 // SingleDestination the fallbacks are dropped: ORIGINAL_DST would fail to
 // parse a list.
 func (st *streamState) canonicalize(d *Decision) {
@@ -583,13 +583,13 @@ func (st *streamState) canonicalize(d *Decision) {
 	}
 }
 
-func (st *streamState) callRouter(ctx context.Context) (d *Decision, rerr *RouteError, panicked any) {
+func (st *streamState) callDecider(ctx context.Context) (d *Decision, rerr *RouteError, panicked any) {
 	defer func() {
 		if p := recover(); p != nil {
 			d, rerr, panicked = nil, nil, p
 		}
 	}()
-	d, rerr = st.s.router.Route(ctx, &st.req)
+	d, rerr = st.s.decider.Decide(ctx, &st.req)
 	return d, rerr, nil
 }
 
