@@ -54,9 +54,6 @@ type Decision struct {
 	Endpoint  string   // primary ip:port
 	Fallbacks []string // ip:port each, walked in order on retry
 	Prefiller string   // ip:port of the prefill worker, or "" for none
-	// MutatedBody replaces the request body when non-nil (content-length is
-	// rewritten to match).
-	MutatedBody []byte
 	// ExtraHeaders are set on the upstream request (lower-case names; the
 	// routing headers themselves may not be overridden).
 	ExtraHeaders map[string]string

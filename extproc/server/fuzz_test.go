@@ -65,9 +65,6 @@ func (f *fuzzDecider) Decide(_ context.Context, req *Request) (*Decision, *Route
 	t := &countingTicket{}
 	f.tickets = append(f.tickets, t)
 	d := &Decision{Endpoint: "10.0.0.1:8000", Fallbacks: []string{"10.0.0.2:8000"}, Ticket: t, DebugHeader: "d"}
-	if len(req.Body)%3 == 0 && req.Body != nil {
-		d.MutatedBody = make([]byte, len(req.Body)*50)
-	}
 	return d, nil
 }
 

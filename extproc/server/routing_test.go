@@ -161,7 +161,7 @@ func TestSpoofedRoutingHeadersNeverRouteOrSurvive(t *testing.T) {
 func TestHeaderOnlyGETRoutedAtHeaders(t *testing.T) {
 	for _, m := range modes() {
 		t.Run(m.name, func(t *testing.T) {
-			r := staticDecider(server.Decision{Endpoint: "10.0.0.1:8000", MutatedBody: []byte("ignored")})
+			r := staticDecider(server.Decision{Endpoint: "10.0.0.1:8000"})
 			e := startServer(t, r, server.Config{})
 			x := mustStart(t, e.harness(t, m.cfg), &envoyharness.Request{Method: "GET", Path: "/v1/models"})
 			f := mustForward(t, x)
@@ -291,25 +291,27 @@ func TestRouteErrorBecomesImmediateResponse(t *testing.T) {
 	})
 }
 
-func TestMutatedBodyReplacesAndRechunks(t *testing.T) {
-	mutated := bytes.Repeat([]byte("0123456789abcdef"), 200_000/16+1)
+// kvgate forwards the body as it came (the P/D sidecar, not kvgate, adds
+// kv_transfer_params); a body larger than one streamed chunk goes back cut
+// at MaxStreamedChunk.
+func TestLargeBodyForwardedUnchangedAndRechunked(t *testing.T) {
+	body := bytes.Repeat([]byte("0123456789abcdef"), 200_000/16+1)
 	for _, m := range modes() {
 		t.Run(m.name, func(t *testing.T) {
-			r := staticDecider(server.Decision{Endpoint: "10.0.0.1:8000", MutatedBody: mutated})
+			r := staticDecider(server.Decision{Endpoint: "10.0.0.1:8000"})
 			e := startServer(t, r, server.Config{})
 			x := mustStart(t, e.harness(t, m.cfg), &envoyharness.Request{
-				Method: "POST", Body: []byte(`{"a":1}`),
-				Headers: []envoyharness.Header{{Name: "content-length", Value: "7"}},
+				Method: "POST", Body: body, ChunkSize: 16 << 10,
+				Headers: []envoyharness.Header{{Name: "content-length", Value: strconv.Itoa(len(body))}},
 			})
 			f := mustForward(t, x)
-			if !bytes.Equal(f.Body, mutated) {
-				t.Fatalf("forwarded %d bytes, want the %d-byte mutated body", len(f.Body), len(mutated))
+			if !bytes.Equal(f.Body, body) {
+				t.Fatalf("forwarded %d bytes, want the %d-byte body unchanged", len(f.Body), len(body))
 			}
-			// BUFFERED: kvgate's content-length must match the new body
-			// (processor_state.cc validateContentLength). FULL_DUPLEX_STREAMED:
-			// Envoy removed the client's and ignores kvgate's (the upstream
-			// request is sent without one).
-			want := strconv.Itoa(len(mutated))
+			// BUFFERED: the client's content-length stays, true to the
+			// unchanged body. FULL_DUPLEX_STREAMED: Envoy removed it (the
+			// upstream request is sent without one).
+			want := strconv.Itoa(len(body))
 			if m.name == "full_duplex" {
 				want = ""
 			}
@@ -327,7 +329,7 @@ func TestMutatedBodyReplacesAndRechunks(t *testing.T) {
 					t.Errorf("streamed chunk of %d bytes", len(sb.GetBody()))
 				}
 			}
-			if m.name == "full_duplex" && chunks != (len(mutated)+server.MaxStreamedChunk-1)/server.MaxStreamedChunk {
+			if m.name == "full_duplex" && chunks != (len(body)+server.MaxStreamedChunk-1)/server.MaxStreamedChunk {
 				t.Errorf("%d streamed chunks", chunks)
 			}
 		})

@@ -323,9 +323,6 @@ func (st *streamState) onRequestHeaders(msg *extprocv3.ProcessingRequest, h *ext
 		if err != nil {
 			return err
 		}
-		// A headers response can replace the body only with
-		// CONTINUE_AND_REPLACE; a request without a body keeps none.
-		d.MutatedBody = nil
 		c := &extprocv3.CommonResponse{HeaderMutation: routingMutation(st.spoofed, d), ClearRouteCache: true}
 		if err := st.send(requestHeadersResponse(c, destinationMetadata(d))); err != nil {
 			return err
@@ -375,9 +372,6 @@ func (st *streamState) onRequestBody(b *extprocv3.HttpBody) error {
 			return err
 		}
 		c := &extprocv3.CommonResponse{HeaderMutation: routingMutation(st.spoofed, d), ClearRouteCache: true}
-		if d.MutatedBody != nil {
-			c.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: d.MutatedBody}}
-		}
 		if err := st.send(requestBodyResponse(c, destinationMetadata(d))); err != nil {
 			return err
 		}
@@ -469,10 +463,9 @@ func (st *streamState) onRequestTrailers() error {
 	return st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{RequestTrailers: &extprocv3.TrailersResponse{}}})
 }
 
-// routeFullDuplex answers the deferred headers, then re-emits the body as
-// StreamedBodyResponses cut at MaxStreamedChunk (the mutated body, if the
-// router replaced it). end marks the last chunk end_of_stream (false when
-// trailers follow).
+// routeFullDuplex answers the deferred headers, then re-emits the body, as
+// it came, in StreamedBodyResponses cut at MaxStreamedChunk. end marks the
+// last chunk end_of_stream (false when trailers follow).
 func (st *streamState) routeFullDuplex(end bool) error {
 	var body []byte
 	if st.gotBody {
@@ -490,16 +483,12 @@ func (st *streamState) routeFullDuplex(end bool) error {
 		return err
 	}
 	st.decided()
-	if !st.gotBody && d.MutatedBody == nil {
+	if !st.gotBody {
 		// Headers then trailers: Envoy sent no body, so none goes back.
 		st.releaseBody()
 		return nil
 	}
-	out := st.body
-	if d.MutatedBody != nil {
-		out = d.MutatedBody
-	}
-	chunks := appendChunks(nil, out)
+	chunks := appendChunks(nil, st.body)
 	for i, ch := range chunks {
 		if err := st.send(requestBodyResponse(streamedChunk(ch, end && i == len(chunks)-1), nil)); err != nil {
 			return err
