@@ -108,7 +108,7 @@ func TestEngineMetricsReachCandidates(t *testing.T) {
 	go r.router.engines.Run(ctx)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		c := r.router.candidates(r.router.fleet.Load().pools["qwen3"], nil, nil)
+		c := candidates(r.router, r.router.fleet.Load().pools["qwen3"], nil)
 		if l := c[0].Load; l.HaveEngine {
 			if l.Waiting != 7 || l.Running != 3 || l.KVUsage != 0.5 {
 				t.Fatalf("engine signals %+v", l)

@@ -337,6 +337,15 @@ func (failingIndex) Match(context.Context, []uint64) (kvindex.Match, error) {
 
 func defaultHarnessConfig() envoyharness.Config { return envoyharness.DefaultConfig() }
 
+// candidates is the gather stage alone: pool p's workers with match m, as
+// a request would see them now (slow start's draw from a request's own
+// random source).
+func candidates(r *Router, p *pool, m kvindex.Match) []picker.Candidate {
+	rnd := r.rand.get()
+	defer r.rand.put(rnd)
+	return r.gatherer.gather(p.workers, m, nil, r.now(), rnd)
+}
+
 func memberAt(endpoint string) Member {
 	return Member{Worker: picker.Worker{ID: kvfleet.WorkerID{Endpoint: endpoint}, Endpoint: endpoint, Role: picker.RoleBoth}, Model: "qwen3"}
 }

@@ -71,4 +71,3 @@ type RouteError struct {
 	Body    []byte            // OpenAI JSON; generated from Status when nil
 	Headers map[string]string // extra response headers
 }
-

@@ -41,12 +41,12 @@ const (
 var limitNames = [numLimits]string{"buffer_budget", "request_idle_timeout", "request_timeout", "max_duration"}
 
 type counters struct {
-	streamsStarted, refusedOpen                atomic.Uint64
-	streamsActive                              atomic.Int64
-	fullDuplex, buffered, headerOnly, routed   atomic.Uint64
+	streamsStarted, refusedOpen                 atomic.Uint64
+	streamsActive                               atomic.Int64
+	fullDuplex, buffered, headerOnly, routed    atomic.Uint64
 	protocolErrors, deciderPanics, badDecisions atomic.Uint64
-	limitHits                                  [numLimits]atomic.Uint64
-	immediate                                  [600]atomic.Uint64 // index: HTTP status
+	limitHits                                   [numLimits]atomic.Uint64
+	immediate                                   [600]atomic.Uint64 // index: HTTP status
 }
 
 // Stats returns a snapshot of the counters.
