@@ -15,6 +15,7 @@ import (
 
 	"github.com/kvgate/kvgate/e2e/envoyharness"
 	"github.com/kvgate/kvgate/extproc/server"
+	"github.com/kvgate/kvgate/internal/testkit/poll"
 )
 
 // rawStream is an ext_proc stream driven message by message, for clients
@@ -64,17 +65,6 @@ func (r *rawStream) immediate(t *testing.T) *extprocv3.ImmediateResponse {
 	}
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(hangGuard)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("never: %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 // The buffer budget is shared by every stream: large bodies that never
 // end are refused (503, retry-after) once they hold three quarters of it,
 // and small requests are still routed meanwhile.
@@ -92,7 +82,7 @@ func TestBufferBudgetRefusesLargeBodiesNotSmallOnes(t *testing.T) {
 			}
 		}
 	}
-	waitFor(t, "a large body refused", func() bool { return e.srv.Stats().LimitHits["buffer_budget"] > 0 })
+	poll.True(t, "a large body refused", hangGuard, func() bool { return e.srv.Stats().LimitHits["buffer_budget"] > 0 })
 	// Two bodies take the large share (2 × 640 KiB past their small
 	// allowance of 256 KiB, of 1.5 MiB); the third cannot.
 	if ir := open[2].immediate(t); ir.GetStatus().GetCode() != http.StatusServiceUnavailable ||
@@ -108,7 +98,7 @@ func TestBufferBudgetRefusesLargeBodiesNotSmallOnes(t *testing.T) {
 	for _, r := range open {
 		r.cancel()
 	}
-	waitFor(t, "the budget released", func() bool { return e.srv.Stats().BufferedBytes == 0 })
+	poll.True(t, "the budget released", hangGuard, func() bool { return e.srv.Stats().BufferedBytes == 0 })
 }
 
 // Bookkeeping per chunk is O(1): 20,000 one-byte chunks hold the body's
@@ -124,7 +114,7 @@ func TestOneByteChunksCostNoPerChunkMemory(t *testing.T) {
 	}
 	// The last chunk has been taken once the reservation stops growing;
 	// 32 KiB (the doubled buffer) plus the headers is all it may hold.
-	waitFor(t, "the chunks received", func() bool { return e.srv.Stats().BufferedBytes >= n })
+	poll.True(t, "the chunks received", hangGuard, func() bool { return e.srv.Stats().BufferedBytes >= n })
 	if used := e.srv.Stats().BufferedBytes; used > 2*n+8192 {
 		t.Fatalf("%d bytes reserved for a %d-byte body in 1-byte chunks", used, n)
 	}
@@ -146,7 +136,7 @@ func TestRequestDeadlines(t *testing.T) {
 		if ir.GetStatus().GetCode() != http.StatusRequestTimeout || !strings.Contains(string(ir.GetBody()), "no request data for 100ms") {
 			t.Fatalf("%v %s", ir.GetStatus(), ir.GetBody())
 		}
-		waitFor(t, "released", func() bool {
+		poll.True(t, "released", hangGuard, func() bool {
 			return e.srv.Stats().BufferedBytes == 0 && e.srv.Stats().LimitHits["request_idle_timeout"] == 1
 		})
 	})
@@ -191,7 +181,7 @@ func TestRequestDeadlines(t *testing.T) {
 func TestMaxOpenStreams(t *testing.T) {
 	e := startServer(t, staticDecider(server.Decision{Endpoint: "10.0.0.1:8000"}), server.Config{MaxOpenStreams: 1, RequestIdleTimeout: hangGuard, RequestTimeout: hangGuard})
 	first := openRaw(t, e)
-	waitFor(t, "the first stream open", func() bool { return e.srv.Stats().StreamsActive == 1 })
+	poll.True(t, "the first stream open", hangGuard, func() bool { return e.srv.Stats().StreamsActive == 1 })
 	second := openRaw(t, e)
 	if ir := second.immediate(t); ir.GetStatus().GetCode() != http.StatusServiceUnavailable || !strings.Contains(string(ir.GetBody()), "limit of 1 requests") {
 		t.Fatalf("%v %s", ir.GetStatus(), ir.GetBody())
@@ -200,7 +190,7 @@ func TestMaxOpenStreams(t *testing.T) {
 		t.Errorf("refused stream ended with %v, want a clean end", err)
 	}
 	first.cancel()
-	waitFor(t, "stats", func() bool { return e.srv.Stats().StreamsRefused == 1 })
+	poll.True(t, "stats", hangGuard, func() bool { return e.srv.Stats().StreamsRefused == 1 })
 }
 
 // A stream past max_duration ends cleanly: Envoy carries on unprocessed

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/kvgate/kvgate/e2e/envoyharness"
 	"github.com/kvgate/kvgate/extproc/server"
+	"github.com/kvgate/kvgate/internal/testkit/poll"
 )
 
 // hangGuard bounds every wait in these tests so a bug shows as a failure,
@@ -126,13 +128,12 @@ func (e *env) harness(tb testing.TB, cfg envoyharness.Config) *envoyharness.Harn
 // afterwards are final.
 func (e *env) waitIdle(tb testing.TB) {
 	tb.Helper()
-	deadline := time.Now().Add(hangGuard)
-	for e.srv.Stats().StreamsActive != 0 {
-		if time.Now().After(deadline) {
-			tb.Fatalf("server still has %d open streams", e.srv.Stats().StreamsActive)
+	poll.Until(tb, "every stream to close", hangGuard, func() error {
+		if n := e.srv.Stats().StreamsActive; n != 0 {
+			return fmt.Errorf("server still has %d open streams", n)
 		}
-		time.Sleep(2 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // bufferedConfig is envoy.yaml with BUFFERED request and STREAMED
