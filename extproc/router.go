@@ -63,8 +63,8 @@ type Member struct {
 
 // Router implements server.Decider: the request path behind the ext_proc
 // server. It holds no lock of its own: each piece of state below guards
-// itself (route.go lists who locks what), the worker set is
-// swapped whole, and each request draws from its own random source.
+// itself (route.go lists who locks what), the worker set is swapped whole,
+// and each request draws from its own random source.
 type Router struct {
 	cfg        config.Extproc
 	reg        *preprocess.Registry
