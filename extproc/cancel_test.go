@@ -2,6 +2,7 @@ package extproc
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/kvgate/kvgate/e2e/envoyharness"
 	"github.com/kvgate/kvgate/extproc/loadview"
 	"github.com/kvgate/kvgate/internal/kvfleet"
+	"github.com/kvgate/kvgate/internal/testkit/poll"
 )
 
 // A disaggregated request holds load on two workers (prefill tokens on the
@@ -72,13 +74,12 @@ func TestCancelledPDRequestReleasesBothLegs(t *testing.T) {
 		p.run(x)
 		x.Cancel()
 		<-x.Done()
-		deadline := time.Now().Add(10 * time.Second)
-		for r.router.Load().Stats().Open != base.Open {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: tickets still open: %+v", p.name, r.router.Load().Stats())
+		poll.Until(t, p.name+": the tickets to close", 10*time.Second, func() error {
+			if st := r.router.Load().Stats(); st.Open != base.Open {
+				return fmt.Errorf("tickets still open: %+v", st)
 			}
-			time.Sleep(5 * time.Millisecond)
-		}
+			return nil
+		})
 		if l := r.router.Load().Snapshot(kvfleet.WorkerID{Endpoint: workers[0]}); l != (r.router.Load().Snapshot(kvfleet.WorkerID{Endpoint: "absent:1"})) {
 			t.Fatalf("%s: prefill worker still carries %+v", p.name, l)
 		}

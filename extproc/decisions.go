@@ -9,8 +9,41 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kvgate/kvgate/extproc/preprocess"
+	"github.com/kvgate/kvgate/extproc/server"
 	"github.com/kvgate/kvgate/picker"
 )
+
+// record reports a routed request's decision: the routing metrics, the
+// decision log (/debug/decisions), the x-kvgate-debug header for a client
+// extproc.debug_header grants it, and a debug log line.
+func (r *Router) record(req *server.Request, res *preprocess.Result, c choice, d *server.Decision, now time.Time) {
+	chosen := c.cands[c.dec.Primary]
+	depth := chosen.Depths.Max()
+	r.metrics.requests.WithLabelValues(res.Served, "routed").Inc()
+	r.metrics.picks.WithLabelValues(chosen.Worker.ID.String()).Inc()
+	if len(res.Sequence) > 0 {
+		r.metrics.overlap.Observe(float64(depth) / float64(len(res.Sequence)))
+	}
+	entry := decisionEntry{
+		Time: now, RequestID: req.RequestID, Model: res.Served, Tokens: len(res.Tokens), Blocks: len(res.Sequence),
+		Chosen: chosen.Worker.ID.String(), Endpoint: d.Endpoint, Fallbacks: d.Fallbacks, Prefiller: d.Prefiller, PD: c.pdNote,
+		Candidates: topCandidates(c.cands, c.dec, 4),
+	}
+	r.debug.add(entry)
+	if req.Debug {
+		// Only to clients extproc.debug_header grants it: the header shows
+		// every candidate's cached depth (issue 15: a prompt's variant
+		// revealed whether it was cached).
+		outcome := "refused"
+		if r.debugOK.grants(req) {
+			outcome = "granted"
+			d.DebugHeader = entry.header()
+		}
+		r.metrics.debugHeader.WithLabelValues(outcome).Inc()
+	}
+	r.log.Debug("routed", "request_id", req.RequestID, "model", res.Served, "worker", entry.Chosen, "tokens", entry.Tokens, "cached_blocks", depth, "blocks", entry.Blocks)
+}
 
 // decisionEntry is one routing decision as an SRE reads it.
 type decisionEntry struct {

@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/config"
+	"github.com/kvgate/kvgate/internal/testkit/poll"
 	"github.com/kvgate/kvgate/internal/yamlconf"
+	"github.com/kvgate/kvgate/picker"
 )
 
 // A worker whose health probes fail gets no requests until it recovers.
@@ -106,18 +108,12 @@ func TestEngineMetricsReachCandidates(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go r.router.engines.Run(ctx)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		c := r.router.candidates(r.router.fleet.Load().pools["qwen3"], nil, nil)
-		if l := c[0].Load; l.HaveEngine {
-			if l.Waiting != 7 || l.Running != 3 || l.KVUsage != 0.5 {
-				t.Fatalf("engine signals %+v", l)
-			}
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("engine metrics never reached the candidates")
-		}
-		time.Sleep(10 * time.Millisecond)
+	var l picker.Load
+	poll.True(t, "engine metrics to reach the candidates", 10*time.Second, func() bool {
+		l = candidates(r.router, r.router.fleet.Load().pools["qwen3"], nil)[0].Load
+		return l.HaveEngine
+	})
+	if l.Waiting != 7 || l.Running != 3 || l.KVUsage != 0.5 {
+		t.Fatalf("engine signals %+v", l)
 	}
 }

@@ -292,7 +292,7 @@ kvgate_extproc_workers_ejected 1
 	clock = clock.Add(10 * time.Second)
 	picked := 0
 	for i := 0; i < 200; i++ {
-		cands := r.router.candidates(r.router.fleet.Load().pools["qwen3"], nil, nil)
+		cands := candidates(r.router, r.router.fleet.Load().pools["qwen3"], nil)
 		for _, c := range cands {
 			if c.Worker.Endpoint == bad && !c.Worker.Warming {
 				picked++
@@ -304,7 +304,7 @@ kvgate_extproc_workers_ejected 1
 		t.Fatalf("slow-starting worker eligible in %d of 200 picks at weight 0.1", picked)
 	}
 	clock = clock.Add(20 * time.Second)
-	for _, c := range r.router.candidates(r.router.fleet.Load().pools["qwen3"], nil, nil) {
+	for _, c := range candidates(r.router, r.router.fleet.Load().pools["qwen3"], nil) {
 		if c.Worker.Warming {
 			t.Fatalf("still warming after slow_start: %+v", c.Worker)
 		}

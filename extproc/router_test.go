@@ -23,6 +23,7 @@ import (
 	"github.com/kvgate/kvgate/indexer/kvindex"
 	"github.com/kvgate/kvgate/internal/kvfleet"
 	"github.com/kvgate/kvgate/internal/testkit/modelfiles"
+	"github.com/kvgate/kvgate/internal/testkit/poll"
 	"github.com/kvgate/kvgate/picker"
 )
 
@@ -214,13 +215,12 @@ func finishResponse(t *testing.T, x *envoyharness.Exchange, served string) {
 // waitIdle waits until kvgate's accounting has released every request.
 func waitIdle(t *testing.T, r *Router) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for r.Load().Stats().Open != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("load not released: %+v", r.Load().Stats())
+	poll.Until(t, "kvgate's accounting to release every request", 10*time.Second, func() error {
+		if st := r.Load().Stats(); st.Open != 0 {
+			return fmt.Errorf("load not released: %+v", st)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func TestErrorsAreOpenAIJSONWithTheRightStatus(t *testing.T) {
@@ -336,6 +336,15 @@ func (failingIndex) Match(context.Context, []uint64) (kvindex.Match, error) {
 }
 
 func defaultHarnessConfig() envoyharness.Config { return envoyharness.DefaultConfig() }
+
+// candidates is the gather stage alone: pool p's workers with match m, as
+// a request would see them now (slow start's draw from a request's own
+// random source).
+func candidates(r *Router, p *pool, m kvindex.Match) []picker.Candidate {
+	rnd := r.rand.get()
+	defer r.rand.put(rnd)
+	return r.gatherer.gather(p.workers, m, nil, r.now(), rnd)
+}
 
 func memberAt(endpoint string) Member {
 	return Member{Worker: picker.Worker{ID: kvfleet.WorkerID{Endpoint: endpoint}, Endpoint: endpoint, Role: picker.RoleBoth}, Model: "qwen3"}

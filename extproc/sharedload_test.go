@@ -2,6 +2,7 @@ package extproc
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"math"
@@ -20,6 +21,7 @@ import (
 	"github.com/kvgate/kvgate/indexer/kvindex"
 	"github.com/kvgate/kvgate/internal/kvfleet"
 	"github.com/kvgate/kvgate/internal/testkit/modelfiles"
+	"github.com/kvgate/kvgate/internal/testkit/poll"
 	"github.com/kvgate/kvgate/internal/testkit/redistest"
 	"github.com/kvgate/kvgate/internal/yamlconf"
 	"github.com/kvgate/kvgate/picker"
@@ -165,17 +167,13 @@ func checkSharedLoad(t *testing.T, client redis.UniversalClient) {
 	}
 	// c dies without withdrawing: its key expires after the TTL and b
 	// prunes it from the registry.
-	deadline := time.Now().Add(ttl + 5*time.Second)
-	for {
+	poll.Until(t, fmt.Sprintf("dead replica c to leave b's view after its TTL (%v)", ttl), ttl+5*time.Second, func() error {
 		b.round(ctx)
-		if b.peerLoad(w1) == (picker.Load{}) {
-			break
+		if got := b.peerLoad(w1); got != (picker.Load{}) {
+			return fmt.Errorf("b still counts %+v on %s", got, w1)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("dead replica c still counted %v after its TTL (%v)", time.Since(deadline.Add(-ttl-5*time.Second)), ttl)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 	if n, err := client.HExists(ctx, "t:load-replicas", "replica-c").Result(); err != nil || n {
 		t.Fatalf("dead replica's registry field: exists %v err %v", n, err)
 	}
@@ -240,14 +238,27 @@ func TestRoutersShareLoadThroughRedis(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { idx.Close() })
-		r, err := NewRouter(cfg, reg, idx, quietLog())
+		// The client is given explicitly, as cmd/kvgate gives the index's.
+		client := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: cfg.Index.Redis.Addrs})
+		t.Cleanup(func() { client.Close() })
+		r, err := NewRouter(cfg, reg, idx, quietLog(), WithSharedLoadClient(client))
 		if err != nil {
 			t.Fatal(err)
 		}
 		if r.shared == nil {
-			t.Fatal("shared load is off with the redis backend")
+			t.Fatal("shared load is off with the redis backend and a client")
 		}
 		return r
+	}
+	// Without a client the replica routes on its own load: warned, not
+	// refused.
+	idx, err := indexer.OpenIndex(ctx, cfg.Index)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idx.Close()
+	if alone, err := NewRouter(cfg, reg, idx, quietLog()); err != nil || alone.shared != nil {
+		t.Fatalf("without a shared-load client: err %v, shared load on %v", err, alone != nil && alone.shared != nil)
 	}
 	a, b := newReplica(), newReplica()
 	done := make(chan struct{}, 2)
@@ -268,50 +279,46 @@ func TestRoutersShareLoadThroughRedis(t *testing.T) {
 	for range 64 {
 		a.load.Begin(holder, int64(len(res.Tokens)), 64, time.Now())
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for b.shared.peerLoad(holder).InflightRequests != 64 {
-		if time.Now().After(deadline) {
-			t.Fatalf("replica B never saw A's burst: %+v", b.shared.peerLoad(holder))
+	poll.Until(t, "replica B to see A's burst", 10*time.Second, func() error {
+		if got := b.shared.peerLoad(holder); got.InflightRequests != 64 {
+			return fmt.Errorf("B's view of the holder %+v, want 64 in flight", got)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	p := b.fleet.Load().pools["qwen3"]
 	var m kvindex.Match
-	for time.Now().Before(deadline) {
-		if m = b.match(ctx, p, res.Sequence, time.Now()); m[holder].Max() == len(res.Sequence) {
-			break
+	poll.Until(t, "the index match on B", 10*time.Second, func() error {
+		if m = b.match(ctx, p, res.Sequence, time.Now()); m[holder].Max() != len(res.Sequence) {
+			return fmt.Errorf("match %v, want the holder at %d blocks", m, len(res.Sequence))
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if m[holder].Max() != len(res.Sequence) {
-		t.Fatalf("index match on B: %v", m)
-	}
-	for _, c := range b.candidates(p, m, nil) {
+		return nil
+	})
+	for _, c := range candidates(b, p, m) {
 		if c.Worker.ID == holder && c.Load.InflightRequests != 64 {
 			t.Fatalf("B's candidate for the holder carries %d in flight, want A's 64", c.Load.InflightRequests)
 		}
 	}
 	req := picker.Request{Stage: picker.StageAggregated, PromptTokens: len(res.Tokens), BlockSize: 16, Blocks: len(res.Sequence), ExpectedOutputTokens: 256}
-	dec, err := picker.Pick(req, b.candidates(p, m, nil), b.pick, nil)
+	dec, err := picker.Pick(req, candidates(b, p, m), b.pickConfig, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := b.candidates(p, m, nil)[dec.Primary].Worker.ID; got == holder {
+	if got := candidates(b, p, m)[dec.Primary].Worker.ID; got == holder {
 		t.Fatalf("B sent the next request to %s too, though A has 64 in flight there", got)
 	}
 	// Without A's load, B prefers the holder (the control for the line above).
 	a.load.Sweep(time.Now().Add(time.Hour), 0)
-	for b.shared.peerLoad(holder).InflightRequests != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("A's finished burst still counted on B: %+v", b.shared.peerLoad(holder))
+	poll.Until(t, "A's finished burst to leave B's view", 10*time.Second, func() error {
+		if got := b.shared.peerLoad(holder); got.InflightRequests != 0 {
+			return fmt.Errorf("still counted on B: %+v", got)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	dec, err = picker.Pick(req, b.candidates(p, m, nil), b.pick, nil)
+		return nil
+	})
+	dec, err = picker.Pick(req, candidates(b, p, m), b.pickConfig, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := b.candidates(p, m, nil)[dec.Primary].Worker.ID; got != holder {
+	if got := candidates(b, p, m)[dec.Primary].Worker.ID; got != holder {
 		t.Fatalf("with A idle, B chose %s over the prefix holder", got)
 	}
 	cancel()

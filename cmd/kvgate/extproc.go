@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
@@ -27,6 +28,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/preprocess"
 	"github.com/kvgate/kvgate/extproc/server"
 	"github.com/kvgate/kvgate/indexer"
+	"github.com/kvgate/kvgate/indexer/kvindex"
 )
 
 func init() {
@@ -178,6 +180,18 @@ func drainExtproc(srv *server.Server, gs *grpc.Server, draining *atomic.Bool, gr
 	}
 }
 
+// sharedLoadOptions gives the router the Redis client of the index
+// indexer.OpenIndex opened, so that the replicas' shared load rides on the
+// index's connection settings (addresses, Cluster, AUTH, TLS); the index
+// keeps it and closes it. A memory index has none: replicas then count
+// only their own load.
+func sharedLoadOptions(idx kvindex.Index) []extproc.Option {
+	if h, ok := idx.(interface{ RedisClient() redis.UniversalClient }); ok {
+		return []extproc.Option{extproc.WithSharedLoadClient(h.RedisClient())}
+	}
+	return nil
+}
+
 // serveExtproc runs the ext_proc server until ctx ends, then drains: the
 // readiness probe fails first, in-flight streams finish (up to the drain
 // deadline), and only then does the process stop.
@@ -191,7 +205,7 @@ func serveExtproc(ctx context.Context, cfg config.Config, o extprocOptions) erro
 		return err
 	}
 	defer idx.Close()
-	router, err := extproc.NewRouter(cfg, reg, idx, o.log)
+	router, err := extproc.NewRouter(cfg, reg, idx, o.log, sharedLoadOptions(idx)...)
 	if err != nil {
 		return err
 	}

@@ -67,7 +67,7 @@ func Extproc(ctx context.Context, w io.Writer, indexes map[string]kvindex.Index,
 		rps           float64
 	}
 	var results []result
-	run := func(router server.Router, body []byte, conc int) (latency, float64, error) {
+	run := func(router server.Decider, body []byte, conc int) (latency, float64, error) {
 		srv, err := server.New(router, server.Config{MaxBodyBytes: cfg.Extproc.MaxBodyBytes, Logger: log})
 		if err != nil {
 			return latency{}, 0, err
@@ -174,7 +174,7 @@ func Extproc(ctx context.Context, w io.Writer, indexes map[string]kvindex.Index,
 	for _, p := range prompts {
 		floor[p.name] = map[int]latency{}
 		for _, conc := range opt.Concurrency {
-			lat, _, err := run(&roundRobinRouter{endpoints: []string{"10.1.0.1:8000", "10.1.0.2:8000"}}, p.body, conc)
+			lat, _, err := run(&roundRobinDecider{endpoints: []string{"10.1.0.1:8000", "10.1.0.2:8000"}}, p.body, conc)
 			if err != nil {
 				return err
 			}
@@ -192,13 +192,13 @@ func Extproc(ctx context.Context, w io.Writer, indexes map[string]kvindex.Index,
 	return nil
 }
 
-// roundRobinRouter is the baseline: routes without reading the body.
-type roundRobinRouter struct {
+// roundRobinDecider is the baseline: routes without reading the body.
+type roundRobinDecider struct {
 	endpoints []string
 	n         atomic.Uint64
 }
 
-func (r *roundRobinRouter) Route(context.Context, *server.Request) (*server.Decision, *server.RouteError) {
+func (r *roundRobinDecider) Decide(context.Context, *server.Request) (*server.Decision, *server.RouteError) {
 	i := r.n.Add(1)
 	return &server.Decision{Endpoint: r.endpoints[i%uint64(len(r.endpoints))]}, nil
 }

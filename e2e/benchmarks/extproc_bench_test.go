@@ -73,7 +73,7 @@ func reportCPU(b *testing.B, start time.Duration) {
 	b.ReportMetric(float64(processCPU(b)-start)/float64(b.N), "cpu-ns/op")
 }
 
-// BenchmarkRoute is Router.Route alone (parse → template → tokenize → hash
+// BenchmarkRoute is Router.Decide alone (parse → template → tokenize → hash
 // → match → pick) on the bench's prompts: what pprof should look at.
 func BenchmarkRoute(b *testing.B) {
 	d := newDecisionRig(b)
@@ -85,7 +85,7 @@ func BenchmarkRoute(b *testing.B) {
 			b.ReportAllocs()
 			cpu := processCPU(b)
 			for b.Loop() {
-				dec, rerr := d.router.Route(ctx, req)
+				dec, rerr := d.router.Decide(ctx, req)
 				if rerr != nil {
 					b.Fatalf("route: %d %s", rerr.Status, rerr.Body)
 				}
@@ -110,13 +110,13 @@ func BenchmarkDecisionExtproc(b *testing.B) {
 	d := newDecisionRig(b)
 	for _, r := range []struct {
 		name   string
-		router server.Router
-	}{{"kvgate", d.router}, {"floor", &roundRobinRouter{endpoints: []string{"10.1.0.1:8000", "10.1.0.2:8000"}}}} {
+		router server.Decider
+	}{{"kvgate", d.router}, {"floor", &roundRobinDecider{endpoints: []string{"10.1.0.1:8000", "10.1.0.2:8000"}}}} {
 		b.Run(r.name, func(b *testing.B) { benchDecisions(b, d, r.router) })
 	}
 }
 
-func benchDecisions(b *testing.B, d *decisionRig, router server.Router) {
+func benchDecisions(b *testing.B, d *decisionRig, router server.Decider) {
 	srv, err := server.New(router, server.Config{MaxBodyBytes: 8 << 20, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		b.Fatal(err)

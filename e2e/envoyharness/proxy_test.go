@@ -47,16 +47,16 @@ func (t *gwTicket) wait(tb testing.TB) {
 	}
 }
 
-type routerFunc func(ctx context.Context, req *server.Request) (*server.Decision, *server.RouteError)
+type deciderFunc func(ctx context.Context, req *server.Request) (*server.Decision, *server.RouteError)
 
-func (f routerFunc) Route(ctx context.Context, req *server.Request) (*server.Decision, *server.RouteError) {
+func (f deciderFunc) Decide(ctx context.Context, req *server.Request) (*server.Decision, *server.RouteError) {
 	return f(ctx, req)
 }
 
 // gateway wires a real kvgate ext_proc server and a Proxy playing the
 // shipped Envoy config envoyFile, with workers as its worker cluster's
 // endpoints, listening on loopback.
-func gateway(t *testing.T, r server.Router, envoyFile string, workers ...string) string {
+func gateway(t *testing.T, r server.Decider, envoyFile string, workers ...string) string {
 	t.Helper()
 	cfg := envoyharness.MustShipped(envoyFile)
 	srv, err := server.New(r, server.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -122,7 +122,7 @@ func TestGatewayStreamsSSEThroughProcessor(t *testing.T) {
 	ep := hostPort(t, backend.URL)
 	tk := &gwTicket{done: make(chan struct{})}
 	var routed atomic.Value
-	url := gateway(t, routerFunc(func(_ context.Context, req *server.Request) (*server.Decision, *server.RouteError) {
+	url := gateway(t, deciderFunc(func(_ context.Context, req *server.Request) (*server.Decision, *server.RouteError) {
 		routed.Store(string(req.Body))
 		return &server.Decision{Endpoint: ep, Ticket: tk}, nil
 	}), "envoy.yaml", ep)
@@ -191,7 +191,7 @@ func TestGatewayFallbackPerConfig(t *testing.T) {
 		{"envoy-original-dst.yaml", 503, nil},
 	} {
 		tk := &gwTicket{done: make(chan struct{})}
-		url := gateway(t, routerFunc(func(context.Context, *server.Request) (*server.Decision, *server.RouteError) {
+		url := gateway(t, deciderFunc(func(context.Context, *server.Request) (*server.Decision, *server.RouteError) {
 			return &server.Decision{Endpoint: deadAddr, Fallbacks: []string{live}, Ticket: tk}, nil
 		}), c.file, deadAddr, live)
 		resp, err := http.Get(url + "/v1/models")
@@ -219,7 +219,7 @@ func TestGatewayClientDisconnectFinishesTicket(t *testing.T) {
 	}))
 	defer backend.Close()
 	tk := &gwTicket{done: make(chan struct{})}
-	url := gateway(t, routerFunc(func(context.Context, *server.Request) (*server.Decision, *server.RouteError) {
+	url := gateway(t, deciderFunc(func(context.Context, *server.Request) (*server.Decision, *server.RouteError) {
 		return &server.Decision{Endpoint: hostPort(t, backend.URL), Ticket: tk}, nil
 	}), "envoy.yaml", hostPort(t, backend.URL))
 	ctx, cancel := context.WithCancel(context.Background())
@@ -241,7 +241,7 @@ func TestGatewayClientDisconnectFinishesTicket(t *testing.T) {
 }
 
 func TestGatewayRouteErrorReachesClient(t *testing.T) {
-	url := gateway(t, routerFunc(func(context.Context, *server.Request) (*server.Decision, *server.RouteError) {
+	url := gateway(t, deciderFunc(func(context.Context, *server.Request) (*server.Decision, *server.RouteError) {
 		return nil, &server.RouteError{Status: 429, Body: []byte(`{"error":{"message":"busy"}}`)}
 	}), "envoy.yaml", "127.0.0.1:1")
 	resp, err := http.Post(url+"/v1/completions", "application/json", strings.NewReader(`{}`))
@@ -292,7 +292,7 @@ func TestGatewayReportsUpstreamAndLocalStatuses(t *testing.T) {
 		{"connect failure", deadAddr, false, deadAddr},
 	} {
 		tk := &statusTicket{gwTicket: gwTicket{done: make(chan struct{})}}
-		url := gateway(t, routerFunc(func(context.Context, *server.Request) (*server.Decision, *server.RouteError) {
+		url := gateway(t, deciderFunc(func(context.Context, *server.Request) (*server.Decision, *server.RouteError) {
 			return &server.Decision{Endpoint: c.endpoint, Ticket: tk}, nil
 		}), "envoy.yaml", c.endpoint)
 		resp, err := http.Get(url + "/v1/models")

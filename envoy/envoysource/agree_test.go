@@ -113,7 +113,7 @@ func TestRoutingValueAgreesWithEnvoy(t *testing.T) {
 
 type oneDecision struct{ d *server.Decision }
 
-func (o oneDecision) Route(context.Context, *server.Request) (*server.Decision, *server.RouteError) {
+func (o oneDecision) Decide(context.Context, *server.Request) (*server.Decision, *server.RouteError) {
 	cp := *o.d
 	return &cp, nil
 }

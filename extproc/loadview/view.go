@@ -3,7 +3,8 @@
 // The ext_proc server opens a Ticket when it routes a request and closes it
 // when the response stream ends, however it ends; Sweep is the backstop for
 // tickets nobody closed. Recent (recent.go) is the approximate KV view for
-// engines that publish no KV events.
+// engines that publish no KV events; Throughput (throughput.go) each
+// worker's prefill-rate estimate.
 //
 // Time is always passed in; the package reads no clock and starts no
 // goroutine. All types are safe for concurrent use.

@@ -1,8 +1,9 @@
 package openai
 
 // ChatRequest is what kvgate needs from a /v1/chat/completions body. Body is
-// the original bytes, which kvgate forwards unchanged unless it mutates a
-// field with SetField.
+// the original bytes, which kvgate forwards unchanged (the P/D sidecar, not
+// kvgate, writes kv_transfer_params: extproc/server/responses.go,
+// routingMutation, cites it).
 type ChatRequest struct {
 	Body   []byte
 	Model  string

@@ -45,14 +45,6 @@ func FuzzParseChat(f *testing.F) {
 		if !bytes.Equal(r.Body, orig) || len(r.Messages) == 0 || len(r.Messages) > fuzzLimits.MaxMessages {
 			t.Fatalf("accepted request breaks invariants: %d messages", len(r.Messages))
 		}
-		// A mutation of an accepted body stays parseable with the new value.
-		out, err := SetField(body, "kv_transfer_params", []byte(`{"x":1}`), Limits{})
-		if err != nil {
-			t.Fatalf("SetField on an accepted body: %v", err)
-		}
-		if _, err := ParseChat(out, Limits{}); err != nil {
-			t.Fatalf("SetField output no longer parses: %v\n%s", err, out)
-		}
 	})
 }
 

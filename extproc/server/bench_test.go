@@ -12,7 +12,7 @@ import (
 // request (1 KiB body) routed by a trivial router, its response headers and
 // one body chunk, over a real gRPC stream on loopback.
 func BenchmarkRoutedRequest(b *testing.B) {
-	r := staticRouter(server.Decision{Endpoint: "10.0.0.1:8000", Fallbacks: []string{"10.0.0.2:8000"}})
+	r := staticDecider(server.Decision{Endpoint: "10.0.0.1:8000", Fallbacks: []string{"10.0.0.2:8000"}})
 	e := startServer(b, r, server.Config{})
 	h := e.harness(b, envoyharness.DefaultConfig())
 	body := make([]byte, 1024)

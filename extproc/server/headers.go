@@ -54,7 +54,7 @@ type headerLimitError struct{ msg string }
 
 func (e *headerLimitError) Error() string { return e.msg }
 
-// decodeRequestHeaders turns Envoy's header map into the router's view and
+// decodeRequestHeaders turns Envoy's header map into the decider's view and
 // lists the client's routing headers to strip. Envoy sends values in
 // raw_value since envoy.reloadable_features.send_header_raw_value; value is
 // read only when raw_value is empty (older Envoy).

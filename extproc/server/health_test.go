@@ -26,7 +26,7 @@ func checkHealth(t *testing.T, e *env, want map[string]healthpb.HealthCheckRespo
 }
 
 func TestHealthStates(t *testing.T) {
-	e := startServer(t, staticRouter(server.Decision{Endpoint: "10.0.0.1:8000"}), server.Config{})
+	e := startServer(t, staticDecider(server.Decision{Endpoint: "10.0.0.1:8000"}), server.Config{})
 	S, N := healthpb.HealthCheckResponse_SERVING, healthpb.HealthCheckResponse_NOT_SERVING
 	checkHealth(t, e, map[string]healthpb.HealthCheckResponse_ServingStatus{"liveness": S, "readiness": N, "": N, server.HealthExtProc: N})
 	e.srv.SetServing()
@@ -41,7 +41,7 @@ func TestHealthStates(t *testing.T) {
 // is what moves Envoy off.
 func TestDrainWaitsForInFlightAndServesNew(t *testing.T) {
 	tickets := make(chan *ticket, 4)
-	e := startServer(t, ticketRouter(tickets), server.Config{})
+	e := startServer(t, ticketDecider(tickets), server.Config{})
 	e.srv.SetServing()
 	h := e.harness(t, envoyharness.DefaultConfig())
 	x := mustStart(t, h, &envoyharness.Request{Method: "POST", Body: []byte("{}")})
@@ -95,7 +95,7 @@ func TestDrainWaitsForInFlightAndServesNew(t *testing.T) {
 }
 
 func TestDrainDeadline(t *testing.T) {
-	e := startServer(t, staticRouter(server.Decision{Endpoint: "10.0.0.1:8000"}), server.Config{})
+	e := startServer(t, staticDecider(server.Decision{Endpoint: "10.0.0.1:8000"}), server.Config{})
 	x := mustStart(t, e.harness(t, envoyharness.DefaultConfig()), &envoyharness.Request{})
 	mustForward(t, x)
 	ctx, cancel := context.WithCancel(context.Background())

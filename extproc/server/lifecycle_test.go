@@ -10,8 +10,8 @@ import (
 	"github.com/kvgate/kvgate/extproc/server"
 )
 
-func ticketRouter(tickets chan *ticket) *fakeRouter {
-	return &fakeRouter{fn: func(context.Context, *server.Request) (*server.Decision, *server.RouteError) {
+func ticketDecider(tickets chan *ticket) *fakeDecider {
+	return &fakeDecider{fn: func(context.Context, *server.Request) (*server.Decision, *server.RouteError) {
 		tk := newTicket()
 		tickets <- tk
 		return &server.Decision{Endpoint: "10.0.0.1:8000", Ticket: tk}, nil
@@ -23,7 +23,7 @@ func ticketRouter(tickets chan *ticket) *fakeRouter {
 func TestCancelBeforeRoutingFinishesNothing(t *testing.T) {
 	for _, point := range []envoyharness.CancelPoint{envoyharness.CancelAfterHeaders, envoyharness.CancelMidBody} {
 		tickets := make(chan *ticket, 4)
-		r := ticketRouter(tickets)
+		r := ticketDecider(tickets)
 		e := startServer(t, r, server.Config{})
 		x := mustStart(t, e.harness(t, envoyharness.DefaultConfig()), &envoyharness.Request{
 			Method: "POST", Body: make([]byte, 8000), ChunkSize: 1000, Cancel: point,
@@ -132,7 +132,7 @@ func TestFinishExactlyOnceAtEveryPhase(t *testing.T) {
 			}
 			t.Run(m.name+"/"+p.name, func(t *testing.T) {
 				tickets := make(chan *ticket, 4)
-				e := startServer(t, ticketRouter(tickets), server.Config{})
+				e := startServer(t, ticketDecider(tickets), server.Config{})
 				x := mustStart(t, e.harness(t, m.cfg), &envoyharness.Request{Method: "POST", Body: []byte(`{"prompt":"x"}`)})
 				mustForward(t, x)
 				tk := <-tickets
@@ -158,7 +158,7 @@ func TestFinishExactlyOnceAtEveryPhase(t *testing.T) {
 func TestCancelDuringRouting(t *testing.T) {
 	entered := make(chan struct{})
 	tk := newTicket()
-	r := &fakeRouter{fn: func(ctx context.Context, _ *server.Request) (*server.Decision, *server.RouteError) {
+	r := &fakeDecider{fn: func(ctx context.Context, _ *server.Request) (*server.Decision, *server.RouteError) {
 		close(entered)
 		<-ctx.Done()
 		return &server.Decision{Endpoint: "10.0.0.1:8000", Ticket: tk}, nil
@@ -188,7 +188,7 @@ func TestServedEndpointReported(t *testing.T) {
 	tk0 := newTicket()
 	tickets := make(chan *ticket, 1)
 	tickets <- tk0
-	e := startServer(t, &fakeRouter{fn: func(context.Context, *server.Request) (*server.Decision, *server.RouteError) {
+	e := startServer(t, &fakeDecider{fn: func(context.Context, *server.Request) (*server.Decision, *server.RouteError) {
 		return &server.Decision{Endpoint: "10.0.0.1:8000", Fallbacks: []string{"10.0.0.2:8000"}, Ticket: tk0}, nil
 	}}, server.Config{})
 	x := mustStart(t, e.harness(t, envoyharness.DefaultConfig()), &envoyharness.Request{})
@@ -211,7 +211,7 @@ func TestServedEndpointReported(t *testing.T) {
 // ORIGINAL_DST reports no served host; the ticket never hears one.
 func TestServedEndpointNotInventedForOriginalDst(t *testing.T) {
 	tickets := make(chan *ticket, 1)
-	e := startServer(t, ticketRouter(tickets), server.Config{SingleDestination: true})
+	e := startServer(t, ticketDecider(tickets), server.Config{SingleDestination: true})
 	x := mustStart(t, e.harness(t, envoyharness.MustShipped("envoy-original-dst.yaml")), &envoyharness.Request{})
 	f := mustForward(t, x)
 	tk := <-tickets
@@ -241,7 +241,7 @@ func TestResponseBodyModeNone(t *testing.T) {
 	cfg.ResponseBodyMode = filterv3.ProcessingMode_NONE
 	for _, closeCleanly := range []bool{true, false} {
 		tickets := make(chan *ticket, 1)
-		e := startServer(t, ticketRouter(tickets), server.Config{})
+		e := startServer(t, ticketDecider(tickets), server.Config{})
 		x := mustStart(t, e.harness(t, cfg), &envoyharness.Request{Method: "POST", Body: []byte("{}")})
 		mustForward(t, x)
 		tk := <-tickets

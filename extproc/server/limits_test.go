@@ -15,6 +15,7 @@ import (
 
 	"github.com/kvgate/kvgate/e2e/envoyharness"
 	"github.com/kvgate/kvgate/extproc/server"
+	"github.com/kvgate/kvgate/internal/testkit/poll"
 )
 
 // rawStream is an ext_proc stream driven message by message, for clients
@@ -64,22 +65,11 @@ func (r *rawStream) immediate(t *testing.T) *extprocv3.ImmediateResponse {
 	}
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(hangGuard)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("never: %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 // The buffer budget is shared by every stream: large bodies that never
 // end are refused (503, retry-after) once they hold three quarters of it,
 // and small requests are still routed meanwhile.
 func TestBufferBudgetRefusesLargeBodiesNotSmallOnes(t *testing.T) {
-	e := startServer(t, staticRouter(server.Decision{Endpoint: "10.0.0.1:8000"}),
+	e := startServer(t, staticDecider(server.Decision{Endpoint: "10.0.0.1:8000"}),
 		server.Config{MaxBodyBytes: 1 << 20, BufferBudgetBytes: 2 << 20, RequestIdleTimeout: hangGuard, RequestTimeout: hangGuard})
 	piece := bytes.Repeat([]byte("a"), 64<<10)
 	var open []*rawStream
@@ -92,7 +82,7 @@ func TestBufferBudgetRefusesLargeBodiesNotSmallOnes(t *testing.T) {
 			}
 		}
 	}
-	waitFor(t, "a large body refused", func() bool { return e.srv.Stats().LimitHits["buffer_budget"] > 0 })
+	poll.True(t, "a large body refused", hangGuard, func() bool { return e.srv.Stats().LimitHits["buffer_budget"] > 0 })
 	// Two bodies take the large share (2 × 640 KiB past their small
 	// allowance of 256 KiB, of 1.5 MiB); the third cannot.
 	if ir := open[2].immediate(t); ir.GetStatus().GetCode() != http.StatusServiceUnavailable ||
@@ -108,13 +98,13 @@ func TestBufferBudgetRefusesLargeBodiesNotSmallOnes(t *testing.T) {
 	for _, r := range open {
 		r.cancel()
 	}
-	waitFor(t, "the budget released", func() bool { return e.srv.Stats().BufferedBytes == 0 })
+	poll.True(t, "the budget released", hangGuard, func() bool { return e.srv.Stats().BufferedBytes == 0 })
 }
 
 // Bookkeeping per chunk is O(1): 20,000 one-byte chunks hold the body's
 // bytes (in a buffer that grows by doubling), not a record per chunk.
 func TestOneByteChunksCostNoPerChunkMemory(t *testing.T) {
-	e := startServer(t, staticRouter(server.Decision{Endpoint: "10.0.0.1:8000"}), server.Config{RequestIdleTimeout: hangGuard, RequestTimeout: hangGuard})
+	e := startServer(t, staticDecider(server.Decision{Endpoint: "10.0.0.1:8000"}), server.Config{RequestIdleTimeout: hangGuard, RequestTimeout: hangGuard})
 	r := openRaw(t, e)
 	const n = 20_000
 	for range n {
@@ -124,7 +114,7 @@ func TestOneByteChunksCostNoPerChunkMemory(t *testing.T) {
 	}
 	// The last chunk has been taken once the reservation stops growing;
 	// 32 KiB (the doubled buffer) plus the headers is all it may hold.
-	waitFor(t, "the chunks received", func() bool { return e.srv.Stats().BufferedBytes >= n })
+	poll.True(t, "the chunks received", hangGuard, func() bool { return e.srv.Stats().BufferedBytes >= n })
 	if used := e.srv.Stats().BufferedBytes; used > 2*n+8192 {
 		t.Fatalf("%d bytes reserved for a %d-byte body in 1-byte chunks", used, n)
 	}
@@ -137,7 +127,7 @@ func TestOneByteChunksCostNoPerChunkMemory(t *testing.T) {
 // request_timeout, gets 408 and its memory back.
 func TestRequestDeadlines(t *testing.T) {
 	t.Run("idle", func(t *testing.T) {
-		e := startServer(t, staticRouter(server.Decision{Endpoint: "10.0.0.1:8000"}), server.Config{RequestIdleTimeout: 100 * time.Millisecond, RequestTimeout: hangGuard})
+		e := startServer(t, staticDecider(server.Decision{Endpoint: "10.0.0.1:8000"}), server.Config{RequestIdleTimeout: 100 * time.Millisecond, RequestTimeout: hangGuard})
 		r := openRaw(t, e)
 		if err := r.chunk([]byte(`{"prompt":`)); err != nil {
 			t.Fatal(err)
@@ -146,12 +136,12 @@ func TestRequestDeadlines(t *testing.T) {
 		if ir.GetStatus().GetCode() != http.StatusRequestTimeout || !strings.Contains(string(ir.GetBody()), "no request data for 100ms") {
 			t.Fatalf("%v %s", ir.GetStatus(), ir.GetBody())
 		}
-		waitFor(t, "released", func() bool {
+		poll.True(t, "released", hangGuard, func() bool {
 			return e.srv.Stats().BufferedBytes == 0 && e.srv.Stats().LimitHits["request_idle_timeout"] == 1
 		})
 	})
 	t.Run("total", func(t *testing.T) {
-		e := startServer(t, staticRouter(server.Decision{Endpoint: "10.0.0.1:8000"}), server.Config{RequestIdleTimeout: time.Second, RequestTimeout: 300 * time.Millisecond})
+		e := startServer(t, staticDecider(server.Decision{Endpoint: "10.0.0.1:8000"}), server.Config{RequestIdleTimeout: time.Second, RequestTimeout: 300 * time.Millisecond})
 		r := openRaw(t, e)
 		stop := make(chan struct{})
 		go func() {
@@ -175,7 +165,7 @@ func TestRequestDeadlines(t *testing.T) {
 	t.Run("router", func(t *testing.T) {
 		// A router that ignores nothing but its context: the request
 		// deadline bounds it too, and the client gets 504.
-		r := &fakeRouter{fn: func(ctx context.Context, _ *server.Request) (*server.Decision, *server.RouteError) {
+		r := &fakeDecider{fn: func(ctx context.Context, _ *server.Request) (*server.Decision, *server.RouteError) {
 			<-ctx.Done()
 			return nil, &server.RouteError{Status: 503}
 		}}
@@ -189,9 +179,9 @@ func TestRequestDeadlines(t *testing.T) {
 
 // Beyond max_open streams a new one gets 503 at once.
 func TestMaxOpenStreams(t *testing.T) {
-	e := startServer(t, staticRouter(server.Decision{Endpoint: "10.0.0.1:8000"}), server.Config{MaxOpenStreams: 1, RequestIdleTimeout: hangGuard, RequestTimeout: hangGuard})
+	e := startServer(t, staticDecider(server.Decision{Endpoint: "10.0.0.1:8000"}), server.Config{MaxOpenStreams: 1, RequestIdleTimeout: hangGuard, RequestTimeout: hangGuard})
 	first := openRaw(t, e)
-	waitFor(t, "the first stream open", func() bool { return e.srv.Stats().StreamsActive == 1 })
+	poll.True(t, "the first stream open", hangGuard, func() bool { return e.srv.Stats().StreamsActive == 1 })
 	second := openRaw(t, e)
 	if ir := second.immediate(t); ir.GetStatus().GetCode() != http.StatusServiceUnavailable || !strings.Contains(string(ir.GetBody()), "limit of 1 requests") {
 		t.Fatalf("%v %s", ir.GetStatus(), ir.GetBody())
@@ -200,14 +190,14 @@ func TestMaxOpenStreams(t *testing.T) {
 		t.Errorf("refused stream ended with %v, want a clean end", err)
 	}
 	first.cancel()
-	waitFor(t, "stats", func() bool { return e.srv.Stats().StreamsRefused == 1 })
+	poll.True(t, "stats", hangGuard, func() bool { return e.srv.Stats().StreamsRefused == 1 })
 }
 
 // A stream past max_duration ends cleanly: Envoy carries on unprocessed
 // (ext_proc.cc onGrpcClose) and kvgate's ticket ends as a timeout.
 func TestMaxStreamDurationEndsCleanly(t *testing.T) {
 	tickets := make(chan *ticket, 1)
-	e := startServer(t, ticketRouter(tickets), server.Config{MaxStreamDuration: 300 * time.Millisecond, RequestTimeout: 200 * time.Millisecond, RequestIdleTimeout: 100 * time.Millisecond})
+	e := startServer(t, ticketDecider(tickets), server.Config{MaxStreamDuration: 300 * time.Millisecond, RequestTimeout: 200 * time.Millisecond, RequestIdleTimeout: 100 * time.Millisecond})
 	x := mustStart(t, e.harness(t, envoyharness.DefaultConfig()), &envoyharness.Request{Method: "POST", Body: []byte("{}")})
 	mustForward(t, x)
 	tk := <-tickets
@@ -236,7 +226,7 @@ func TestMaxStreamDurationEndsCleanly(t *testing.T) {
 // a client cancel nor a known end, and counts as unobserved.
 func TestResponseSkipIsUnobservedNotCancelled(t *testing.T) {
 	tickets := make(chan *ticket, 1)
-	e := startServer(t, ticketRouter(tickets), server.Config{})
+	e := startServer(t, ticketDecider(tickets), server.Config{})
 	cfg := envoyharness.MustShipped("envoy-buffered-failopen.yaml")
 	cfg.MessageTimeout = hangGuard
 	x := mustStart(t, e.harness(t, cfg), &envoyharness.Request{Method: "POST", Body: []byte("{}")})
@@ -255,7 +245,7 @@ func TestResponseSkipIsUnobservedNotCancelled(t *testing.T) {
 // strings exactly); the served endpoint comes back in the router's.
 func TestEndpointsCanonicalServedInRoutersSpelling(t *testing.T) {
 	tk := newTicket()
-	r := &fakeRouter{fn: func(context.Context, *server.Request) (*server.Decision, *server.RouteError) {
+	r := &fakeDecider{fn: func(context.Context, *server.Request) (*server.Decision, *server.RouteError) {
 		return &server.Decision{Endpoint: "[0:0:0:0:0:0:0:1]:8000", Fallbacks: []string{"[FD00:0::3]:8000"}, Ticket: tk}, nil
 	}}
 	e := startServer(t, r, server.Config{})
@@ -283,7 +273,7 @@ func TestEndpointsCanonicalServedInRoutersSpelling(t *testing.T) {
 // A host name never reaches Envoy: ORIGINAL_DST cannot parse one and
 // override_host would never find it.
 func TestHostnameDecisionRefused(t *testing.T) {
-	e := startServer(t, staticRouter(server.Decision{Endpoint: "localhost:8001"}), server.Config{})
+	e := startServer(t, staticDecider(server.Decision{Endpoint: "localhost:8001"}), server.Config{})
 	x := mustStart(t, e.harness(t, envoyharness.DefaultConfig()), &envoyharness.Request{Method: "POST", Body: []byte("{}")})
 	if x.Local == nil || x.Local.Status != 500 {
 		t.Fatalf("local %+v", x.Local)
@@ -297,7 +287,7 @@ func TestHostnameDecisionRefused(t *testing.T) {
 // is only a hint: a body longer or shorter than declared, a length past the
 // body limit or one that is not a number, still arrives whole and unchanged.
 func TestDeclaredLengthIsOnlyAHint(t *testing.T) {
-	r := staticRouter(server.Decision{Endpoint: "10.0.0.1:8000"})
+	r := staticDecider(server.Decision{Endpoint: "10.0.0.1:8000"})
 	e := startServer(t, r, server.Config{MaxBodyBytes: 64 << 10})
 	h := e.harness(t, envoyharness.DefaultConfig())
 	body := make([]byte, 20_000)
@@ -309,10 +299,15 @@ func TestDeclaredLengthIsOnlyAHint(t *testing.T) {
 		if declared != "" {
 			req.Headers = []envoyharness.Header{{Name: "content-length", Value: declared}}
 		}
-		f := mustForward(t, mustStart(t, h, req))
+		x := mustStart(t, h, req)
+		f := mustForward(t, x)
 		if !bytes.Equal(f.Body, body) {
 			t.Errorf("content-length %q: forwarded %d bytes, not the %d-byte body", declared, len(f.Body), len(body))
 		}
+		// End the stream here: left to mustStart's context it would close
+		// only at hangGuard, the very deadline waitIdle waits for.
+		x.Cancel()
+		<-x.Done()
 	}
 	e.waitIdle(t)
 	if used := e.srv.Stats().BufferedBytes; used != 0 {

@@ -88,7 +88,7 @@ func TestMalformedSequencesEndWithInvalidArgument(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			e := startServer(t, staticRouter(server.Decision{Endpoint: "10.0.0.1:8000"}), server.Config{})
+			e := startServer(t, staticDecider(server.Decision{Endpoint: "10.0.0.1:8000"}), server.Config{})
 			err := runRaw(t, e, c.msgs...)
 			if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("err = %v, want InvalidArgument containing %q", err, c.want)
@@ -101,7 +101,7 @@ func TestMalformedSequencesEndWithInvalidArgument(t *testing.T) {
 }
 
 func TestMalformedSubsetHint(t *testing.T) {
-	e := startServer(t, staticRouter(server.Decision{Endpoint: "10.0.0.1:8000"}), server.Config{})
+	e := startServer(t, staticDecider(server.Decision{Endpoint: "10.0.0.1:8000"}), server.Config{})
 	m := fdHeaders(true)
 	m.MetadataContext = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{
 		"envoy.lb.subset_hint": {Fields: map[string]*structpb.Value{"x-gateway-destination-endpoint-subset": structpb.NewNumberValue(3)}},
@@ -112,7 +112,7 @@ func TestMalformedSubsetHint(t *testing.T) {
 }
 
 func TestSubsetHintAsCommaString(t *testing.T) {
-	r := staticRouter(server.Decision{Endpoint: "10.0.0.1:8000"})
+	r := staticDecider(server.Decision{Endpoint: "10.0.0.1:8000"})
 	e := startServer(t, r, server.Config{})
 	m := fdHeaders(true)
 	m.MetadataContext = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{
@@ -127,7 +127,7 @@ func TestSubsetHintAsCommaString(t *testing.T) {
 // TestNoProtocolConfigUsesAssumedModes: an Envoy too old to send
 // protocol_config gets the configured assumption.
 func TestNoProtocolConfigUsesAssumedModes(t *testing.T) {
-	e := startServer(t, staticRouter(server.Decision{Endpoint: "10.0.0.1:8000"}), server.Config{AssumedRequestBodyMode: filterv3.ProcessingMode_BUFFERED})
+	e := startServer(t, staticDecider(server.Decision{Endpoint: "10.0.0.1:8000"}), server.Config{AssumedRequestBodyMode: filterv3.ProcessingMode_BUFFERED})
 	h := headersMsg(filterv3.ProcessingMode_BUFFERED, false)
 	h.ProtocolConfig = nil
 	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
@@ -156,7 +156,7 @@ func TestNoProtocolConfigUsesAssumedModes(t *testing.T) {
 // decision ends the stream and the ticket, once, as a stream error.
 func TestProtocolErrorAfterRoutingFinishesTicket(t *testing.T) {
 	tickets := make(chan *ticket, 1)
-	e := startServer(t, ticketRouter(tickets), server.Config{})
+	e := startServer(t, ticketDecider(tickets), server.Config{})
 	err := runRaw(t, e, fdHeaders(true), resHeaders(false), fdHeaders(false))
 	if status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("err %v", err)

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -21,14 +20,14 @@ import (
 // (gateway-api-inference-extension pkg/common/envoy BodyByteLimit).
 const MaxStreamedChunk = 62000
 
-// validateDecision checks what the router returned before it reaches Envoy:
+// validateDecision checks what the decider returned before it reaches Envoy:
 // Envoy routes only to literal addresses (ORIGINAL_DST parses one ip:port
 // with parseInternetAddressAndPortNoThrow; override_host looks hosts up by
 // address string) and rejects header names or values with invalid
 // characters (ext_proc mutation_utils.cc applyHeaderMutations).
 func validateDecision(d *Decision) error {
 	if d == nil {
-		return fmt.Errorf("router returned neither a decision nor an error")
+		return fmt.Errorf("decider returned neither a decision nor an error")
 	}
 	if _, err := envoyaddr.Parse(d.Endpoint); err != nil {
 		return fmt.Errorf("decision endpoint: %w", err)
@@ -102,12 +101,13 @@ func routingMutation(spoofed []string, d *Decision) *extprocv3.HeaderMutation {
 	// forbids two different values, and override_host may read either.
 	set := []*corev3.HeaderValueOption{setHeader(HeaderDestination, destinationValue(d))}
 	if d.Prefiller != "" {
+		// The llm-d routing sidecar beside the decode worker reads this header
+		// and writes each leg's body itself (llm-d-routing-sidecar,
+		// internal/proxy/connector_nixlv2.go, runNIXLProtocolV2: the prefill
+		// request gets kv_transfer_params {do_remote_decode: true}, stream
+		// false, max_tokens 1; the decode request the prefiller's answered
+		// kv_transfer_params), so the body leaves kvgate as the client sent it.
 		set = append(set, setHeader(HeaderPrefiller, d.Prefiller))
-	}
-	if d.MutatedBody != nil {
-		// The upstream must see the length of the body it will get; GIE's EPP
-		// rewrites Content-Length the same way when it mutates the body.
-		set = append(set, setHeader(headerContentLength, strconv.Itoa(len(d.MutatedBody))))
 	}
 	names := make([]string, 0, len(d.ExtraHeaders))
 	for k := range d.ExtraHeaders {

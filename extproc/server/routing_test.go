@@ -26,8 +26,8 @@ func modes() []modeCase {
 	}
 }
 
-func staticRouter(d server.Decision) *fakeRouter {
-	return &fakeRouter{fn: func(context.Context, *server.Request) (*server.Decision, *server.RouteError) {
+func staticDecider(d server.Decision) *fakeDecider {
+	return &fakeDecider{fn: func(context.Context, *server.Request) (*server.Decision, *server.RouteError) {
 		cp := d
 		return &cp, nil
 	}}
@@ -57,7 +57,7 @@ func TestRoutingHeadersAndMetadata(t *testing.T) {
 	body := bytes.Repeat([]byte(`{"model":"m","prompt":"hello"}`), 100)
 	for _, m := range modes() {
 		t.Run(m.name, func(t *testing.T) {
-			r := staticRouter(server.Decision{
+			r := staticDecider(server.Decision{
 				Endpoint:     "10.0.0.1:8000",
 				Fallbacks:    []string{"10.0.0.2:8000", "[fd00::3]:8000"},
 				Prefiller:    "10.0.0.9:8100",
@@ -119,7 +119,7 @@ func TestSpoofedRoutingHeadersNeverRouteOrSurvive(t *testing.T) {
 	for _, onHeader := range []bool{false, true} {
 		for _, m := range modes() {
 			t.Run(m.name+"/on_header="+strconv.FormatBool(onHeader), func(t *testing.T) {
-				r := staticRouter(server.Decision{Endpoint: "10.0.0.1:8000"})
+				r := staticDecider(server.Decision{Endpoint: "10.0.0.1:8000"})
 				e := startServer(t, r, server.Config{SingleDestination: onHeader})
 				cfg := m.cfg
 				if onHeader {
@@ -161,7 +161,7 @@ func TestSpoofedRoutingHeadersNeverRouteOrSurvive(t *testing.T) {
 func TestHeaderOnlyGETRoutedAtHeaders(t *testing.T) {
 	for _, m := range modes() {
 		t.Run(m.name, func(t *testing.T) {
-			r := staticRouter(server.Decision{Endpoint: "10.0.0.1:8000", MutatedBody: []byte("ignored")})
+			r := staticDecider(server.Decision{Endpoint: "10.0.0.1:8000"})
 			e := startServer(t, r, server.Config{})
 			x := mustStart(t, e.harness(t, m.cfg), &envoyharness.Request{Method: "GET", Path: "/v1/models"})
 			f := mustForward(t, x)
@@ -182,7 +182,7 @@ func TestHeaderOnlyGETRoutedAtHeaders(t *testing.T) {
 }
 
 func TestModesCounted(t *testing.T) {
-	r := staticRouter(server.Decision{Endpoint: "10.0.0.1:8000"})
+	r := staticDecider(server.Decision{Endpoint: "10.0.0.1:8000"})
 	e := startServer(t, r, server.Config{})
 	for _, m := range modes() {
 		mustForward(t, mustStart(t, e.harness(t, m.cfg), &envoyharness.Request{Method: "POST", Body: []byte("{}")}))
@@ -195,7 +195,7 @@ func TestModesCounted(t *testing.T) {
 func TestOversizeBodyGets413(t *testing.T) {
 	for _, m := range modes() {
 		t.Run(m.name, func(t *testing.T) {
-			r := staticRouter(server.Decision{Endpoint: "10.0.0.1:8000"})
+			r := staticDecider(server.Decision{Endpoint: "10.0.0.1:8000"})
 			e := startServer(t, r, server.Config{MaxBodyBytes: 4000})
 			x := mustStart(t, e.harness(t, m.cfg), &envoyharness.Request{Method: "POST", Body: make([]byte, 4001), ChunkSize: 512})
 			if x.Local == nil || x.Local.Status != 413 || x.Local.Cause != "immediate_response" {
@@ -222,7 +222,7 @@ func TestOversizeBodyGets413(t *testing.T) {
 		})
 	}
 	t.Run("exact_limit_accepted", func(t *testing.T) {
-		r := staticRouter(server.Decision{Endpoint: "10.0.0.1:8000"})
+		r := staticDecider(server.Decision{Endpoint: "10.0.0.1:8000"})
 		e := startServer(t, r, server.Config{MaxBodyBytes: 4000})
 		mustForward(t, mustStart(t, e.harness(t, envoyharness.DefaultConfig()), &envoyharness.Request{Method: "POST", Body: make([]byte, 4000), ChunkSize: 512}))
 	})
@@ -231,7 +231,7 @@ func TestOversizeBodyGets413(t *testing.T) {
 // TestOversize413BeforeEndOfBody shows the 413 comes as soon as the limit
 // is crossed, without waiting for (or holding) the rest of the body.
 func TestOversize413BeforeEndOfBody(t *testing.T) {
-	r := staticRouter(server.Decision{Endpoint: "10.0.0.1:8000"})
+	r := staticDecider(server.Decision{Endpoint: "10.0.0.1:8000"})
 	e := startServer(t, r, server.Config{MaxBodyBytes: 1000})
 	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 	defer cancel()
@@ -260,7 +260,7 @@ func TestRouteErrorBecomesImmediateResponse(t *testing.T) {
 	for _, m := range modes() {
 		t.Run(m.name, func(t *testing.T) {
 			want := []byte(`{"error":{"message":"shed","type":"rate_limit","param":null,"code":null}}`)
-			r := &fakeRouter{fn: func(context.Context, *server.Request) (*server.Decision, *server.RouteError) {
+			r := &fakeDecider{fn: func(context.Context, *server.Request) (*server.Decision, *server.RouteError) {
 				return nil, &server.RouteError{Status: 429, Body: want, Headers: map[string]string{"retry-after": "1", "content-type": "text/html"}}
 			}}
 			e := startServer(t, r, server.Config{})
@@ -277,7 +277,7 @@ func TestRouteErrorBecomesImmediateResponse(t *testing.T) {
 		})
 	}
 	t.Run("generated_body", func(t *testing.T) {
-		r := &fakeRouter{fn: func(context.Context, *server.Request) (*server.Decision, *server.RouteError) {
+		r := &fakeDecider{fn: func(context.Context, *server.Request) (*server.Decision, *server.RouteError) {
 			return nil, &server.RouteError{Status: 503}
 		}}
 		e := startServer(t, r, server.Config{})
@@ -291,25 +291,27 @@ func TestRouteErrorBecomesImmediateResponse(t *testing.T) {
 	})
 }
 
-func TestMutatedBodyReplacesAndRechunks(t *testing.T) {
-	mutated := bytes.Repeat([]byte("0123456789abcdef"), 200_000/16+1)
+// kvgate forwards the body as it came (the P/D sidecar, not kvgate, adds
+// kv_transfer_params); a body larger than one streamed chunk goes back cut
+// at MaxStreamedChunk.
+func TestLargeBodyForwardedUnchangedAndRechunked(t *testing.T) {
+	body := bytes.Repeat([]byte("0123456789abcdef"), 200_000/16+1)
 	for _, m := range modes() {
 		t.Run(m.name, func(t *testing.T) {
-			r := staticRouter(server.Decision{Endpoint: "10.0.0.1:8000", MutatedBody: mutated})
+			r := staticDecider(server.Decision{Endpoint: "10.0.0.1:8000"})
 			e := startServer(t, r, server.Config{})
 			x := mustStart(t, e.harness(t, m.cfg), &envoyharness.Request{
-				Method: "POST", Body: []byte(`{"a":1}`),
-				Headers: []envoyharness.Header{{Name: "content-length", Value: "7"}},
+				Method: "POST", Body: body, ChunkSize: 16 << 10,
+				Headers: []envoyharness.Header{{Name: "content-length", Value: strconv.Itoa(len(body))}},
 			})
 			f := mustForward(t, x)
-			if !bytes.Equal(f.Body, mutated) {
-				t.Fatalf("forwarded %d bytes, want the %d-byte mutated body", len(f.Body), len(mutated))
+			if !bytes.Equal(f.Body, body) {
+				t.Fatalf("forwarded %d bytes, want the %d-byte body unchanged", len(f.Body), len(body))
 			}
-			// BUFFERED: kvgate's content-length must match the new body
-			// (processor_state.cc validateContentLength). FULL_DUPLEX_STREAMED:
-			// Envoy removed the client's and ignores kvgate's (the upstream
-			// request is sent without one).
-			want := strconv.Itoa(len(mutated))
+			// BUFFERED: the client's content-length stays, true to the
+			// unchanged body. FULL_DUPLEX_STREAMED: Envoy removed it (the
+			// upstream request is sent without one).
+			want := strconv.Itoa(len(body))
 			if m.name == "full_duplex" {
 				want = ""
 			}
@@ -327,7 +329,7 @@ func TestMutatedBodyReplacesAndRechunks(t *testing.T) {
 					t.Errorf("streamed chunk of %d bytes", len(sb.GetBody()))
 				}
 			}
-			if m.name == "full_duplex" && chunks != (len(mutated)+server.MaxStreamedChunk-1)/server.MaxStreamedChunk {
+			if m.name == "full_duplex" && chunks != (len(body)+server.MaxStreamedChunk-1)/server.MaxStreamedChunk {
 				t.Errorf("%d streamed chunks", chunks)
 			}
 		})
@@ -335,7 +337,7 @@ func TestMutatedBodyReplacesAndRechunks(t *testing.T) {
 }
 
 func TestOriginalChunksPassThroughUnchanged(t *testing.T) {
-	r := staticRouter(server.Decision{Endpoint: "10.0.0.1:8000"})
+	r := staticDecider(server.Decision{Endpoint: "10.0.0.1:8000"})
 	e := startServer(t, r, server.Config{})
 	body := make([]byte, 10_300)
 	for i := range body {
@@ -366,7 +368,7 @@ func TestOriginalChunksPassThroughUnchanged(t *testing.T) {
 }
 
 func TestFullDuplexWithTrailers(t *testing.T) {
-	r := staticRouter(server.Decision{Endpoint: "10.0.0.1:8000"})
+	r := staticDecider(server.Decision{Endpoint: "10.0.0.1:8000"})
 	e := startServer(t, r, server.Config{})
 	body := bytes.Repeat([]byte("z"), 5000)
 	x := mustStart(t, e.harness(t, envoyharness.DefaultConfig()), &envoyharness.Request{
@@ -388,8 +390,8 @@ func TestFullDuplexWithTrailers(t *testing.T) {
 	})
 }
 
-func TestSubsetHintReachesRouter(t *testing.T) {
-	r := staticRouter(server.Decision{Endpoint: "10.0.0.1:8000"})
+func TestSubsetHintReachesDecider(t *testing.T) {
+	r := staticDecider(server.Decision{Endpoint: "10.0.0.1:8000"})
 	e := startServer(t, r, server.Config{})
 	h := e.harness(t, envoyharness.DefaultConfig())
 	mustForward(t, mustStart(t, h, &envoyharness.Request{SubsetHint: []string{"10.0.0.1:8000", "10.0.0.2:8000"}}))
@@ -415,7 +417,7 @@ func TestInvalidDecisionAnswered500(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			tk := newTicket()
 			d.Ticket = tk
-			e := startServer(t, staticRouter(d), server.Config{})
+			e := startServer(t, staticDecider(d), server.Config{})
 			x := mustStart(t, e.harness(t, envoyharness.DefaultConfig()), &envoyharness.Request{Method: "POST", Body: []byte("{}")})
 			if x.Local == nil || x.Local.Status != 500 {
 				t.Fatalf("local %+v", x.Local)
@@ -432,16 +434,16 @@ func TestInvalidDecisionAnswered500(t *testing.T) {
 }
 
 func TestRouterPanicAnswered500(t *testing.T) {
-	r := &fakeRouter{fn: func(context.Context, *server.Request) (*server.Decision, *server.RouteError) { panic("boom") }}
+	r := &fakeDecider{fn: func(context.Context, *server.Request) (*server.Decision, *server.RouteError) { panic("boom") }}
 	e := startServer(t, r, server.Config{})
 	x := mustStart(t, e.harness(t, envoyharness.DefaultConfig()), &envoyharness.Request{})
-	if x.Local == nil || x.Local.Status != 500 || e.srv.Stats().RouterPanics != 1 {
+	if x.Local == nil || x.Local.Status != 500 || e.srv.Stats().DeciderPanics != 1 {
 		t.Fatalf("local %+v stats %+v", x.Local, e.srv.Stats())
 	}
 }
 
 func TestTooManyHeadersGets431(t *testing.T) {
-	r := staticRouter(server.Decision{Endpoint: "10.0.0.1:8000"})
+	r := staticDecider(server.Decision{Endpoint: "10.0.0.1:8000"})
 	e := startServer(t, r, server.Config{MaxHeaderCount: 20})
 	var hs []envoyharness.Header
 	for i := range 20 {
@@ -460,7 +462,7 @@ func TestTooManyHeadersGets431(t *testing.T) {
 
 func TestOnDecisionHook(t *testing.T) {
 	var got []time.Duration
-	r := staticRouter(server.Decision{Endpoint: "10.0.0.1:8000"})
+	r := staticDecider(server.Decision{Endpoint: "10.0.0.1:8000"})
 	e := startServer(t, r, server.Config{OnDecision: func(d time.Duration) { got = append(got, d) }})
 	h := e.harness(t, envoyharness.DefaultConfig())
 	for _, req := range []*envoyharness.Request{{Method: "POST", Body: []byte("{}")}, {}} {
@@ -475,7 +477,7 @@ func TestOnDecisionHook(t *testing.T) {
 }
 
 func TestDebugHeaderOnResponse(t *testing.T) {
-	r := staticRouter(server.Decision{Endpoint: "10.0.0.1:8000", DebugHeader: "prefix=3/4 load=0.2"})
+	r := staticDecider(server.Decision{Endpoint: "10.0.0.1:8000", DebugHeader: "prefix=3/4 load=0.2"})
 	e := startServer(t, r, server.Config{})
 	x := mustStart(t, e.harness(t, envoyharness.DefaultConfig()), &envoyharness.Request{Headers: []envoyharness.Header{{Name: "x-kvgate-debug", Value: "1"}}})
 	mustForward(t, x)

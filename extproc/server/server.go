@@ -95,12 +95,12 @@ var DefaultConfig = Config{
 type Server struct {
 	extprocv3.UnimplementedExternalProcessorServer
 
-	router Router
-	cfg    Config
-	log    *slog.Logger
-	health *health.Server
-	c      counters
-	budget *bufferBudget
+	decider Decider
+	cfg     Config
+	log     *slog.Logger
+	health  *health.Server
+	c       counters
+	budget  *bufferBudget
 
 	mu       sync.Mutex
 	draining bool
@@ -109,13 +109,13 @@ type Server struct {
 	once     sync.Once
 }
 
-// New returns a server that asks router for every decision. Liveness is
+// New returns a server that asks decider for every decision. Liveness is
 // SERVING from the start; readiness (and "" and the ext_proc service) stays
 // NOT_SERVING until SetServing, so a gateway sends no traffic before the
-// caller says the router is ready.
-func New(router Router, cfg Config) (*Server, error) {
-	if router == nil {
-		return nil, fmt.Errorf("extproc server: nil router")
+// caller says the decider is ready.
+func New(decider Decider, cfg Config) (*Server, error) {
+	if decider == nil {
+		return nil, fmt.Errorf("extproc server: nil decider")
 	}
 	d := DefaultConfig
 	if cfg.MaxBodyBytes < 0 || cfg.MaxHeaderCount < 0 || cfg.MaxHeaderBytes < 0 || cfg.BufferBudgetBytes < 0 ||
@@ -164,7 +164,7 @@ func New(router Router, cfg Config) (*Server, error) {
 	if cfg.BufferBudgetBytes < int64(cfg.MaxBodyBytes) {
 		return nil, fmt.Errorf("extproc server: buffer budget %d is below the body limit %d", cfg.BufferBudgetBytes, cfg.MaxBodyBytes)
 	}
-	s := &Server{router: router, cfg: cfg, log: log, health: health.NewServer(), drained: make(chan struct{}),
+	s := &Server{decider: decider, cfg: cfg, log: log, health: health.NewServer(), drained: make(chan struct{}),
 		budget: newBufferBudget(cfg.BufferBudgetBytes)}
 	s.health.SetServingStatus(HealthLiveness, healthpb.HealthCheckResponse_SERVING)
 	s.setReady(healthpb.HealthCheckResponse_NOT_SERVING)

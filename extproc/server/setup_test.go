@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -16,20 +17,21 @@ import (
 
 	"github.com/kvgate/kvgate/e2e/envoyharness"
 	"github.com/kvgate/kvgate/extproc/server"
+	"github.com/kvgate/kvgate/internal/testkit/poll"
 )
 
 // hangGuard bounds every wait in these tests so a bug shows as a failure,
 // not a hung test binary; it is not a performance assertion.
 const hangGuard = 20 * time.Second
 
-// fakeRouter answers from a function and records what it was asked.
-type fakeRouter struct {
+// fakeDecider answers from a function and records what it was asked.
+type fakeDecider struct {
 	mu    sync.Mutex
 	calls []server.Request
 	fn    func(ctx context.Context, req *server.Request) (*server.Decision, *server.RouteError)
 }
 
-func (f *fakeRouter) Route(ctx context.Context, req *server.Request) (*server.Decision, *server.RouteError) {
+func (f *fakeDecider) Decide(ctx context.Context, req *server.Request) (*server.Decision, *server.RouteError) {
 	f.mu.Lock()
 	cp := *req
 	cp.Body = append([]byte(nil), req.Body...)
@@ -41,7 +43,7 @@ func (f *fakeRouter) Route(ctx context.Context, req *server.Request) (*server.De
 	return f.fn(ctx, req)
 }
 
-func (f *fakeRouter) seen() []server.Request {
+func (f *fakeDecider) seen() []server.Request {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return append([]server.Request(nil), f.calls...)
@@ -82,7 +84,7 @@ type env struct {
 	addr string
 }
 
-func startServer(tb testing.TB, r server.Router, cfg server.Config) *env {
+func startServer(tb testing.TB, r server.Decider, cfg server.Config) *env {
 	tb.Helper()
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -126,13 +128,12 @@ func (e *env) harness(tb testing.TB, cfg envoyharness.Config) *envoyharness.Harn
 // afterwards are final.
 func (e *env) waitIdle(tb testing.TB) {
 	tb.Helper()
-	deadline := time.Now().Add(hangGuard)
-	for e.srv.Stats().StreamsActive != 0 {
-		if time.Now().After(deadline) {
-			tb.Fatalf("server still has %d open streams", e.srv.Stats().StreamsActive)
+	poll.Until(tb, "every stream to close", hangGuard, func() error {
+		if n := e.srv.Stats().StreamsActive; n != 0 {
+			return fmt.Errorf("server still has %d open streams", n)
 		}
-		time.Sleep(2 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // bufferedConfig is envoy.yaml with BUFFERED request and STREAMED

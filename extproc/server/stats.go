@@ -20,7 +20,7 @@ type Stats struct {
 	// seen appear).
 	ImmediateResponses map[int]uint64
 	ProtocolErrors     uint64 // streams ended with a gRPC error for a bad message sequence or content
-	RouterPanics       uint64 // Route calls that panicked (answered 500)
+	DeciderPanics      uint64 // Decide calls that panicked (answered 500)
 	InvalidDecisions   uint64 // decisions rejected by validation (answered 500)
 	BufferedBytes      int64  // request bytes held against the buffer budget now
 	// LimitHits counts requests stopped by a stream limit, by limit name
@@ -41,12 +41,12 @@ const (
 var limitNames = [numLimits]string{"buffer_budget", "request_idle_timeout", "request_timeout", "max_duration"}
 
 type counters struct {
-	streamsStarted, refusedOpen                atomic.Uint64
-	streamsActive                              atomic.Int64
-	fullDuplex, buffered, headerOnly, routed   atomic.Uint64
-	protocolErrors, routerPanics, badDecisions atomic.Uint64
-	limitHits                                  [numLimits]atomic.Uint64
-	immediate                                  [600]atomic.Uint64 // index: HTTP status
+	streamsStarted, refusedOpen                 atomic.Uint64
+	streamsActive                               atomic.Int64
+	fullDuplex, buffered, headerOnly, routed    atomic.Uint64
+	protocolErrors, deciderPanics, badDecisions atomic.Uint64
+	limitHits                                   [numLimits]atomic.Uint64
+	immediate                                   [600]atomic.Uint64 // index: HTTP status
 }
 
 // Stats returns a snapshot of the counters.
@@ -62,7 +62,7 @@ func (s *Server) Stats() Stats {
 		Routed:             c.routed.Load(),
 		ImmediateResponses: map[int]uint64{},
 		ProtocolErrors:     c.protocolErrors.Load(),
-		RouterPanics:       c.routerPanics.Load(),
+		DeciderPanics:      c.deciderPanics.Load(),
 		InvalidDecisions:   c.badDecisions.Load(),
 		BufferedBytes:      s.budget.inUse(),
 		LimitHits:          map[string]uint64{},

@@ -70,8 +70,8 @@ type streamState struct {
 	debugHeader string
 	finished    bool
 	served      bool
-	// sent maps each endpoint sent to Envoy (canonical) to the router's
-	// spelling of it, so the served endpoint is reported as the router
+	// sent maps each endpoint sent to Envoy (canonical) to the decider's
+	// spelling of it, so the served endpoint is reported as the decider
 	// knows it.
 	sent map[string]string
 
@@ -323,9 +323,6 @@ func (st *streamState) onRequestHeaders(msg *extprocv3.ProcessingRequest, h *ext
 		if err != nil {
 			return err
 		}
-		// A headers response can replace the body only with
-		// CONTINUE_AND_REPLACE; a request without a body keeps none.
-		d.MutatedBody = nil
 		c := &extprocv3.CommonResponse{HeaderMutation: routingMutation(st.spoofed, d), ClearRouteCache: true}
 		if err := st.send(requestHeadersResponse(c, destinationMetadata(d))); err != nil {
 			return err
@@ -375,9 +372,6 @@ func (st *streamState) onRequestBody(b *extprocv3.HttpBody) error {
 			return err
 		}
 		c := &extprocv3.CommonResponse{HeaderMutation: routingMutation(st.spoofed, d), ClearRouteCache: true}
-		if d.MutatedBody != nil {
-			c.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: d.MutatedBody}}
-		}
 		if err := st.send(requestBodyResponse(c, destinationMetadata(d))); err != nil {
 			return err
 		}
@@ -469,10 +463,9 @@ func (st *streamState) onRequestTrailers() error {
 	return st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{RequestTrailers: &extprocv3.TrailersResponse{}}})
 }
 
-// routeFullDuplex answers the deferred headers, then re-emits the body as
-// StreamedBodyResponses cut at MaxStreamedChunk (the mutated body, if the
-// router replaced it). end marks the last chunk end_of_stream (false when
-// trailers follow).
+// routeFullDuplex answers the deferred headers, then re-emits the body, as
+// it came, in StreamedBodyResponses cut at MaxStreamedChunk. end marks the
+// last chunk end_of_stream (false when trailers follow).
 func (st *streamState) routeFullDuplex(end bool) error {
 	var body []byte
 	if st.gotBody {
@@ -490,16 +483,12 @@ func (st *streamState) routeFullDuplex(end bool) error {
 		return err
 	}
 	st.decided()
-	if !st.gotBody && d.MutatedBody == nil {
+	if !st.gotBody {
 		// Headers then trailers: Envoy sent no body, so none goes back.
 		st.releaseBody()
 		return nil
 	}
-	out := st.body
-	if d.MutatedBody != nil {
-		out = d.MutatedBody
-	}
-	chunks := appendChunks(nil, out)
+	chunks := appendChunks(nil, st.body)
 	for i, ch := range chunks {
 		if err := st.send(requestBodyResponse(streamedChunk(ch, end && i == len(chunks)-1), nil)); err != nil {
 			return err
@@ -509,18 +498,18 @@ func (st *streamState) routeFullDuplex(end bool) error {
 	return nil
 }
 
-// decide calls the router once and validates its answer; a rejection is
+// decide calls the decider once and validates its answer; a rejection is
 // sent as an ImmediateResponse and returned as errImmediate.
 func (st *streamState) decide(body []byte) (*Decision, error) {
 	st.req.Body = body
-	// The router's work is bounded by the request deadline too: Envoy
+	// The decider's work is bounded by the request deadline too: Envoy
 	// would wait for it forever in FULL_DUPLEX_STREAMED.
 	ctx, cancel := context.WithDeadline(st.ctx, st.started.Add(st.s.cfg.RequestTimeout))
 	defer cancel()
-	d, rerr, panicked := st.callRouter(ctx)
+	d, rerr, panicked := st.callDecider(ctx)
 	if panicked != nil {
-		st.s.c.routerPanics.Add(1)
-		st.s.log.Error("router panicked", "panic", panicked, "request_id", st.req.RequestID)
+		st.s.c.deciderPanics.Add(1)
+		st.s.log.Error("decider panicked", "panic", panicked, "request_id", st.req.RequestID)
 		return nil, st.immediate(http.StatusInternalServerError, errorJSON(http.StatusInternalServerError, "kvgate routing failed"), nil, "kvgate_router_panic")
 	}
 	if rerr == nil && d != nil {
@@ -541,7 +530,7 @@ func (st *streamState) decide(body []byte) (*Decision, error) {
 	}
 	if err := validateDecision(d); err != nil {
 		st.s.c.badDecisions.Add(1)
-		st.s.log.Error("router returned an invalid decision", "err", err, "request_id", st.req.RequestID)
+		st.s.log.Error("decider returned an invalid decision", "err", err, "request_id", st.req.RequestID)
 		st.finish(OutcomeStreamError)
 		return nil, st.immediate(http.StatusInternalServerError, errorJSON(http.StatusInternalServerError, "kvgate routing failed"), nil, "kvgate_invalid_decision")
 	}
@@ -552,7 +541,7 @@ func (st *streamState) decide(body []byte) (*Decision, error) {
 
 // canonicalize rewrites the decision's endpoints to the spelling Envoy's
 // host map uses (override_host looks hosts up exactly) and remembers the
-// router's own, to report the served endpoint back in it. With
+// decider's own, to report the served endpoint back in it. With
 // SingleDestination the fallbacks are dropped: ORIGINAL_DST would fail to
 // parse a list.
 func (st *streamState) canonicalize(d *Decision) {
@@ -583,13 +572,13 @@ func (st *streamState) canonicalize(d *Decision) {
 	}
 }
 
-func (st *streamState) callRouter(ctx context.Context) (d *Decision, rerr *RouteError, panicked any) {
+func (st *streamState) callDecider(ctx context.Context) (d *Decision, rerr *RouteError, panicked any) {
 	defer func() {
 		if p := recover(); p != nil {
 			d, rerr, panicked = nil, nil, p
 		}
 	}()
-	d, rerr = st.s.router.Route(ctx, &st.req)
+	d, rerr = st.s.decider.Decide(ctx, &st.req)
 	return d, rerr, nil
 }
 

@@ -7,7 +7,6 @@ import (
 	"github.com/kvgate/kvgate/extproc/loadview"
 	"github.com/kvgate/kvgate/extproc/server"
 	"github.com/kvgate/kvgate/internal/kvfleet"
-	"github.com/kvgate/kvgate/picker"
 )
 
 // ticket follows one routed request: it releases kvgate's load accounting
@@ -65,23 +64,9 @@ func (t *ticket) FirstByte() {
 	if t.uncached <= 0 || secs <= 0 {
 		return
 	}
-	r := t.router
-	w := t.servingWorker()
-	r.mu.Lock()
-	est := r.throughput[w]
-	if est == nil {
-		e, err := picker.NewThroughputEstimator(picker.DefaultThroughputAlpha, 0)
-		if err == nil {
-			est = &e
-			r.throughput[w] = est
-		}
-	}
-	if est != nil {
-		// Time to first byte bounds the prefill time from above (queueing
-		// and the network are in it too), so the estimate is conservative.
-		_ = est.Observe(t.uncached, secs)
-	}
-	r.mu.Unlock()
+	// Time to first byte bounds the prefill time from above (queueing and
+	// the network are in it too), so the estimate is conservative.
+	t.router.throughput.Observe(t.servingWorker(), t.uncached, secs)
 }
 
 // finishUnobserved ends a request whose response Envoy never showed

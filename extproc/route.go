@@ -1,0 +1,146 @@
+package extproc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/kvgate/kvgate/extproc/openai"
+	"github.com/kvgate/kvgate/extproc/preprocess"
+	"github.com/kvgate/kvgate/extproc/server"
+	"github.com/kvgate/kvgate/picker"
+)
+
+// Decide implements server.Decider. It is the README's request path, one
+// call per stage:
+//
+//	preprocess → match → gather → admit → pick → book
+//
+// The router holds no lock of its own and none is held across two stages.
+// Each piece of state guards itself, for one read or one write at a time:
+// the index (its backend's), the load view (loadview.View.mu: bookings),
+// the recent and pending credits (loadview.Recent.mu each: recorded
+// chains), the throughput estimates (loadview.Throughput.mu), the outlier
+// detector (outlierDetector.mu: ejections), the health checker
+// (healthChecker.mu: probe results), the engine metrics
+// (enginemetrics.Scraper.mu: samples), the decision log (decisionLog.mu:
+// its ring); the worker set and the peers' shared load are atomic pointers
+// swapped whole; each request draws from its own random source
+// (randsource.go).
+func (r *Router) Decide(ctx context.Context, req *server.Request) (*server.Decision, *server.RouteError) {
+	start := r.now()
+	res, rerr := r.preprocess(ctx, req)
+	if rerr != nil {
+		return nil, rerr
+	}
+	if res == nil {
+		return r.routeWithoutBody(req)
+	}
+	p := r.fleet.Load().pools[res.Model.Name]
+	if p == nil {
+		r.metrics.requests.WithLabelValues(res.Served, "no_worker").Inc()
+		return nil, routeError(http.StatusServiceUnavailable, fmt.Sprintf("no worker serves model %s", res.Served), "service_unavailable", "no_eligible_worker")
+	}
+	rnd := r.rand.get()
+	defer r.rand.put(rnd)
+
+	m := r.match(ctx, p, res.Sequence, start)
+	cands := r.gatherer.gather(p.workers, m, req.SubsetHint, r.now(), rnd)
+	if rerr := r.admit(res.Served, cands); rerr != nil {
+		return nil, rerr
+	}
+	c, rerr := r.pick(req, res, p, cands, rnd)
+	if rerr != nil {
+		return nil, rerr
+	}
+	now := r.now()
+	d := r.book(p, c, bookingFor(res, c), now)
+	r.record(req, res, c, d, now)
+	return d, nil
+}
+
+// preprocess parses, templates, tokenizes and hashes the body once
+// (extproc/preprocess). It returns nil and no error for a request kvgate
+// cannot key on a prompt (no body on a path without one, an unknown path):
+// routeWithoutBody routes those.
+func (r *Router) preprocess(ctx context.Context, req *server.Request) (*preprocess.Result, *server.RouteError) {
+	var res *preprocess.Result
+	var err error
+	chat, completion := strings.HasPrefix(req.Path, "/v1/chat/completions"), strings.HasPrefix(req.Path, "/v1/completions")
+	switch {
+	case req.Body == nil && req.Method == http.MethodPost && (chat || completion):
+		// A POST without a body (Envoy sends end_of_stream on the headers)
+		// is a request the engine would refuse: say so instead of routing it.
+		want := "prompt"
+		if chat {
+			want = "messages"
+		}
+		r.metrics.requests.WithLabelValues("", "bad_request").Inc()
+		return nil, routeError(http.StatusBadRequest, "request body is empty: want a JSON object with model and "+want, "invalid_request_error", "")
+	case req.Body == nil:
+		return nil, nil
+	case chat:
+		res, err = r.reg.ChatContext(ctx, req.Body)
+	case completion:
+		res, err = r.reg.CompletionContext(ctx, req.Body)
+	default:
+		return nil, nil
+	}
+	if err != nil {
+		var oe *openai.Error
+		if errors.Is(err, preprocess.ErrCancelled) {
+			// Nobody is left to answer: the stream's context ended.
+			r.metrics.requests.WithLabelValues("", "client_cancel").Inc()
+			return nil, routeError(http.StatusServiceUnavailable, "request cancelled", "service_unavailable", "")
+		}
+		if errors.As(err, &oe) {
+			r.metrics.requests.WithLabelValues("", outcomeFor(oe.Status)).Inc()
+			return nil, &server.RouteError{Status: oe.Status, Body: oe.JSON()}
+		}
+		r.metrics.requests.WithLabelValues("", "bad_request").Inc()
+		return nil, routeError(http.StatusBadRequest, err.Error(), "invalid_request_error", "")
+	}
+	if res.Approximate != "" {
+		r.metrics.approximate.Inc()
+		r.log.Debug("routing without a prefix key", "request_id", req.RequestID, "reason", res.Approximate)
+	}
+	return res, nil
+}
+
+// routeWithoutBody routes requests kvgate cannot key on a prompt (GET
+// /v1/models, header-only requests, unknown paths) to the least-loaded
+// eligible worker of the whole fleet: gather → pick → book, nothing to
+// match, admit or record.
+func (r *Router) routeWithoutBody(req *server.Request) (*server.Decision, *server.RouteError) {
+	rnd := r.rand.get()
+	defer r.rand.put(rnd)
+	p := &pool{workers: r.fleet.Load().all}
+	cands := r.gatherer.gather(p.workers, nil, req.SubsetHint, r.now(), rnd)
+	dec, err := picker.Pick(picker.Request{Stage: picker.StageAggregated, BlockSize: 1}, cands, r.pickConfig, rnd)
+	if err != nil || len(cands) == 0 {
+		r.metrics.requests.WithLabelValues("", "no_worker").Inc()
+		return nil, routeError(http.StatusServiceUnavailable, "no eligible worker", "service_unavailable", "no_eligible_worker")
+	}
+	d := r.book(p, choice{dec: dec, cands: cands}, booking{}, r.now())
+	r.metrics.requests.WithLabelValues("", "routed").Inc()
+	return d, nil
+}
+
+func routeError(status int, msg, typ, code string) *server.RouteError {
+	e := &openai.Error{Status: status, Message: msg, Type: typ, Code: code}
+	return &server.RouteError{Status: status, Body: e.JSON()}
+}
+
+func outcomeFor(status int) string {
+	switch status {
+	case http.StatusNotFound:
+		return "unknown_model"
+	case http.StatusRequestEntityTooLarge:
+		return "too_large"
+	case http.StatusServiceUnavailable:
+		return "preprocess_timeout"
+	}
+	return "bad_request"
+}
