@@ -23,6 +23,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/kvgate/kvgate/extproc/envoyaddr"
+	"github.com/kvgate/kvgate/internal/kvfleet"
 	"github.com/kvgate/kvgate/internal/yamlconf"
 )
 
@@ -258,7 +259,7 @@ type Indexer struct {
 
 // EventsBindMode is the engines[].events value of an engine that connects
 // to indexer.events_bind instead of being dialed.
-const EventsBindMode = "bind"
+const EventsBindMode = kvfleet.EventsBindMode
 
 // EventsBindAllowPrefixes parses indexer.events_bind_allow (validated).
 func (x Indexer) EventsBindAllowPrefixes() ([]netip.Prefix, error) {
@@ -655,10 +656,8 @@ func (c *Config) Validate() error {
 		} else if e.Replay != "" {
 			return fmt.Errorf("%s.replay: set without events", p)
 		}
-		switch e.Role {
-		case "", "both", "prefill", "decode":
-		default:
-			return fmt.Errorf("%s.role: %q is not one of both, prefill, decode", p, e.Role)
+		if _, err := kvfleet.ParseRole(e.Role); err != nil {
+			return fmt.Errorf("%s.role: %w", p, err)
 		}
 		if e.Replay != "" {
 			if _, _, err := ZMQEndpoint(e.Replay, 0); err != nil {

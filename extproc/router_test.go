@@ -337,8 +337,10 @@ func (failingIndex) Match(context.Context, []uint64) (kvindex.Match, error) {
 
 func defaultHarnessConfig() envoyharness.Config { return envoyharness.DefaultConfig() }
 
-func memberAt(endpoint string) Member {
-	return Member{Worker: picker.Worker{ID: kvfleet.WorkerID{Endpoint: endpoint}, Endpoint: endpoint, Role: picker.RoleBoth}, Model: "qwen3"}
+func memberAt(endpoint string) kvfleet.Worker {
+	// Events makes it an exact (not approximate) worker, as the members
+	// these tests were written against; nothing dials it.
+	return kvfleet.Worker{ID: kvfleet.WorkerID{Endpoint: endpoint}, Model: "qwen3", Role: kvfleet.RoleBoth, Events: "tcp://127.0.0.1:1"}
 }
 
 // A request kvgate cannot tokenize exactly (an image part: its placeholder

@@ -293,9 +293,20 @@ func get(t *testing.T, url string, want int) string {
 	return string(b)
 }
 
-// Discovery changes the engine set at run time: a new engine is
+// workersOf expands engines as the configuration does (config.Config.Workers).
+func workersOf(t *testing.T, cfg config.Config, engines []config.Engine) []kvfleet.Worker {
+	t.Helper()
+	cfg.Engines = engines
+	ws, err := cfg.Workers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ws
+}
+
+// Discovery changes the worker set at run time: a new engine is
 // subscribed, a departed one's entries leave the kvindex.
-func TestServiceSetEngines(t *testing.T) {
+func TestServiceSetWorkers(t *testing.T) {
 	engines, cfg := startEngines(t, 2)
 	first := cfg
 	first.Engines = cfg.Engines[:1]
@@ -304,7 +315,7 @@ func TestServiceSetEngines(t *testing.T) {
 	engines[0].storeChain(t, seqTokens(1, 8), true)
 	waitBatches(t, svc, engines[:1])
 
-	if err := svc.SetEngines(context.Background(), cfg.Engines); err != nil {
+	if err := svc.SetWorkers(context.Background(), workersOf(t, cfg, cfg.Engines)); err != nil {
 		t.Fatal(err)
 	}
 	engines[1].storeChain(t, seqTokens(1, 4), true)
@@ -317,7 +328,7 @@ func TestServiceSetEngines(t *testing.T) {
 		t.Fatalf("match %v", m)
 	}
 
-	if err := svc.SetEngines(context.Background(), cfg.Engines[1:]); err != nil {
+	if err := svc.SetWorkers(context.Background(), workersOf(t, cfg, cfg.Engines[1:])); err != nil {
 		t.Fatal(err)
 	}
 	m, _ = idx.Match(context.Background(), chain(seqTokens(1, 8)))

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/kvgate/kvgate/internal/kvfleet"
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -18,7 +19,7 @@ var errNoModel = errors.New("no model label and no default model")
 // is kept as Draining so that its in-flight requests and cache state stay
 // known while it gets no new requests. Ready pods that cannot be used (no
 // model, bad role, no port) are returned in skipped with the reason.
-func workersFromPods(pods []*corev1.Pod, c KubernetesConfig) (ws []Worker, skipped []string) {
+func workersFromPods(pods []*corev1.Pod, c KubernetesConfig) (ws []kvfleet.Worker, skipped []string) {
 	// Deterministic order, so that when two pods claim the same ip:port
 	// (host-network pods on one node) the same one wins every time.
 	pods = slices.Clone(pods)

@@ -72,8 +72,8 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Target is where one worker's metrics are read.
-type Target struct {
+// target is where one worker's metrics are read (SetWorkers derives it).
+type target struct {
 	URL string // http://ip:port/metrics
 	// Model, when set, keeps only series whose model_name label (if any)
 	// equals it.
@@ -92,7 +92,7 @@ type Stats struct {
 	Oversize   int64 // page larger than MaxBodyBytes
 	Parse      int64 // not a valid text exposition, or a bad value
 	Missing    int64 // a worker's series absent from the page
-	BadTargets int64 // targets refused by SetTargets (bad URL)
+	BadTargets int64 // targets refused by SetWorkers (bad URL)
 }
 
 // Scraper polls workers' /metrics pages. Workers whose targets share a URL
@@ -102,7 +102,7 @@ type Scraper struct {
 	cfg Config
 
 	mu      sync.RWMutex
-	workers map[kvfleet.WorkerID]Target
+	workers map[kvfleet.WorkerID]target
 	byURL   map[string]map[kvfleet.WorkerID]string // URL → worker → model
 	samples map[kvfleet.WorkerID]Sample
 	changed chan struct{}
@@ -116,19 +116,32 @@ type Scraper struct {
 func New(cfg Config) *Scraper {
 	return &Scraper{
 		cfg:     cfg.withDefaults(),
-		workers: map[kvfleet.WorkerID]Target{},
+		workers: map[kvfleet.WorkerID]target{},
 		byURL:   map[string]map[kvfleet.WorkerID]string{},
 		samples: map[kvfleet.WorkerID]Sample{},
 		changed: make(chan struct{}, 1),
 	}
 }
 
-// SetTargets replaces the target set. Workers no longer listed, or whose
-// URL or model changed, lose their samples. Targets with a bad URL are left
-// out, counted, and reported in the error; the others are applied.
-func (s *Scraper) SetTargets(targets map[kvfleet.WorkerID]Target) error {
+// SetWorkers replaces the scraped set with workers: each is read at
+// http://<endpoint>/metrics (vLLM's and SGLang's API server serve it beside
+// the OpenAI routes) and keeps only its model's series. Data-parallel ranks
+// of one engine share the page. Workers no longer listed, or whose endpoint
+// or model changed, lose their samples; a worker whose URL is bad is left
+// out, counted, and reported in the error, the others applied.
+func (s *Scraper) SetWorkers(workers []kvfleet.Worker) error {
+	targets := make(map[kvfleet.WorkerID]target, len(workers))
+	for _, w := range workers {
+		targets[w.ID] = target{URL: "http://" + w.ID.Endpoint + "/metrics", Model: w.Model}
+	}
+	return s.setTargets(targets)
+}
+
+// setTargets replaces the target set (SetWorkers; tests give URLs of their
+// own servers directly).
+func (s *Scraper) setTargets(targets map[kvfleet.WorkerID]target) error {
 	var errs []error
-	good := make(map[kvfleet.WorkerID]Target, len(targets))
+	good := make(map[kvfleet.WorkerID]target, len(targets))
 	for w, t := range targets {
 		if err := checkURL(t.URL); err != nil {
 			errs = append(errs, fmt.Errorf("enginemetrics: target %s: %w", w, err))
@@ -199,7 +212,7 @@ func (s *Scraper) Stats() Stats {
 }
 
 // Run polls every target URL until ctx ends, one goroutine per URL, started
-// and stopped as SetTargets changes the set. A slow target delays only its
+// and stopped as SetWorkers changes the set. A slow target delays only its
 // own next scrape (ticks are dropped, never queued).
 func (s *Scraper) Run(ctx context.Context) {
 	var wg sync.WaitGroup

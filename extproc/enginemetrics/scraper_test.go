@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/internal/kvfleet"
+	"github.com/kvgate/kvgate/internal/testkit/poll"
 )
 
 // engine is a test /metrics server whose page can be swapped.
@@ -62,17 +63,11 @@ func runScraper(t *testing.T, cfg Config) *Scraper {
 	return s
 }
 
-// eventually polls cond until it holds; the deadline only bounds a broken
-// test and asserts nothing about speed.
+// eventually waits for cond (internal/testkit/poll); the deadline only
+// bounds a broken test and asserts nothing about speed.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	poll.True(t, what, 30*time.Second, cond)
 }
 
 func waitSample(t *testing.T, s *Scraper, w kvfleet.WorkerID, ok func(Sample) bool) Sample {
@@ -92,7 +87,7 @@ func TestScraperSharedDataParallelPage(t *testing.T) {
 	const model = "meta-llama/Llama-3.1-8B-Instruct"
 	w0 := kvfleet.WorkerID{Endpoint: "10.0.0.1:8000", DPRank: 0}
 	w1 := kvfleet.WorkerID{Endpoint: "10.0.0.1:8000", DPRank: 1}
-	if err := s.SetTargets(map[kvfleet.WorkerID]Target{w0: {URL: e.url(), Model: model}, w1: {URL: e.url(), Model: model}}); err != nil {
+	if err := s.setTargets(map[kvfleet.WorkerID]target{w0: {URL: e.url(), Model: model}, w1: {URL: e.url(), Model: model}}); err != nil {
 		t.Fatal(err)
 	}
 	s0 := waitSample(t, s, w0, func(Sample) bool { return true })
@@ -117,7 +112,7 @@ func TestScraperSGLangAndModelFilter(t *testing.T) {
 	good := kvfleet.WorkerID{Endpoint: "a:1"}
 	wrongModel := kvfleet.WorkerID{Endpoint: "b:1"}
 	other := newEngine(t, sglangPage)
-	if err := s.SetTargets(map[kvfleet.WorkerID]Target{
+	if err := s.setTargets(map[kvfleet.WorkerID]target{
 		good:       {URL: e.url(), Model: "Qwen/Qwen3-8B"},
 		wrongModel: {URL: other.url(), Model: "meta-llama/Llama-3.1-8B-Instruct"},
 	}); err != nil {
@@ -138,7 +133,7 @@ func TestScraperStaleness(t *testing.T) {
 	const stale = 3 * time.Second
 	s := runScraper(t, Config{Interval: 10 * time.Millisecond, Staleness: stale})
 	w := kvfleet.WorkerID{Endpoint: "a:1"}
-	if err := s.SetTargets(map[kvfleet.WorkerID]Target{w: {URL: e.url()}}); err != nil {
+	if err := s.setTargets(map[kvfleet.WorkerID]target{w: {URL: e.url()}}); err != nil {
 		t.Fatal(err)
 	}
 	got := waitSample(t, s, w, func(Sample) bool { return true })
@@ -148,7 +143,7 @@ func TestScraperStaleness(t *testing.T) {
 		t.Error("sample exactly at the staleness bound reported stale")
 	}
 	// Stop scraping so that At no longer moves, then look past the bound.
-	if err := s.SetTargets(nil); err != nil {
+	if err := s.setTargets(nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := s.Get(w, time.Now()); ok {
@@ -201,12 +196,12 @@ func TestScraperFailuresCounted(t *testing.T) {
 	l.Close()
 
 	s := runScraper(t, Config{Interval: 10 * time.Millisecond, Timeout: 50 * time.Millisecond, MaxBodyBytes: 1024})
-	targets := map[kvfleet.WorkerID]Target{}
+	targets := map[kvfleet.WorkerID]target{}
 	for i, path := range []string{"/slow", "/500", "/big", "/bigchunked", "/garbage", "/redirect"} {
-		targets[kvfleet.WorkerID{Endpoint: fmt.Sprintf("w%d:1", i)}] = Target{URL: srv.URL + path}
+		targets[kvfleet.WorkerID{Endpoint: fmt.Sprintf("w%d:1", i)}] = target{URL: srv.URL + path}
 	}
-	targets[kvfleet.WorkerID{Endpoint: "refused:1"}] = Target{URL: refused}
-	if err := s.SetTargets(targets); err != nil {
+	targets[kvfleet.WorkerID{Endpoint: "refused:1"}] = target{URL: refused}
+	if err := s.setTargets(targets); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "every failure reason", func() bool {
@@ -229,14 +224,14 @@ func TestScraperTargetChanges(t *testing.T) {
 	b := newEngine(t, sglangPage)
 	s := runScraper(t, Config{Interval: 10 * time.Millisecond})
 	w := kvfleet.WorkerID{Endpoint: "x:1"}
-	if err := s.SetTargets(map[kvfleet.WorkerID]Target{w: {URL: a.url()}}); err != nil {
+	if err := s.setTargets(map[kvfleet.WorkerID]target{w: {URL: a.url()}}); err != nil {
 		t.Fatal(err)
 	}
 	waitSample(t, s, w, func(x Sample) bool { return x.Running == 12 })
 
 	// The worker moves to another URL: its old sample is dropped at once and
 	// the new page's values arrive.
-	if err := s.SetTargets(map[kvfleet.WorkerID]Target{w: {URL: b.url()}}); err != nil {
+	if err := s.setTargets(map[kvfleet.WorkerID]target{w: {URL: b.url()}}); err != nil {
 		t.Fatal(err)
 	}
 	if x, ok := s.Get(w, time.Now()); ok && x.Running == 12 {
@@ -249,7 +244,7 @@ func TestScraperTargetChanges(t *testing.T) {
 
 	// Bad URLs are refused and counted; the good ones still apply.
 	w2 := kvfleet.WorkerID{Endpoint: "y:1"}
-	err := s.SetTargets(map[kvfleet.WorkerID]Target{
+	err := s.setTargets(map[kvfleet.WorkerID]target{
 		w:                               {URL: b.url()},
 		w2:                              {URL: a.url()},
 		{Endpoint: "bad1:1"}:            {URL: "ftp://host/metrics"},
@@ -266,7 +261,7 @@ func TestScraperTargetChanges(t *testing.T) {
 	waitSample(t, s, w2, func(x Sample) bool { return x.Running == 12 })
 
 	// Removing everything stops the pollers of both URLs.
-	if err := s.SetTargets(nil); err != nil {
+	if err := s.setTargets(nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := s.Get(w2, time.Now()); ok {
@@ -282,4 +277,32 @@ func TestConfigDefaults(t *testing.T) {
 	if c := (Config{Interval: time.Nanosecond}).withDefaults(); c.Interval != minInterval {
 		t.Errorf("interval %v, want the %v floor", c.Interval, minInterval)
 	}
+}
+
+// SetWorkers reads each worker's page at http://<endpoint>/metrics, one
+// request for the data-parallel ranks that share it, filtered by model.
+func TestScraperSetWorkers(t *testing.T) {
+	e := newEngine(t, vllmDP2Page)
+	s := runScraper(t, Config{Interval: 10 * time.Millisecond})
+	ep := strings.TrimPrefix(e.srv.URL, "http://")
+	const model = "meta-llama/Llama-3.1-8B-Instruct"
+	w0 := kvfleet.Worker{ID: kvfleet.WorkerID{Endpoint: ep}, Model: model}
+	w1 := kvfleet.Worker{ID: kvfleet.WorkerID{Endpoint: ep, DPRank: 1}, Model: model}
+	if err := s.SetWorkers([]kvfleet.Worker{w0, w1}); err != nil {
+		t.Fatal(err)
+	}
+	if s1 := waitSample(t, s, w1.ID, func(Sample) bool { return true }); s1.Running != 3 {
+		t.Errorf("rank 1: %+v", s1)
+	}
+	if st := s.Stats(); st.Targets != 1 {
+		t.Errorf("stats %+v: want the ranks on one URL", st)
+	}
+	other := kvfleet.Worker{ID: kvfleet.WorkerID{Endpoint: ep, DPRank: 1}, Model: "Qwen/Qwen3-8B"}
+	if err := s.SetWorkers([]kvfleet.Worker{other}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := s.Get(other.ID, time.Now()); ok {
+		t.Error("a worker whose model changed kept its sample")
+	}
+	eventually(t, "missing counted for a model absent from the page", func() bool { return s.Stats().Missing > 0 })
 }
