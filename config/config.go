@@ -23,6 +23,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/kvgate/kvgate/extproc/envoyaddr"
+	"github.com/kvgate/kvgate/extproc/preprocess"
 	"github.com/kvgate/kvgate/internal/kvfleet"
 	"github.com/kvgate/kvgate/internal/yamlconf"
 )
@@ -109,7 +110,7 @@ type Extproc struct {
 	// admits only the gateway. Off, such a config stops at start.
 	AllowPlaintext bool `yaml:"allow_plaintext"`
 	// Preprocess bounds the CPU and size of one request's preprocessing.
-	Preprocess Preprocess `yaml:"preprocess"`
+	Preprocess preprocess.Config `yaml:"preprocess"`
 	// DebugHeader says who may get the x-kvgate-debug response header
 	// (nobody by default).
 	DebugHeader DebugHeader `yaml:"debug_header"`
@@ -309,18 +310,10 @@ func (x Indexer) validateEventsBind() error {
 	return nil
 }
 
-// Model is one served model as the router sees it.
-type Model struct {
-	Name      string `yaml:"name"`
-	BlockSize int    `yaml:"block_size"`
-	// Namespace salts block hashes (Dynamo's cache_salt), isolating tenants.
-	Namespace string `yaml:"namespace"`
-	// Tokenizer is a Hugging Face model directory (tokenizer.json, tokenizer_config.json).
-	Tokenizer string `yaml:"tokenizer"`
-	// LoRAs lists adapter names served under this base model; requests
-	// address them by model name.
-	LoRAs []string `yaml:"loras"`
-}
+// Model is one served model (models[]); the one declaration lives in the
+// leaf kvfleet so that the preprocessor and the indexer take it without
+// importing config.
+type Model = kvfleet.Model
 
 // Engine is one inference engine (vLLM/SGLang) publishing KV events.
 type Engine struct {
@@ -491,7 +484,7 @@ func (c *Config) applyDefaults() {
 	}
 	x.Outlier.applyDefaults()
 	x.SharedLoad.applyDefaults()
-	x.Preprocess.applyDefaults()
+	x.Preprocess.ApplyDefaults()
 	c.Kvagent.applyDefaults()
 	c.Planner.applyDefaults()
 	hc := &x.HealthCheck
@@ -575,7 +568,7 @@ func (c *Config) Validate() error {
 	if err := c.Extproc.checkListenExposure(); err != nil {
 		return err
 	}
-	if err := c.Extproc.Preprocess.validate("extproc.preprocess"); err != nil {
+	if err := c.Extproc.Preprocess.Validate("extproc.preprocess"); err != nil {
 		return err
 	}
 	if err := c.Extproc.DebugHeader.validate("extproc.debug_header"); err != nil {

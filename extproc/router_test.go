@@ -69,7 +69,7 @@ func newRig(t *testing.T, mutate func(*config.Config), hcfg envoyharness.Config)
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	reg, err := preprocess.New(cfg.Models, preprocess.OptionsFor(cfg.Extproc, ""))
+	reg, err := preprocess.New(cfg.Models, preprocess.OptionsFor(cfg.Extproc.Preprocess, cfg.Extproc.MaxBodyBytes, ""))
 	if err != nil {
 		t.Fatal(err)
 	}

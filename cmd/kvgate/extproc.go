@@ -183,7 +183,7 @@ func drainExtproc(srv *server.Server, gs *grpc.Server, draining *atomic.Bool, gr
 // readiness probe fails first, in-flight streams finish (up to the drain
 // deadline), and only then does the process stop.
 func serveExtproc(ctx context.Context, cfg config.Config, o extprocOptions) error {
-	reg, err := preprocess.New(cfg.Models, preprocess.OptionsFor(cfg.Extproc, o.baseDir))
+	reg, err := preprocess.New(cfg.Models, preprocess.OptionsFor(cfg.Extproc.Preprocess, cfg.Extproc.MaxBodyBytes, o.baseDir))
 	if err != nil {
 		return err
 	}

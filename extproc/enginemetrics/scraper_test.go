@@ -253,7 +253,7 @@ func TestScraperTargetChanges(t *testing.T) {
 		{Endpoint: "bad4:1", DPRank: 1}: {URL: "://nope"},
 	})
 	if err == nil || !strings.Contains(err.Error(), "bad1:1#0") {
-		t.Errorf("SetTargets error %v, want one naming the bad targets", err)
+		t.Errorf("setTargets error %v, want one naming the bad targets", err)
 	}
 	if st := s.Stats(); st.BadTargets != 4 || st.Targets != 2 {
 		t.Errorf("stats %+v: want 4 bad targets, 2 URLs", st)

@@ -74,3 +74,20 @@ func (w Worker) Endpoint() string { return w.ID.Endpoint }
 // Approximate reports that the worker publishes no KV events: kvgate
 // infers its cache from its own recent routing decisions.
 func (w Worker) Approximate() bool { return w.Events == "" }
+
+// Model is one served base model (the configuration's models[] entry):
+// what the preprocessor needs to tokenize and hash its requests exactly as
+// the engines do, and what the indexer needs to recompute the hashes of
+// the engines' KV events. Declared here, in the leaf, so that both take it
+// without importing the configuration package.
+type Model struct {
+	Name      string `yaml:"name"`
+	BlockSize int    `yaml:"block_size"`
+	// Namespace salts block hashes (Dynamo's cache_salt), isolating tenants.
+	Namespace string `yaml:"namespace"`
+	// Tokenizer is a Hugging Face model directory (tokenizer.json, tokenizer_config.json).
+	Tokenizer string `yaml:"tokenizer"`
+	// LoRAs lists adapter names served under this base model; requests
+	// address them by model name.
+	LoRAs []string `yaml:"loras"`
+}
