@@ -486,7 +486,7 @@ func (c *Config) applyDefaults() {
 	x.SharedLoad.applyDefaults()
 	x.Preprocess.ApplyDefaults()
 	c.Kvagent.applyDefaults()
-	c.Planner.applyDefaults()
+	c.Planner.ApplyDefaults()
 	hc := &x.HealthCheck
 	if hc.Interval == 0 {
 		hc.Interval = yamlconf.Duration(time.Second)
