@@ -22,6 +22,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/kvgate/kvgate/extproc/discovery/kubeselect"
 	"github.com/kvgate/kvgate/extproc/envoyaddr"
 	"github.com/kvgate/kvgate/extproc/preprocess"
 	"github.com/kvgate/kvgate/internal/kvfleet"
@@ -143,25 +144,10 @@ type EngineMetrics struct {
 
 // Discovery finds workers at run time instead of (or besides) engines:.
 type Discovery struct {
-	Kubernetes *KubernetesDiscovery `yaml:"kubernetes"`
-}
-
-// KubernetesDiscovery watches pods (by label selector) or a Service's
-// EndpointSlices through the Kubernetes API.
-type KubernetesDiscovery struct {
-	Kubeconfig    string `yaml:"kubeconfig"` // empty = in-cluster
-	Namespace     string `yaml:"namespace"`
-	LabelSelector string `yaml:"label_selector"`
-	Service       string `yaml:"service"`
-	Port          int    `yaml:"port"`
-	PortName      string `yaml:"port_name"`
-	EventsPort    int    `yaml:"events_port"`
-	ReplayPort    int    `yaml:"replay_port"`
-	DPRanks       int    `yaml:"dp_ranks"`
-	ModelLabel    string `yaml:"model_label"`
-	RoleLabel     string `yaml:"role_label"`
-	// Model is the served model of pods that carry no model label.
-	Model string `yaml:"model"`
+	// Kubernetes watches pods (by label selector) or a Service's
+	// EndpointSlices; declared by discovery (kubeselect.Config) and
+	// validated when extproc starts it.
+	Kubernetes *kubeselect.Config `yaml:"kubernetes"`
 }
 
 // HealthCheck probes each engine's HTTP health endpoint; a worker failing

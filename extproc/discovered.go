@@ -5,29 +5,26 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/kvgate/kvgate/config"
 	"github.com/kvgate/kvgate/extproc/discovery"
+	"github.com/kvgate/kvgate/extproc/discovery/kubeselect"
 	"github.com/kvgate/kvgate/internal/kvfleet"
 )
 
 // KubernetesSource builds the configured Kubernetes discovery (nil when
-// none is configured).
-func KubernetesSource(c *config.KubernetesDiscovery, log *slog.Logger) (*discovery.KubernetesSource, error) {
+// none is configured); the section is validated here, when extproc starts
+// watching, not by every process that parses the file.
+func KubernetesSource(c *kubeselect.Config, log *slog.Logger) (*discovery.KubernetesSource, error) {
 	if c == nil {
 		return nil, nil
 	}
-	kc := discovery.KubernetesConfig{
-		Namespace: c.Namespace, LabelSelector: c.LabelSelector, Service: c.Service, Port: c.Port, PortName: c.PortName,
-		EventsPort: c.EventsPort, ReplayPort: c.ReplayPort, DPRanks: c.DPRanks, ModelLabel: c.ModelLabel, RoleLabel: c.RoleLabel, Model: c.Model,
-	}
-	if err := kc.Validate(); err != nil {
+	if err := c.Validate(); err != nil {
 		return nil, fmt.Errorf("extproc.discovery.kubernetes: %w", err)
 	}
 	client, err := discovery.NewClient(c.Kubeconfig)
 	if err != nil {
 		return nil, fmt.Errorf("extproc.discovery.kubernetes: %w", err)
 	}
-	return discovery.NewKubernetes(client, kc, log)
+	return discovery.NewKubernetes(client, *c, log)
 }
 
 // FollowDiscovery applies every change src reports to the router and, when

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kvgate/kvgate/extproc/discovery/kubeselect"
 	"github.com/kvgate/kvgate/internal/kvfleet"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,7 +23,7 @@ import (
 // KubernetesSource watches pods or EndpointSlices with client-go informers.
 type KubernetesSource struct {
 	client kubernetes.Interface
-	cfg    KubernetesConfig
+	cfg    kubeselect.Config
 	log    *slog.Logger
 
 	changes atomic.Int64 // onChange calls
@@ -61,14 +62,14 @@ func NewClient(kubeconfig string) (kubernetes.Interface, error) {
 
 // NewKubernetes validates cfg (after filling its defaults) and returns a
 // source reading through client. log may be nil.
-func NewKubernetes(client kubernetes.Interface, cfg KubernetesConfig, log *slog.Logger) (*KubernetesSource, error) {
+func NewKubernetes(client kubernetes.Interface, cfg kubeselect.Config, log *slog.Logger) (*KubernetesSource, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("discovery: %w", err)
 	}
 	if log == nil {
 		log = slog.Default()
 	}
-	return &KubernetesSource{client: client, cfg: cfg.withDefaults(), log: log}, nil
+	return &KubernetesSource{client: client, cfg: cfg.WithDefaults(), log: log}, nil
 }
 
 // Stats returns the counters.

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/kvgate/kvgate/extproc/discovery/kubeselect"
 	"github.com/kvgate/kvgate/internal/kvfleet"
 )
 
@@ -128,14 +129,14 @@ func setReady(p *corev1.Pod, ready bool) *corev1.Pod {
 }
 
 func vllmLabels(role string) map[string]string {
-	l := map[string]string{"app": "vllm", DefaultModelLabel: "llama"}
+	l := map[string]string{"app": "vllm", kubeselect.DefaultModelLabel: "llama"}
 	if role != "" {
-		l[DefaultRoleLabel] = role
+		l[kubeselect.DefaultRoleLabel] = role
 	}
 	return l
 }
 
-func mustKubernetes(t *testing.T, client kubernetes.Interface, c KubernetesConfig) *KubernetesSource {
+func mustKubernetes(t *testing.T, client kubernetes.Interface, c kubeselect.Config) *KubernetesSource {
 	t.Helper()
 	src, err := NewKubernetes(client, c, nil)
 	if err != nil {
@@ -156,7 +157,7 @@ func TestKubernetesPodsLifecycle(t *testing.T) {
 	ctx := context.Background()
 	client := fake.NewClientset()
 	pods := client.CoreV1().Pods(ns)
-	src := mustKubernetes(t, client, KubernetesConfig{
+	src := mustKubernetes(t, client, kubeselect.Config{
 		Namespace: ns, LabelSelector: "app=vllm", PortName: "http", EventsPort: 5557, Debounce: 10 * time.Millisecond,
 	})
 	w := watch(t, src)
@@ -168,7 +169,7 @@ func TestKubernetesPodsLifecycle(t *testing.T) {
 	if _, err := pods.Create(ctx, setReady(a, false), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	other := readyPod("other", "10.1.0.9", map[string]string{"app": "web", DefaultModelLabel: "llama"})
+	other := readyPod("other", "10.1.0.9", map[string]string{"app": "web", kubeselect.DefaultModelLabel: "llama"})
 	if _, err := pods.Create(ctx, other, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +187,7 @@ func TestKubernetesPodsLifecycle(t *testing.T) {
 
 	// b gets the draining label; a is being deleted (still ready).
 	bd := b.DeepCopy()
-	bd.Labels[DrainingKey] = "true"
+	bd.Labels[kubeselect.DrainingKey] = "true"
 	if _, err := pods.Update(ctx, bd, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +201,7 @@ func TestKubernetesPodsLifecycle(t *testing.T) {
 
 	// The draining annotation works too, and removing the label undrains.
 	bu := b.DeepCopy()
-	bu.Annotations = map[string]string{DrainingKey: "true"}
+	bu.Annotations = map[string]string{kubeselect.DrainingKey: "true"}
 	if _, err := pods.Update(ctx, bu, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -238,10 +239,10 @@ func TestKubernetesDPRanksAndSkips(t *testing.T) {
 	client := fake.NewClientset(
 		readyPod("ok", "10.1.0.1", vllmLabels("decode")),
 		readyPod("nomodel", "10.1.0.2", map[string]string{"app": "vllm"}),
-		readyPod("badrole", "10.1.0.3", map[string]string{"app": "vllm", DefaultModelLabel: "llama", DefaultRoleLabel: "router"}),
+		readyPod("badrole", "10.1.0.3", map[string]string{"app": "vllm", kubeselect.DefaultModelLabel: "llama", kubeselect.DefaultRoleLabel: "router"}),
 		readyPod("noip", "", vllmLabels("")),
 	)
-	src := mustKubernetes(t, client, KubernetesConfig{
+	src := mustKubernetes(t, client, kubeselect.Config{
 		Namespace: ns, LabelSelector: "app=vllm", Port: 8000, EventsPort: 5557, ReplayPort: 5600, DPRanks: 2,
 	})
 	w := watch(t, src)
@@ -255,7 +256,7 @@ func TestKubernetesDPRanksAndSkips(t *testing.T) {
 
 func TestKubernetesDefaultModelAndIPv6(t *testing.T) {
 	p := readyPod("v6", "fd00::5", map[string]string{"app": "vllm"})
-	src := mustKubernetes(t, fake.NewClientset(p), KubernetesConfig{
+	src := mustKubernetes(t, fake.NewClientset(p), kubeselect.Config{
 		Namespace: ns, LabelSelector: "app=vllm", Port: 8000, Model: "llama", EventsPort: 5557,
 	})
 	w := watch(t, src)
@@ -271,7 +272,7 @@ func TestKubernetesDebounce(t *testing.T) {
 	ctx := context.Background()
 	client := fake.NewClientset()
 	const debounce = 200 * time.Millisecond
-	src := mustKubernetes(t, client, KubernetesConfig{Namespace: ns, LabelSelector: "app=vllm", Port: 8000, Debounce: debounce})
+	src := mustKubernetes(t, client, kubeselect.Config{Namespace: ns, LabelSelector: "app=vllm", Port: 8000, Debounce: debounce})
 	w := watch(t, src)
 	w.waitFor(nil)
 	start := time.Now()
@@ -315,14 +316,14 @@ func TestKubernetesEndpointSlices(t *testing.T) {
 	ctx := context.Background()
 	client := fake.NewClientset()
 	eps := client.DiscoveryV1().EndpointSlices(ns)
-	src := mustKubernetes(t, client, KubernetesConfig{
+	src := mustKubernetes(t, client, kubeselect.Config{
 		Namespace: ns, Service: "vllm", PortName: "http", EventsPort: 5557, Debounce: 10 * time.Millisecond,
 	})
 	w := watch(t, src)
 	w.waitFor(nil)
 
 	yes, no := ptr(true), ptr(false)
-	lbls := map[string]string{DefaultModelLabel: "llama", DefaultRoleLabel: "decode"}
+	lbls := map[string]string{kubeselect.DefaultModelLabel: "llama", kubeselect.DefaultRoleLabel: "decode"}
 	s1 := slice("vllm-abc", lbls,
 		endpoint("10.1.0.1", yes, yes, no),
 		endpoint("10.1.0.2", nil, nil, nil), // nil ready/serving = true, nil terminating = false
@@ -365,7 +366,7 @@ func TestKubernetesEndpointSlices(t *testing.T) {
 
 func TestSlicePortChoice(t *testing.T) {
 	s := slice("s", nil)
-	c := KubernetesConfig{}.withDefaults()
+	c := kubeselect.Config{}.WithDefaults()
 	if _, err := slicePort(s, c); err == nil {
 		t.Error("two ports and no port name: accepted")
 	}

@@ -4,6 +4,7 @@ import (
 	"net"
 	"strconv"
 
+	"github.com/kvgate/kvgate/extproc/discovery/kubeselect"
 	"github.com/kvgate/kvgate/internal/kvfleet"
 )
 
@@ -11,7 +12,7 @@ import (
 // Rank r's KV events are on EventsPort + r (and replay on ReplayPort + r),
 // the offset vLLM applies per data-parallel rank. Validate has bounded the
 // ports so that the sums stay under 65536.
-func rankWorkers(ip string, port int, model string, role kvfleet.Role, draining bool, c KubernetesConfig) []kvfleet.Worker {
+func rankWorkers(ip string, port int, model string, role kvfleet.Role, draining bool, c kubeselect.Config) []kvfleet.Worker {
 	ep := net.JoinHostPort(ip, strconv.Itoa(port))
 	ws := make([]kvfleet.Worker, 0, c.DPRanks)
 	for r := range c.DPRanks {
@@ -34,7 +35,7 @@ func rankWorkers(ip string, port int, model string, role kvfleet.Role, draining 
 
 // modelAndRole reads a worker's model and role from labels, falling back
 // to c.Model for the model.
-func modelAndRole(lbls map[string]string, c KubernetesConfig) (string, kvfleet.Role, error) {
+func modelAndRole(lbls map[string]string, c kubeselect.Config) (string, kvfleet.Role, error) {
 	model := lbls[c.ModelLabel]
 	if model == "" {
 		model = c.Model

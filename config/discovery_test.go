@@ -1,0 +1,34 @@
+package config
+
+import (
+	"strings"
+	"testing"
+)
+
+// extproc.discovery.kubernetes decodes into discovery's own declaration
+// (kubeselect.Config), every key of the README's Helm example included;
+// the keys it does not declare for the file stay unknown.
+func TestDiscoverySectionIsDiscoverysConfig(t *testing.T) {
+	c, err := Parse(strings.NewReader(`
+extproc:
+  discovery:
+    kubernetes: {kubeconfig: /etc/kube, namespace: inference, label_selector: app=vllm, port: 8000, port_name: http,
+                 events_port: 5557, replay_port: 5558, dp_ranks: 2, model_label: m, role_label: r, model: qwen3}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := c.Extproc.Discovery.Kubernetes
+	if k == nil || k.Kubeconfig != "/etc/kube" || k.Namespace != "inference" || k.LabelSelector != "app=vllm" || k.Port != 8000 ||
+		k.PortName != "http" || k.EventsPort != 5557 || k.ReplayPort != 5558 || k.DPRanks != 2 || k.ModelLabel != "m" ||
+		k.RoleLabel != "r" || k.Model != "qwen3" {
+		t.Fatalf("%+v", k)
+	}
+	if err := k.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Parse(strings.NewReader("extproc:\n  discovery:\n    kubernetes: {namespace: x, debounce: 1s}\n"))
+	if err == nil || !strings.Contains(err.Error(), "extproc.discovery.kubernetes.debounce: unknown key") {
+		t.Errorf("debounce is not a file key: %v", err)
+	}
+}
