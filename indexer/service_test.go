@@ -19,6 +19,7 @@ import (
 	"github.com/kvgate/kvgate/indexer/kvindex"
 	"github.com/kvgate/kvgate/indexer/kvstream"
 	"github.com/kvgate/kvgate/internal/kvfleet"
+	"github.com/kvgate/kvgate/internal/testkit/poll"
 	"github.com/kvgate/kvgate/internal/testkit/redistest"
 )
 
@@ -108,27 +109,20 @@ func runService(t *testing.T, cfg config.Config, idx kvindex.Index) *Service {
 // (applied, or rejected as undecodable).
 func waitBatches(t *testing.T, svc *Service, engines []*testEngine) Status {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		st, err := svc.Status(context.Background())
-		if err != nil {
+	var st Status
+	poll.Until(t, "the indexer to handle every published batch", 20*time.Second, func() error {
+		var err error
+		if st, err = svc.Status(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		done := true
 		for i, e := range engines {
-			w := st.Workers[i]
-			if w.Ingest.Batches+w.DecodeErrors < e.sent {
-				done = false
+			if w := st.Workers[i]; w.Ingest.Batches+w.DecodeErrors < e.sent {
+				return fmt.Errorf("workers %+v", st.Workers)
 			}
 		}
-		if done {
-			return st
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("indexer did not apply every published batch within 20s: %+v", st.Workers)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
+	return st
 }
 
 func chain(tokens []uint32) []uint64 {
@@ -369,21 +363,16 @@ func TestServiceResyncsIdleWorkersAfterRedisFlushAll(t *testing.T) {
 	if m := depthsNow(); len(m) != 0 {
 		t.Fatalf("FLUSHALL left %v", m)
 	}
-	for {
+	poll.Until(t, "every worker rebuilt after FLUSHALL", 10*time.Second, func() error {
 		m := depthsNow()
-		ok := true
 		for w, d := range want {
-			ok = ok && m[w][kvfleet.TierDevice] == d
+			if m[w][kvfleet.TierDevice] != d {
+				st, _ := svc.Status(context.Background())
+				return fmt.Errorf("the index holds %v, want %v; status %+v", m, want, st.Workers)
+			}
 		}
-		if ok {
-			break
-		}
-		if time.Since(wiped) > 10*time.Second {
-			st, _ := svc.Status(context.Background())
-			t.Fatalf("10 s after FLUSHALL the index holds %v, want %v; status %+v", m, want, st.Workers)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	t.Logf("every worker back %v after FLUSHALL", time.Since(wiped).Round(time.Millisecond))
 	st, err := svc.Status(context.Background())
 	if err != nil {

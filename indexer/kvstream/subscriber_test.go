@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kvgate/kvgate/internal/testkit/poll"
 )
 
 func TestInOrderDelivery(t *testing.T) {
@@ -472,14 +474,13 @@ func TestCleanShutdown(t *testing.T) {
 		})
 	}
 
-	deadline := time.Now().Add(hangGuard)
-	for runtime.NumGoroutine() > baseline {
-		if time.Now().After(deadline) {
+	poll.Until(t, "the subscribers' goroutines to end", hangGuard, func() error {
+		if n := runtime.NumGoroutine(); n > baseline {
 			buf := make([]byte, 1<<20)
-			t.Fatalf("%d goroutines left, baseline %d:\n%s", runtime.NumGoroutine(), baseline, buf[:runtime.Stack(buf, true)])
+			return fmt.Errorf("%d goroutines left, baseline %d:\n%s", n, baseline, buf[:runtime.Stack(buf, true)])
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func TestRunTwiceRefused(t *testing.T) {
