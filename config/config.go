@@ -23,6 +23,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/kvgate/kvgate/extproc/discovery/kubeselect"
+	"github.com/kvgate/kvgate/extproc/enginemetrics"
 	"github.com/kvgate/kvgate/extproc/envoyaddr"
 	"github.com/kvgate/kvgate/extproc/preprocess"
 	"github.com/kvgate/kvgate/internal/kvfleet"
@@ -94,10 +95,11 @@ type Extproc struct {
 	// before reporting ready; past it, it reports ready anyway.
 	SyncTimeout yamlconf.Duration `yaml:"sync_timeout"`
 	// DecisionsKept is how many recent decisions /debug/decisions shows.
-	DecisionsKept int           `yaml:"decisions_kept"`
-	HealthCheck   HealthCheck   `yaml:"health_check"`
-	EngineMetrics EngineMetrics `yaml:"engine_metrics"`
-	Discovery     Discovery     `yaml:"discovery"`
+	DecisionsKept int         `yaml:"decisions_kept"`
+	HealthCheck   HealthCheck `yaml:"health_check"`
+	// EngineMetrics is declared by the scraper (enginemetrics.Config).
+	EngineMetrics enginemetrics.Config `yaml:"engine_metrics"`
+	Discovery     Discovery            `yaml:"discovery"`
 	// Outlier ejects workers whose responses fail (passive health).
 	Outlier Outlier `yaml:"outlier"`
 	// SharedLoad shares in-flight accounting between extproc replicas.
@@ -131,15 +133,6 @@ type Extproc struct {
 	// streams with readiness already failing, so that Envoy's health checks
 	// move new streams to other replicas before the GOAWAY.
 	DrainGrace yamlconf.Duration `yaml:"drain_grace"`
-}
-
-// EngineMetrics scrapes each engine's /metrics (vLLM and SGLang names) as
-// extra load signals for the picker: queue depths and KV usage, which also
-// count traffic other routers sent.
-type EngineMetrics struct {
-	Disabled  bool              `yaml:"disabled"`
-	Interval  yamlconf.Duration `yaml:"interval"`
-	Staleness yamlconf.Duration `yaml:"staleness"` // older samples are ignored
 }
 
 // Discovery finds workers at run time instead of (or besides) engines:.
@@ -462,12 +455,7 @@ func (c *Config) applyDefaults() {
 	if x.DecisionsKept == 0 {
 		x.DecisionsKept = 256
 	}
-	if x.EngineMetrics.Interval == 0 {
-		x.EngineMetrics.Interval = yamlconf.Duration(250 * time.Millisecond)
-	}
-	if x.EngineMetrics.Staleness == 0 {
-		x.EngineMetrics.Staleness = yamlconf.Duration(2 * time.Second)
-	}
+	x.EngineMetrics.ApplyDefaults()
 	x.Outlier.applyDefaults()
 	x.SharedLoad.applyDefaults()
 	x.Preprocess.ApplyDefaults()

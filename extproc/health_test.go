@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/config"
+	"github.com/kvgate/kvgate/extproc/enginemetrics"
 	"github.com/kvgate/kvgate/internal/kvfleet"
 	"github.com/kvgate/kvgate/internal/yamlconf"
 )
@@ -98,7 +99,7 @@ func TestEngineMetricsReachCandidates(t *testing.T) {
 	}))
 	defer engine.Close()
 	r := newRig(t, func(c *config.Config) {
-		c.Extproc.EngineMetrics = config.EngineMetrics{Interval: yamlconf.Duration(20 * time.Millisecond), Staleness: yamlconf.Duration(time.Minute)}
+		c.Extproc.EngineMetrics = enginemetrics.Config{Interval: yamlconf.Duration(20 * time.Millisecond), Staleness: yamlconf.Duration(time.Minute)}
 	}, defaultHarnessConfig())
 	ep := strings.TrimPrefix(engine.URL, "http://")
 	if err := r.router.SetMembers([]kvfleet.Worker{memberAt(ep)}); err != nil {

@@ -136,7 +136,9 @@ func NewRouter(cfg config.Config, reg *preprocess.Registry, idx kvindex.Index, l
 		}
 	}
 	if !x.EngineMetrics.Disabled {
-		r.engines = enginemetrics.New(enginemetrics.Config{Interval: x.EngineMetrics.Interval.D(), Staleness: x.EngineMetrics.Staleness.D(), Log: log})
+		emc := x.EngineMetrics // the scraper's own section, as parsed
+		emc.Log = log
+		r.engines = enginemetrics.New(emc)
 	}
 	workers, err := cfg.Workers()
 	if err != nil {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -17,60 +16,6 @@ import (
 
 	"github.com/kvgate/kvgate/internal/kvfleet"
 )
-
-// Defaults for Config. llm-d scrapes every 50 ms with a 2 s staleness
-// bound; kvgate's default interval is gentler, the bound the same.
-const (
-	DefaultInterval     = 250 * time.Millisecond
-	DefaultTimeout      = time.Second
-	DefaultMaxBodyBytes = 4 << 20
-	DefaultStaleness    = 2 * time.Second
-
-	minInterval = 10 * time.Millisecond
-)
-
-// Config tunes a Scraper. Zero (or negative) fields take the defaults.
-type Config struct {
-	Interval     time.Duration // between two scrapes of one target
-	Timeout      time.Duration // one request, headers and body
-	MaxBodyBytes int64         // larger pages are failures (oversize)
-	Staleness    time.Duration // older samples are not reported by Get
-	// Client overrides the HTTP client (tests, TLS); nil = a client that
-	// ignores proxy settings and does not follow redirects.
-	Client *http.Client
-	Log    *slog.Logger
-}
-
-func (c Config) withDefaults() Config {
-	if c.Interval <= 0 {
-		c.Interval = DefaultInterval
-	}
-	c.Interval = max(c.Interval, minInterval)
-	if c.Timeout <= 0 {
-		c.Timeout = DefaultTimeout
-	}
-	if c.MaxBodyBytes <= 0 {
-		c.MaxBodyBytes = DefaultMaxBodyBytes
-	}
-	if c.Staleness <= 0 {
-		c.Staleness = DefaultStaleness
-	}
-	if c.Client == nil {
-		c.Client = &http.Client{
-			Transport: &http.Transport{
-				Proxy:               nil, // engines are scraped directly, never through a proxy from the environment
-				DialContext:         (&net.Dialer{Timeout: c.Timeout, KeepAlive: 30 * time.Second}).DialContext,
-				MaxIdleConnsPerHost: 2,
-				IdleConnTimeout:     90 * time.Second,
-			},
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		}
-	}
-	if c.Log == nil {
-		c.Log = slog.Default()
-	}
-	return c
-}
 
 // target is where one worker's metrics are read (SetWorkers derives it).
 type target struct {
@@ -195,7 +140,7 @@ func (s *Scraper) Get(w kvfleet.WorkerID, now time.Time) (Sample, bool) {
 	s.mu.RLock()
 	smp, ok := s.samples[w]
 	s.mu.RUnlock()
-	if !ok || now.Sub(smp.At) > s.cfg.Staleness {
+	if !ok || now.Sub(smp.At) > s.cfg.Staleness.D() {
 		return Sample{}, false
 	}
 	return smp, true
@@ -250,14 +195,14 @@ func (s *Scraper) Run(ctx context.Context) {
 func (s *Scraper) poll(ctx context.Context, u string) {
 	// A random phase spreads a fleet's scrapes over the interval instead of
 	// firing them all at once.
-	phase := time.NewTimer(rand.N(s.cfg.Interval))
+	phase := time.NewTimer(rand.N(s.cfg.Interval.D()))
 	select {
 	case <-ctx.Done():
 		phase.Stop()
 		return
 	case <-phase.C:
 	}
-	tick := time.NewTicker(s.cfg.Interval)
+	tick := time.NewTicker(s.cfg.Interval.D())
 	defer tick.Stop()
 	lastReason := ""
 	for {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/kvgate/kvgate/internal/kvfleet"
 	"github.com/kvgate/kvgate/internal/testkit/poll"
+	"github.com/kvgate/kvgate/internal/yamlconf"
 )
 
 // engine is a test /metrics server whose page can be swapped.
@@ -83,7 +84,7 @@ func waitSample(t *testing.T, s *Scraper, w kvfleet.WorkerID, ok func(Sample) bo
 
 func TestScraperSharedDataParallelPage(t *testing.T) {
 	e := newEngine(t, vllmDP2Page)
-	s := runScraper(t, Config{Interval: 10 * time.Millisecond})
+	s := runScraper(t, Config{Interval: yamlconf.Duration(10 * time.Millisecond)})
 	const model = "meta-llama/Llama-3.1-8B-Instruct"
 	w0 := kvfleet.WorkerID{Endpoint: "10.0.0.1:8000", DPRank: 0}
 	w1 := kvfleet.WorkerID{Endpoint: "10.0.0.1:8000", DPRank: 1}
@@ -108,7 +109,7 @@ func TestScraperSharedDataParallelPage(t *testing.T) {
 
 func TestScraperSGLangAndModelFilter(t *testing.T) {
 	e := newEngine(t, sglangPage)
-	s := runScraper(t, Config{Interval: 10 * time.Millisecond})
+	s := runScraper(t, Config{Interval: yamlconf.Duration(10 * time.Millisecond)})
 	good := kvfleet.WorkerID{Endpoint: "a:1"}
 	wrongModel := kvfleet.WorkerID{Endpoint: "b:1"}
 	other := newEngine(t, sglangPage)
@@ -131,7 +132,7 @@ func TestScraperSGLangAndModelFilter(t *testing.T) {
 func TestScraperStaleness(t *testing.T) {
 	e := newEngine(t, vllmV0Page)
 	const stale = 3 * time.Second
-	s := runScraper(t, Config{Interval: 10 * time.Millisecond, Staleness: stale})
+	s := runScraper(t, Config{Interval: yamlconf.Duration(10 * time.Millisecond), Staleness: yamlconf.Duration(stale)})
 	w := kvfleet.WorkerID{Endpoint: "a:1"}
 	if err := s.setTargets(map[kvfleet.WorkerID]target{w: {URL: e.url()}}); err != nil {
 		t.Fatal(err)
@@ -149,7 +150,7 @@ func TestScraperStaleness(t *testing.T) {
 	if _, ok := s.Get(w, time.Now()); ok {
 		t.Error("removed worker still has a sample")
 	}
-	s2 := New(Config{Staleness: stale})
+	s2 := New(Config{Staleness: yamlconf.Duration(stale)})
 	s2.samples[w] = Sample{Running: 1, At: time.Unix(1000, 0)}
 	if _, ok := s2.Get(w, time.Unix(1000, 0).Add(stale+time.Nanosecond)); ok {
 		t.Error("sample past the staleness bound reported")
@@ -195,7 +196,7 @@ func TestScraperFailuresCounted(t *testing.T) {
 	refused := "http://" + l.Addr().String() + "/metrics"
 	l.Close()
 
-	s := runScraper(t, Config{Interval: 10 * time.Millisecond, Timeout: 50 * time.Millisecond, MaxBodyBytes: 1024})
+	s := runScraper(t, Config{Interval: yamlconf.Duration(10 * time.Millisecond), Timeout: 50 * time.Millisecond, MaxBodyBytes: 1024})
 	targets := map[kvfleet.WorkerID]target{}
 	for i, path := range []string{"/slow", "/500", "/big", "/bigchunked", "/garbage", "/redirect"} {
 		targets[kvfleet.WorkerID{Endpoint: fmt.Sprintf("w%d:1", i)}] = target{URL: srv.URL + path}
@@ -222,7 +223,7 @@ func TestScraperFailuresCounted(t *testing.T) {
 func TestScraperTargetChanges(t *testing.T) {
 	a := newEngine(t, vllmV0Page)
 	b := newEngine(t, sglangPage)
-	s := runScraper(t, Config{Interval: 10 * time.Millisecond})
+	s := runScraper(t, Config{Interval: yamlconf.Duration(10 * time.Millisecond)})
 	w := kvfleet.WorkerID{Endpoint: "x:1"}
 	if err := s.setTargets(map[kvfleet.WorkerID]target{w: {URL: a.url()}}); err != nil {
 		t.Fatal(err)
@@ -270,11 +271,11 @@ func TestScraperTargetChanges(t *testing.T) {
 }
 
 func TestConfigDefaults(t *testing.T) {
-	c := Config{Interval: -1, Timeout: -1, MaxBodyBytes: -1, Staleness: -1}.withDefaults()
-	if c.Interval != DefaultInterval || c.Timeout != DefaultTimeout || c.MaxBodyBytes != DefaultMaxBodyBytes || c.Staleness != DefaultStaleness {
+	c := Config{Interval: yamlconf.Duration(-1), Timeout: -1, MaxBodyBytes: -1, Staleness: yamlconf.Duration(-1)}.withDefaults()
+	if c.Interval.D() != DefaultInterval || c.Timeout != DefaultTimeout || c.MaxBodyBytes != DefaultMaxBodyBytes || c.Staleness.D() != DefaultStaleness {
 		t.Errorf("defaults not applied: %+v", c)
 	}
-	if c := (Config{Interval: time.Nanosecond}).withDefaults(); c.Interval != minInterval {
+	if c := (Config{Interval: yamlconf.Duration(time.Nanosecond)}).withDefaults(); c.Interval.D() != minInterval {
 		t.Errorf("interval %v, want the %v floor", c.Interval, minInterval)
 	}
 }
@@ -283,7 +284,7 @@ func TestConfigDefaults(t *testing.T) {
 // request for the data-parallel ranks that share it, filtered by model.
 func TestScraperSetWorkers(t *testing.T) {
 	e := newEngine(t, vllmDP2Page)
-	s := runScraper(t, Config{Interval: 10 * time.Millisecond})
+	s := runScraper(t, Config{Interval: yamlconf.Duration(10 * time.Millisecond)})
 	ep := strings.TrimPrefix(e.srv.URL, "http://")
 	const model = "meta-llama/Llama-3.1-8B-Instruct"
 	w0 := kvfleet.Worker{ID: kvfleet.WorkerID{Endpoint: ep}, Model: model}

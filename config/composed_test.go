@@ -3,6 +3,9 @@ package config
 import (
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/kvgate/kvgate/extproc/enginemetrics"
 )
 
 // extproc.discovery.kubernetes decodes into discovery's own declaration
@@ -30,5 +33,26 @@ extproc:
 	_, err = Parse(strings.NewReader("extproc:\n  discovery:\n    kubernetes: {namespace: x, debounce: 1s}\n"))
 	if err == nil || !strings.Contains(err.Error(), "extproc.discovery.kubernetes.debounce: unknown key") {
 		t.Errorf("debounce is not a file key: %v", err)
+	}
+}
+
+// extproc.engine_metrics is the scraper's own Config: its defaults are the
+// scraper's (declared once, in enginemetrics) and its runtime fields are no
+// file keys.
+func TestEngineMetricsSectionIsTheScrapers(t *testing.T) {
+	d := Default().Extproc.EngineMetrics
+	if d.Disabled || d.Interval.D() != enginemetrics.DefaultInterval || d.Staleness.D() != enginemetrics.DefaultStaleness {
+		t.Fatalf("defaults %+v", d)
+	}
+	c, err := Parse(strings.NewReader("extproc:\n  engine_metrics: {disabled: true, interval: 1s, staleness: 5s}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := c.Extproc.EngineMetrics; !m.Disabled || m.Interval.D() != time.Second || m.Staleness.D() != 5*time.Second {
+		t.Fatalf("%+v", m)
+	}
+	_, err = Parse(strings.NewReader("extproc:\n  engine_metrics: {timeout: 1s}\n"))
+	if err == nil || !strings.Contains(err.Error(), "extproc.engine_metrics.timeout: unknown key") {
+		t.Errorf("timeout is not a file key: %v", err)
 	}
 }
