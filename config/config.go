@@ -22,7 +22,12 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/kvgate/kvgate/extproc/discovery/kubeselect"
+	"github.com/kvgate/kvgate/extproc/enginemetrics"
 	"github.com/kvgate/kvgate/extproc/envoyaddr"
+	"github.com/kvgate/kvgate/extproc/preprocess"
+	"github.com/kvgate/kvgate/internal/confaddr"
+	"github.com/kvgate/kvgate/internal/kvfleet"
 	"github.com/kvgate/kvgate/internal/yamlconf"
 )
 
@@ -91,10 +96,11 @@ type Extproc struct {
 	// before reporting ready; past it, it reports ready anyway.
 	SyncTimeout yamlconf.Duration `yaml:"sync_timeout"`
 	// DecisionsKept is how many recent decisions /debug/decisions shows.
-	DecisionsKept int           `yaml:"decisions_kept"`
-	HealthCheck   HealthCheck   `yaml:"health_check"`
-	EngineMetrics EngineMetrics `yaml:"engine_metrics"`
-	Discovery     Discovery     `yaml:"discovery"`
+	DecisionsKept int         `yaml:"decisions_kept"`
+	HealthCheck   HealthCheck `yaml:"health_check"`
+	// EngineMetrics is declared by the scraper (enginemetrics.Config).
+	EngineMetrics enginemetrics.Config `yaml:"engine_metrics"`
+	Discovery     Discovery            `yaml:"discovery"`
 	// Outlier ejects workers whose responses fail (passive health).
 	Outlier Outlier `yaml:"outlier"`
 	// SharedLoad shares in-flight accounting between extproc replicas.
@@ -108,7 +114,7 @@ type Extproc struct {
 	// admits only the gateway. Off, such a config stops at start.
 	AllowPlaintext bool `yaml:"allow_plaintext"`
 	// Preprocess bounds the CPU and size of one request's preprocessing.
-	Preprocess Preprocess `yaml:"preprocess"`
+	Preprocess preprocess.Config `yaml:"preprocess"`
 	// DebugHeader says who may get the x-kvgate-debug response header
 	// (nobody by default).
 	DebugHeader DebugHeader `yaml:"debug_header"`
@@ -130,36 +136,12 @@ type Extproc struct {
 	DrainGrace yamlconf.Duration `yaml:"drain_grace"`
 }
 
-// EngineMetrics scrapes each engine's /metrics (vLLM and SGLang names) as
-// extra load signals for the picker: queue depths and KV usage, which also
-// count traffic other routers sent.
-type EngineMetrics struct {
-	Disabled  bool              `yaml:"disabled"`
-	Interval  yamlconf.Duration `yaml:"interval"`
-	Staleness yamlconf.Duration `yaml:"staleness"` // older samples are ignored
-}
-
 // Discovery finds workers at run time instead of (or besides) engines:.
 type Discovery struct {
-	Kubernetes *KubernetesDiscovery `yaml:"kubernetes"`
-}
-
-// KubernetesDiscovery watches pods (by label selector) or a Service's
-// EndpointSlices through the Kubernetes API.
-type KubernetesDiscovery struct {
-	Kubeconfig    string `yaml:"kubeconfig"` // empty = in-cluster
-	Namespace     string `yaml:"namespace"`
-	LabelSelector string `yaml:"label_selector"`
-	Service       string `yaml:"service"`
-	Port          int    `yaml:"port"`
-	PortName      string `yaml:"port_name"`
-	EventsPort    int    `yaml:"events_port"`
-	ReplayPort    int    `yaml:"replay_port"`
-	DPRanks       int    `yaml:"dp_ranks"`
-	ModelLabel    string `yaml:"model_label"`
-	RoleLabel     string `yaml:"role_label"`
-	// Model is the served model of pods that carry no model label.
-	Model string `yaml:"model"`
+	// Kubernetes watches pods (by label selector) or a Service's
+	// EndpointSlices; declared by discovery (kubeselect.Config) and
+	// validated when extproc starts it.
+	Kubernetes *kubeselect.Config `yaml:"kubernetes"`
 }
 
 // HealthCheck probes each engine's HTTP health endpoint; a worker failing
@@ -258,7 +240,7 @@ type Indexer struct {
 
 // EventsBindMode is the engines[].events value of an engine that connects
 // to indexer.events_bind instead of being dialed.
-const EventsBindMode = "bind"
+const EventsBindMode = kvfleet.EventsBindMode
 
 // EventsBindAllowPrefixes parses indexer.events_bind_allow (validated).
 func (x Indexer) EventsBindAllowPrefixes() ([]netip.Prefix, error) {
@@ -308,18 +290,10 @@ func (x Indexer) validateEventsBind() error {
 	return nil
 }
 
-// Model is one served model as the router sees it.
-type Model struct {
-	Name      string `yaml:"name"`
-	BlockSize int    `yaml:"block_size"`
-	// Namespace salts block hashes (Dynamo's cache_salt), isolating tenants.
-	Namespace string `yaml:"namespace"`
-	// Tokenizer is a Hugging Face model directory (tokenizer.json, tokenizer_config.json).
-	Tokenizer string `yaml:"tokenizer"`
-	// LoRAs lists adapter names served under this base model; requests
-	// address them by model name.
-	LoRAs []string `yaml:"loras"`
-}
+// Model is one served model (models[]); the one declaration lives in the
+// leaf kvfleet so that the preprocessor and the indexer take it without
+// importing config.
+type Model = kvfleet.Model
 
 // Engine is one inference engine (vLLM/SGLang) publishing KV events.
 type Engine struct {
@@ -482,17 +456,12 @@ func (c *Config) applyDefaults() {
 	if x.DecisionsKept == 0 {
 		x.DecisionsKept = 256
 	}
-	if x.EngineMetrics.Interval == 0 {
-		x.EngineMetrics.Interval = yamlconf.Duration(250 * time.Millisecond)
-	}
-	if x.EngineMetrics.Staleness == 0 {
-		x.EngineMetrics.Staleness = yamlconf.Duration(2 * time.Second)
-	}
+	x.EngineMetrics.ApplyDefaults()
 	x.Outlier.applyDefaults()
 	x.SharedLoad.applyDefaults()
-	x.Preprocess.applyDefaults()
+	x.Preprocess.ApplyDefaults()
 	c.Kvagent.ApplyDefaults()
-	c.Planner.applyDefaults()
+	c.Planner.ApplyDefaults()
 	hc := &x.HealthCheck
 	if hc.Interval == 0 {
 		hc.Interval = yamlconf.Duration(time.Second)
@@ -574,7 +543,7 @@ func (c *Config) Validate() error {
 	if err := c.Extproc.checkListenExposure(); err != nil {
 		return err
 	}
-	if err := c.Extproc.Preprocess.validate("extproc.preprocess"); err != nil {
+	if err := c.Extproc.Preprocess.Validate("extproc.preprocess"); err != nil {
 		return err
 	}
 	if err := c.Extproc.DebugHeader.validate("extproc.debug_header"); err != nil {
@@ -655,10 +624,8 @@ func (c *Config) Validate() error {
 		} else if e.Replay != "" {
 			return fmt.Errorf("%s.replay: set without events", p)
 		}
-		switch e.Role {
-		case "", "both", "prefill", "decode":
-		default:
-			return fmt.Errorf("%s.role: %q is not one of both, prefill, decode", p, e.Role)
+		if _, err := kvfleet.ParseRole(e.Role); err != nil {
+			return fmt.Errorf("%s.role: %w", p, err)
 		}
 		if e.Replay != "" {
 			if _, _, err := ZMQEndpoint(e.Replay, 0); err != nil {
@@ -694,10 +661,10 @@ func (c *Config) Model(name string) *Model {
 	return nil
 }
 
-// ZMQEndpoint is yamlconf.ZMQEndpoint (where components' configs find it).
-func ZMQEndpoint(ep string, rank int) (string, int, error) { return yamlconf.ZMQEndpoint(ep, rank) }
+// ZMQEndpoint is confaddr.ZMQEndpoint (where components' configs find it).
+func ZMQEndpoint(ep string, rank int) (string, int, error) { return confaddr.ZMQEndpoint(ep, rank) }
 
-func checkHostPort(s string) error { return yamlconf.CheckHostPort(s) }
+func checkHostPort(s string) error { return confaddr.CheckHostPort(s) }
 
 // checkListenExposure refuses an ext_proc listener beyond loopback that
 // serves plaintext: whoever reaches it can route requests anywhere in the

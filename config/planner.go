@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/internal/yamlconf"
+	"github.com/kvgate/kvgate/planner-sidecar/plan"
 )
 
 // Planner configures the `kvgate planner` sidecar: it sizes prefill and
@@ -34,15 +35,15 @@ type Planner struct {
 	// ErrorHeadroom (k) provisions for the upper end of the forecast: the
 	// rate planned for is the forecast plus k × the mean absolute error of
 	// the pool's recent forecasts at the horizon. Omitted: the simulator's
-	// tuned DefaultPlannerErrorHeadroom; 0 turns it off. In [0, 10].
+	// tuned plan.DefaultErrorHeadroom; 0 turns it off. In [0, 10].
 	ErrorHeadroom *float64 `yaml:"error_headroom"`
 	// PeakHold: a scale-down never goes below what the highest request rate
 	// of this window needs (capacity shed now cannot be back sooner than a
-	// replica provisions). Omitted: DefaultPlannerPeakHold; 0 turns it off.
+	// replica provisions). Omitted: plan.DefaultPeakHold; 0 turns it off.
 	PeakHold *yamlconf.Duration `yaml:"peak_hold"`
 	// BacklogDrain: requests already queued in a pool need capacity to be
 	// served within this time, on top of the forecast arrivals. Omitted:
-	// DefaultPlannerBacklogDrain; 0 turns it off.
+	// plan.DefaultBacklogDrain; 0 turns it off.
 	BacklogDrain *yamlconf.Duration `yaml:"backlog_drain"`
 	Correction   PlannerCorrection  `yaml:"correction"`
 	// Prometheus, when its url is set, is where observations come from;
@@ -109,7 +110,7 @@ type PlannerForecaster struct {
 	// TrendDamping is holt's trend damping time constant: the trend is
 	// assumed to fade as e^(−t/trend_damping), so a trend read from noise or
 	// at a turn is not carried the whole horizon. Omitted:
-	// DefaultPlannerTrendDamping; 0 = undamped. Other kinds ignore it.
+	// plan.DefaultTrendDamping; 0 = undamped. Other kinds ignore it.
 	TrendDamping *yamlconf.Duration `yaml:"trend_damping"`
 }
 
@@ -184,19 +185,11 @@ type PlannerActuator struct {
 	Kubeconfig string            `yaml:"kubeconfig"` // empty = in-cluster
 }
 
-// The planner's tuned rules, as `kvgate planner simulate` and `kvgate
-// bench --only planner` run them (e2e/plannersim: the defaults
-// of NewPlanner and DefaultForecastParams, for a 120 s provisioning delay
-// and a 30 s interval): an omitted key takes these, so the production
-// planner behaves as benchmarked.
-const (
-	DefaultPlannerErrorHeadroom = 2.0
-	DefaultPlannerPeakHold      = 150 * time.Second // provisioning delay + interval
-	DefaultPlannerBacklogDrain  = 120 * time.Second // provisioning delay
-	DefaultPlannerTrendDamping  = 10 * time.Minute
-)
-
-func (x *Planner) applyDefaults() {
+// ApplyDefaults fills the keys the file omitted; every default is declared
+// once, in the planner's policy package (plan/defaults.go), and taken from
+// there. Parse applies it; `kvgate planner` (planner-sidecar.New) applies
+// it again to a section built in code, which is idempotent.
+func (x *Planner) ApplyDefaults() {
 	if x.Interval == 0 {
 		x.Interval = yamlconf.Duration(10 * time.Second)
 	}
@@ -210,38 +203,38 @@ func (x *Planner) applyDefaults() {
 		x.Forecaster.Kind = "holt"
 	}
 	if x.ErrorHeadroom == nil {
-		k := DefaultPlannerErrorHeadroom
+		k := plan.DefaultErrorHeadroom
 		x.ErrorHeadroom = &k
 	}
 	if x.PeakHold == nil {
-		d := yamlconf.Duration(DefaultPlannerPeakHold)
+		d := yamlconf.Duration(plan.DefaultPeakHold)
 		x.PeakHold = &d
 	}
 	if x.BacklogDrain == nil {
-		d := yamlconf.Duration(DefaultPlannerBacklogDrain)
+		d := yamlconf.Duration(plan.DefaultBacklogDrain)
 		x.BacklogDrain = &d
 	}
 	if x.Forecaster.TrendDamping == nil {
-		d := yamlconf.Duration(DefaultPlannerTrendDamping)
+		d := yamlconf.Duration(plan.DefaultTrendDamping)
 		x.Forecaster.TrendDamping = &d
 	}
 	if x.Hysteresis.UpUtilization == 0 {
-		x.Hysteresis.UpUtilization = 0.9
+		x.Hysteresis.UpUtilization = plan.DefaultUpUtilization
 	}
 	if x.Hysteresis.DownUtilization == 0 {
-		x.Hysteresis.DownUtilization = min(0.7, x.Hysteresis.UpUtilization)
+		x.Hysteresis.DownUtilization = min(plan.DefaultDownUtilization, x.Hysteresis.UpUtilization)
 	}
 	if x.Hysteresis.DownAfter == 0 {
-		x.Hysteresis.DownAfter = 3
+		x.Hysteresis.DownAfter = plan.DefaultDownAfter
 	}
 	if x.Correction.Alpha == 0 {
-		x.Correction.Alpha = 0.3
+		x.Correction.Alpha = plan.DefaultCorrectionAlpha
 	}
 	if x.Correction.Min == 0 {
-		x.Correction.Min = 0.5
+		x.Correction.Min = plan.DefaultCorrectionMin
 	}
 	if x.Correction.Max == 0 {
-		x.Correction.Max = 3
+		x.Correction.Max = plan.DefaultCorrectionMax
 	}
 	if x.Prometheus.Timeout == 0 {
 		x.Prometheus.Timeout = yamlconf.Duration(5 * time.Second)

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/config"
+	"github.com/kvgate/kvgate/extproc/enginemetrics"
+	"github.com/kvgate/kvgate/internal/kvfleet"
 	"github.com/kvgate/kvgate/internal/testkit/poll"
 	"github.com/kvgate/kvgate/internal/yamlconf"
 	"github.com/kvgate/kvgate/picker"
@@ -67,7 +69,7 @@ func TestRouterSkipsUnhealthyWorkers(t *testing.T) {
 	ok := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) }))
 	defer ok.Close()
 	alive := strings.TrimPrefix(ok.URL, "http://")
-	members := []Member{memberAt(alive), memberAt("127.0.0.1:1"), memberAt("127.0.0.1:2")}
+	members := []kvfleet.Worker{memberAt(alive), memberAt("127.0.0.1:1"), memberAt("127.0.0.1:2")}
 	if err := r.router.SetMembers(members); err != nil {
 		t.Fatal(err)
 	}
@@ -99,10 +101,10 @@ func TestEngineMetricsReachCandidates(t *testing.T) {
 	}))
 	defer engine.Close()
 	r := newRig(t, func(c *config.Config) {
-		c.Extproc.EngineMetrics = config.EngineMetrics{Interval: yamlconf.Duration(20 * time.Millisecond), Staleness: yamlconf.Duration(time.Minute)}
+		c.Extproc.EngineMetrics = enginemetrics.Config{Interval: yamlconf.Duration(20 * time.Millisecond), Staleness: yamlconf.Duration(time.Minute)}
 	}, defaultHarnessConfig())
 	ep := strings.TrimPrefix(engine.URL, "http://")
-	if err := r.router.SetMembers([]Member{memberAt(ep)}); err != nil {
+	if err := r.router.SetMembers([]kvfleet.Worker{memberAt(ep)}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())

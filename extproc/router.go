@@ -52,15 +52,6 @@ type fleet struct {
 	all   []picker.Worker // every worker, for requests without a model
 }
 
-// Member is one worker as discovery reports it.
-type Member struct {
-	Worker picker.Worker
-	Model  string
-	// Approximate: the worker publishes no KV events; kvgate infers its
-	// cache from its own recent decisions.
-	Approximate bool
-}
-
 // Router implements server.Decider: the request path behind the ext_proc
 // server. It holds no lock of its own: each piece of state below guards
 // itself (route.go lists who locks what), the worker set is swapped whole,
@@ -172,65 +163,51 @@ func NewRouter(cfg config.Config, reg *preprocess.Registry, idx kvindex.Index, l
 		}
 	}
 	if !x.EngineMetrics.Disabled {
-		r.engines = enginemetrics.New(enginemetrics.Config{Interval: x.EngineMetrics.Interval.D(), Staleness: x.EngineMetrics.Staleness.D(), Log: log})
+		emc := x.EngineMetrics // the scraper's own section, as parsed
+		emc.Log = log
+		r.engines = enginemetrics.New(emc)
 	}
 	r.gatherer = &gatherer{load: r.load, throughput: r.throughput, outlier: r.outlier, health: r.health, shared: r.shared, engines: r.engines}
-	if err := r.SetMembers(MembersFromConfig(cfg.Engines)); err != nil {
+	workers, err := cfg.Workers()
+	if err != nil {
+		return nil, err
+	}
+	if err := r.SetMembers(workers); err != nil {
 		return nil, err
 	}
 	return r, nil
 }
 
-// MembersFromConfig lists the configured engines as members, one per
-// data-parallel rank. Ranks share the engine's HTTP endpoint: vLLM's API
-// server balances across them, so they are one destination with separate
-// caches; each is a candidate and the proxy is sent to the shared endpoint.
-func MembersFromConfig(engines []config.Engine) []Member {
-	var out []Member
-	for _, e := range engines {
-		role := picker.RoleBoth
-		switch e.Role {
-		case "prefill":
-			role = picker.RolePrefill
-		case "decode":
-			role = picker.RoleDecode
-		}
-		for rank := 0; rank < max(e.DPRanks, 1); rank++ {
-			out = append(out, Member{
-				Worker:      picker.Worker{ID: kvfleet.WorkerID{Endpoint: e.Endpoint, DPRank: rank}, Endpoint: e.Endpoint, Role: role, Draining: e.Draining},
-				Model:       e.Model,
-				Approximate: e.Events == "",
-			})
-		}
-	}
-	return out
-}
-
-// SetMembers replaces the worker set (discovery calls it on every change).
-// Requests in flight keep the view they started with; workers that left
-// keep their accounting until their requests finish.
-func (r *Router) SetMembers(members []Member) error {
+// SetMembers replaces the worker set (config.Config.Workers at start,
+// discovery on every change). Data-parallel ranks share their engine's HTTP
+// endpoint: vLLM's API server balances across them, so they are one
+// destination with separate caches; each is a candidate and the request is
+// sent to the shared endpoint. Requests in flight keep the view they
+// started with; workers that left keep their accounting until their
+// requests finish.
+func (r *Router) SetMembers(workers []kvfleet.Worker) error {
 	f := &fleet{pools: map[string]*pool{}}
-	for _, m := range members {
-		if _, _, ok := r.reg.Lookup(m.Model); !ok {
-			return fmt.Errorf("worker %s: model %q has no tokenizer loaded", m.Worker.ID, m.Model)
+	for _, w := range workers {
+		if _, _, ok := r.reg.Lookup(w.Model); !ok {
+			return fmt.Errorf("worker %s: model %q has no tokenizer loaded", w.ID, w.Model)
 		}
-		p := f.pools[m.Model]
+		p := f.pools[w.Model]
 		if p == nil {
-			p = &pool{model: m.Model, approx: map[kvfleet.WorkerID]bool{}}
-			f.pools[m.Model] = p
+			p = &pool{model: w.Model, approx: map[kvfleet.WorkerID]bool{}}
+			f.pools[w.Model] = p
 		}
-		p.workers = append(p.workers, m.Worker)
-		p.hasPD = p.hasPD || m.Worker.Role == picker.RolePrefill
-		if m.Approximate {
-			p.approx[m.Worker.ID] = true
+		pw := picker.WorkerFrom(w)
+		p.workers = append(p.workers, pw)
+		p.hasPD = p.hasPD || w.Role == picker.RolePrefill
+		if w.Approximate() {
+			p.approx[w.ID] = true
 		}
-		f.all = append(f.all, m.Worker)
+		f.all = append(f.all, pw)
 	}
 	if r.outlier != nil {
-		poolOf := make(map[string]string, len(members))
-		for _, m := range members {
-			poolOf[m.Worker.Endpoint] = m.Model
+		poolOf := make(map[string]string, len(workers))
+		for _, w := range workers {
+			poolOf[w.ID.Endpoint] = w.Model
 		}
 		r.outlier.setTargets(poolOf)
 	}
@@ -242,11 +219,7 @@ func (r *Router) SetMembers(members []Member) error {
 		r.health.setTargets(eps)
 	}
 	if r.engines != nil {
-		targets := make(map[kvfleet.WorkerID]enginemetrics.Target, len(members))
-		for _, m := range members {
-			targets[m.Worker.ID] = enginemetrics.Target{URL: "http://" + m.Worker.Endpoint + "/metrics", Model: m.Model}
-		}
-		if err := r.engines.SetTargets(targets); err != nil {
+		if err := r.engines.SetWorkers(workers); err != nil {
 			r.log.Warn("engine metrics targets", "err", err)
 		}
 	}

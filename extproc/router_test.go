@@ -70,7 +70,7 @@ func newRig(t *testing.T, mutate func(*config.Config), hcfg envoyharness.Config)
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	reg, err := preprocess.New(cfg.Models, preprocess.OptionsFor(cfg.Extproc, ""))
+	reg, err := preprocess.New(cfg.Models, preprocess.OptionsFor(cfg.Extproc.Preprocess, cfg.Extproc.MaxBodyBytes, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -346,8 +346,10 @@ func candidates(r *Router, p *pool, m kvindex.Match) []picker.Candidate {
 	return r.gatherer.gather(p.workers, m, nil, r.now(), rnd)
 }
 
-func memberAt(endpoint string) Member {
-	return Member{Worker: picker.Worker{ID: kvfleet.WorkerID{Endpoint: endpoint}, Endpoint: endpoint, Role: picker.RoleBoth}, Model: "qwen3"}
+func memberAt(endpoint string) kvfleet.Worker {
+	// Events makes it an exact (not approximate) worker, as the members
+	// these tests were written against; nothing dials it.
+	return kvfleet.Worker{ID: kvfleet.WorkerID{Endpoint: endpoint}, Model: "qwen3", Role: kvfleet.RoleBoth, Events: "tcp://127.0.0.1:1"}
 }
 
 // A request kvgate cannot tokenize exactly (an image part: its placeholder

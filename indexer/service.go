@@ -26,8 +26,9 @@ import (
 	"github.com/kvgate/kvgate/internal/kvfleet"
 )
 
-// Service runs one subscription per engine data-parallel rank. The set of
-// engines may change at run time (SetEngines, fed by discovery).
+// Service runs one subscription per worker (engine data-parallel rank)
+// that publishes KV events. The set may change at run time (SetWorkers,
+// fed by discovery).
 type Service struct {
 	cfg     config.Config
 	idx     kvindex.Index
@@ -88,7 +89,11 @@ func New(cfg config.Config, idx kvindex.Index, log *slog.Logger) (*Service, erro
 		log = slog.Default()
 	}
 	s := &Service{cfg: cfg, idx: idx, log: log}
-	streams, err := s.buildStreams(cfg.Engines)
+	workers, err := cfg.Workers()
+	if err != nil {
+		return nil, err
+	}
+	streams, err := s.buildStreams(workers)
 	if err != nil {
 		return nil, err
 	}
@@ -96,45 +101,41 @@ func New(cfg config.Config, idx kvindex.Index, log *slog.Logger) (*Service, erro
 	return s, nil
 }
 
-// buildStreams makes one (unstarted) stream per engine data-parallel rank
-// that publishes KV events.
-func (s *Service) buildStreams(engines []config.Engine) ([]*stream, error) {
+// buildStreams makes one (unstarted) stream per worker that publishes KV
+// events, and one per worker with a kvagent residency stream.
+func (s *Service) buildStreams(workers []kvfleet.Worker) ([]*stream, error) {
 	var out []*stream
-	for _, e := range engines {
-		m := s.cfg.Model(e.Model)
+	for _, w := range workers {
+		m := s.cfg.Model(w.Model)
 		if m == nil {
-			return nil, fmt.Errorf("engine %s: unknown model %q", e.Endpoint, e.Model)
+			return nil, fmt.Errorf("engine %s: unknown model %q", w.ID.Endpoint, w.Model)
 		}
-		if e.Events == "" && e.TierEvents == "" {
-			continue // no KV events: the extproc routes it in approximate mode
+		var gpu *stream
+		if w.Events != "" {
+			st, err := s.newStream(w, m)
+			if err != nil {
+				return nil, fmt.Errorf("engine %s rank %d: %w", w.ID.Endpoint, w.ID.DPRank, err)
+			}
+			out = append(out, st)
+			gpu = st
 		}
-		for rank := 0; rank < max(e.DPRanks, 1); rank++ {
-			var gpu *stream
-			if e.Events != "" {
-				st, err := s.newStream(e, m, rank)
-				if err != nil {
-					return nil, fmt.Errorf("engine %s rank %d: %w", e.Endpoint, rank, err)
-				}
-				out = append(out, st)
-				gpu = st
+		// No KV events at all: the extproc routes it in approximate mode.
+		if w.TierEvents != "" {
+			st, err := s.newTierStream(w, m, gpu)
+			if err != nil {
+				return nil, fmt.Errorf("engine %s rank %d tier events: %w", w.ID.Endpoint, w.ID.DPRank, err)
 			}
-			if e.TierEvents != "" {
-				st, err := s.newTierStream(e, m, rank, gpu)
-				if err != nil {
-					return nil, fmt.Errorf("engine %s rank %d tier events: %w", e.Endpoint, rank, err)
-				}
-				out = append(out, st)
-			}
+			out = append(out, st)
 		}
 	}
 	return out, nil
 }
 
-// SetEngines replaces the subscribed engines (discovery calls it on every
+// SetWorkers replaces the subscribed workers (discovery calls it on every
 // change): new ones are subscribed, unchanged ones keep their stream, and
-// the entries of engines that left are removed from the kvindex.
-func (s *Service) SetEngines(ctx context.Context, engines []config.Engine) error {
-	next, err := s.buildStreams(engines)
+// the entries of workers that left are removed from the kvindex.
+func (s *Service) SetWorkers(ctx context.Context, workers []kvfleet.Worker) error {
+	next, err := s.buildStreams(workers)
 	if err != nil {
 		return err
 	}
@@ -191,29 +192,20 @@ func (s *Service) snapshot() []*stream {
 	return append([]*stream(nil), s.streams...)
 }
 
-func (s *Service) newStream(e config.Engine, m *config.Model, rank int) (*stream, error) {
-	var events string
+func (s *Service) newStream(w kvfleet.Worker, m *config.Model) (*stream, error) {
+	events := w.Events
 	var listener *kvstream.Listener
-	var err error
-	if e.Events == config.EventsBindMode {
-		if listener, err = s.listener(rank); err != nil {
+	if w.Events == kvfleet.EventsBindMode {
+		var err error
+		if listener, err = s.listener(w.ID.DPRank); err != nil {
 			return nil, err
 		}
-		events = "bind:" + listener.Addr().String() + "/" + e.Topic
-	} else if events, _, err = config.ZMQEndpoint(e.Events, rank); err != nil {
-		return nil, err
+		events = "bind:" + listener.Addr().String() + "/" + w.Topic
 	}
-	replay := ""
-	if e.Replay != "" {
-		if replay, _, err = config.ZMQEndpoint(e.Replay, rank); err != nil {
-			return nil, err
-		}
-	}
-	w := kvfleet.WorkerID{Endpoint: e.Endpoint, DPRank: rank}
 	// With a kvagent stream beside it, each stream's reset must remove only
 	// its own entries (ingest.Config.ScopedClear).
-	ing := ingest.NewWorker(w, s.idx, ingest.Config{BlockSize: m.BlockSize, Namespace: m.Namespace, ScopedClear: e.TierEvents != ""})
-	return s.subscribe(w, m, ing, strings.Join([]string{w.String(), m.Name, events, replay, e.Topic, e.TierEvents}, "|"), events, listener, replay, e.Topic, "")
+	ing := ingest.NewWorker(w.ID, s.idx, ingest.Config{BlockSize: m.BlockSize, Namespace: m.Namespace, ScopedClear: w.TierEvents != ""})
+	return s.subscribe(w.ID, m, ing, strings.Join([]string{w.ID.String(), m.Name, events, w.Replay, w.Topic, w.TierEvents}, "|"), events, listener, w.Replay, w.Topic, "")
 }
 
 // listener returns the bound socket of bind mode for a data-parallel rank,
@@ -261,21 +253,10 @@ func (s *Service) closeListeners() {
 const tierStreamSuffix = "/kvagent"
 
 // newTierStream subscribes to the kvagent residency stream credited to
-// worker (e, rank): host and disk tiers only, resets scoped to what that
+// worker w: host and disk tiers only, resets scoped to what that
 // stream stored, parents resolved through the engine stream (gpu, may be
 // nil) when the kvagent does not hold them.
-func (s *Service) newTierStream(e config.Engine, m *config.Model, rank int, gpu *stream) (*stream, error) {
-	events, _, err := config.ZMQEndpoint(e.TierEvents, rank)
-	if err != nil {
-		return nil, err
-	}
-	replay := ""
-	if e.TierReplay != "" {
-		if replay, _, err = config.ZMQEndpoint(e.TierReplay, rank); err != nil {
-			return nil, err
-		}
-	}
-	w := kvfleet.WorkerID{Endpoint: e.Endpoint, DPRank: rank}
+func (s *Service) newTierStream(w kvfleet.Worker, m *config.Model, gpu *stream) (*stream, error) {
 	icfg := ingest.Config{
 		BlockSize:   m.BlockSize,
 		Namespace:   m.Namespace,
@@ -285,8 +266,8 @@ func (s *Service) newTierStream(e config.Engine, m *config.Model, rank int, gpu 
 	if gpu != nil {
 		icfg.ParentSeq = gpu.ing.SeqOf
 	}
-	key := strings.Join([]string{w.String() + tierStreamSuffix, m.Name, events, replay, e.Events}, "|")
-	return s.subscribe(w, m, ingest.NewWorker(w, s.idx, icfg), key, events, nil, replay, "", tierStreamSuffix)
+	key := strings.Join([]string{w.ID.String() + tierStreamSuffix, m.Name, w.TierEvents, w.TierReplay, w.Events}, "|")
+	return s.subscribe(w.ID, m, ingest.NewWorker(w.ID, s.idx, icfg), key, w.TierEvents, nil, w.TierReplay, "", tierStreamSuffix)
 }
 
 // subscribe makes the stream's subscriber: dialing events, or attached to

@@ -19,6 +19,7 @@ import (
 	"github.com/kvgate/kvgate/indexer/kvindex"
 	"github.com/kvgate/kvgate/indexer/kvstream"
 	"github.com/kvgate/kvgate/internal/kvfleet"
+	"github.com/kvgate/kvgate/internal/testkit/poll"
 	"github.com/kvgate/kvgate/internal/testkit/redistest"
 )
 
@@ -108,27 +109,20 @@ func runService(t *testing.T, cfg config.Config, idx kvindex.Index) *Service {
 // (applied, or rejected as undecodable).
 func waitBatches(t *testing.T, svc *Service, engines []*testEngine) Status {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		st, err := svc.Status(context.Background())
-		if err != nil {
+	var st Status
+	poll.Until(t, "the indexer to handle every published batch", 20*time.Second, func() error {
+		var err error
+		if st, err = svc.Status(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		done := true
 		for i, e := range engines {
-			w := st.Workers[i]
-			if w.Ingest.Batches+w.DecodeErrors < e.sent {
-				done = false
+			if w := st.Workers[i]; w.Ingest.Batches+w.DecodeErrors < e.sent {
+				return fmt.Errorf("workers %+v", st.Workers)
 			}
 		}
-		if done {
-			return st
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("indexer did not apply every published batch within 20s: %+v", st.Workers)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
+	return st
 }
 
 func chain(tokens []uint32) []uint64 {
@@ -293,9 +287,20 @@ func get(t *testing.T, url string, want int) string {
 	return string(b)
 }
 
-// Discovery changes the engine set at run time: a new engine is
+// workersOf expands engines as the configuration does (config.Config.Workers).
+func workersOf(t *testing.T, cfg config.Config, engines []config.Engine) []kvfleet.Worker {
+	t.Helper()
+	cfg.Engines = engines
+	ws, err := cfg.Workers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ws
+}
+
+// Discovery changes the worker set at run time: a new engine is
 // subscribed, a departed one's entries leave the kvindex.
-func TestServiceSetEngines(t *testing.T) {
+func TestServiceSetWorkers(t *testing.T) {
 	engines, cfg := startEngines(t, 2)
 	first := cfg
 	first.Engines = cfg.Engines[:1]
@@ -304,7 +309,7 @@ func TestServiceSetEngines(t *testing.T) {
 	engines[0].storeChain(t, seqTokens(1, 8), true)
 	waitBatches(t, svc, engines[:1])
 
-	if err := svc.SetEngines(context.Background(), cfg.Engines); err != nil {
+	if err := svc.SetWorkers(context.Background(), workersOf(t, cfg, cfg.Engines)); err != nil {
 		t.Fatal(err)
 	}
 	engines[1].storeChain(t, seqTokens(1, 4), true)
@@ -317,7 +322,7 @@ func TestServiceSetEngines(t *testing.T) {
 		t.Fatalf("match %v", m)
 	}
 
-	if err := svc.SetEngines(context.Background(), cfg.Engines[1:]); err != nil {
+	if err := svc.SetWorkers(context.Background(), workersOf(t, cfg, cfg.Engines[1:])); err != nil {
 		t.Fatal(err)
 	}
 	m, _ = idx.Match(context.Background(), chain(seqTokens(1, 8)))
@@ -358,21 +363,16 @@ func TestServiceResyncsIdleWorkersAfterRedisFlushAll(t *testing.T) {
 	if m := depthsNow(); len(m) != 0 {
 		t.Fatalf("FLUSHALL left %v", m)
 	}
-	for {
+	poll.Until(t, "every worker rebuilt after FLUSHALL", 10*time.Second, func() error {
 		m := depthsNow()
-		ok := true
 		for w, d := range want {
-			ok = ok && m[w][kvfleet.TierDevice] == d
+			if m[w][kvfleet.TierDevice] != d {
+				st, _ := svc.Status(context.Background())
+				return fmt.Errorf("the index holds %v, want %v; status %+v", m, want, st.Workers)
+			}
 		}
-		if ok {
-			break
-		}
-		if time.Since(wiped) > 10*time.Second {
-			st, _ := svc.Status(context.Background())
-			t.Fatalf("10 s after FLUSHALL the index holds %v, want %v; status %+v", m, want, st.Workers)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	t.Logf("every worker back %v after FLUSHALL", time.Since(wiped).Round(time.Millisecond))
 	st, err := svc.Status(context.Background())
 	if err != nil {

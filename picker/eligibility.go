@@ -22,7 +22,7 @@ func exclusion(c *Candidate, s Stage, cfg *Config) string {
 		return ReasonDraining
 	case c.Worker.Warming:
 		return ReasonWarming
-	case !c.Worker.Role.serves(s):
+	case !serves(c.Worker.Role, s):
 		return ReasonRole
 	case cfg.MaxInflight > 0 && inflight(&c.Load) >= float64(cfg.MaxInflight):
 		return ReasonInflightBound

@@ -7,26 +7,16 @@ import (
 	"github.com/kvgate/kvgate/internal/kvfleet"
 )
 
-// Role is what a worker is deployed to do.
-type Role uint8
+// Role is what a worker is deployed to do; the type and its one parser
+// live in the leaf kvfleet so that config, discovery and the picker share
+// them (issue 18).
+type Role = kvfleet.Role
 
 const (
-	RoleBoth    Role = iota // serves whole requests, or either half of a split one
-	RolePrefill             // prefill only (llm-d / Dynamo prefill pool)
-	RoleDecode              // decode; also serves whole requests when not split
+	RoleBoth    = kvfleet.RoleBoth    // serves whole requests, or either half of a split one
+	RolePrefill = kvfleet.RolePrefill // prefill only (llm-d / Dynamo prefill pool)
+	RoleDecode  = kvfleet.RoleDecode  // decode; also serves whole requests when not split
 )
-
-func (r Role) String() string {
-	switch r {
-	case RoleBoth:
-		return "both"
-	case RolePrefill:
-		return "prefill"
-	case RoleDecode:
-		return "decode"
-	}
-	return fmt.Sprintf("role%d", uint8(r))
-}
 
 // Stage is the part of a request that the chosen worker will run.
 type Stage uint8
@@ -56,7 +46,7 @@ func (s Stage) String() string {
 // Dynamo a decode worker runs the whole request itself when the router
 // decides not to disaggregate, so decode workers serve aggregated requests;
 // prefill-only workers never do.
-func (r Role) serves(s Stage) bool {
+func serves(r Role, s Stage) bool {
 	switch s {
 	case StageAggregated, StageDecode:
 		return r == RoleBoth || r == RoleDecode
@@ -84,6 +74,13 @@ type Worker struct {
 	// its recent requests); it gets no traffic, not even as a fallback,
 	// until the ejection ends.
 	Ejected bool
+}
+
+// WorkerFrom is the picker's view of w, the one place the fleet's worker
+// shape becomes the picker's: health flags (Unhealthy, Warming, Ejected)
+// start clear and are set by the caller per request.
+func WorkerFrom(w kvfleet.Worker) Worker {
+	return Worker{ID: w.ID, Endpoint: w.ID.Endpoint, Role: w.Role, Draining: w.Draining}
 }
 
 // Load is a worker's current load. The first three fields come from kvgate's

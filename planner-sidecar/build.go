@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/config"
-	"github.com/kvgate/kvgate/internal/yamlconf"
+	"github.com/kvgate/kvgate/internal/kvfleet"
 	"github.com/kvgate/kvgate/planner-sidecar/actuate"
 	"github.com/kvgate/kvgate/planner-sidecar/collect"
 	"github.com/kvgate/kvgate/planner-sidecar/forecast"
@@ -46,20 +46,15 @@ func poolsOf(cfg config.Config) []config.PlannerPool {
 	return out
 }
 
-// orDefault is *v, or def when the key was never set (a Config built in
-// code rather than parsed has no defaults applied).
-func orDefault[T any](v *T, def T) T {
-	if v == nil {
-		return def
-	}
-	return *v
-}
-
+// roleToPool is the pool an engine of the given role (engines[].role)
+// belongs to, read with the fleet's one role parser: both (and, as before
+// validation, anything unknown) is aggregated.
 func roleToPool(role string) string {
-	switch role {
-	case "prefill":
+	r, _ := kvfleet.ParseRole(role)
+	switch r {
+	case kvfleet.RolePrefill:
 		return plan.PoolPrefill
-	case "decode":
+	case kvfleet.RoleDecode:
 		return plan.PoolDecode
 	}
 	return plan.PoolAggregated
@@ -71,7 +66,19 @@ func roleToPool(role string) string {
 // actuator (advisory when asked on the command line), the journal and the
 // metrics. The caller closes the journal (Loop.Journal) when done.
 func New(cfg config.Config, o Options) (*Loop, error) {
+	// A section built in code rather than parsed has no defaults yet; the
+	// copy gets the file's (config.Planner.ApplyDefaults, declared in
+	// plan/defaults.go), so the caller's pools are not written to.
 	pc := cfg.Planner
+	pc.Pools = slices.Clone(pc.Pools)
+	for i, p := range pc.Pools {
+		if p.Kubernetes != nil {
+			k := *p.Kubernetes
+			pc.Pools[i].Kubernetes = &k
+		}
+	}
+	pc.ApplyDefaults()
+	cfg.Planner = pc
 	pools := poolsOf(cfg)
 	if len(pools) == 0 {
 		return nil, fmt.Errorf("planner.pools: no pools, and no engines: to derive them from")
@@ -113,9 +120,7 @@ func New(cfg config.Config, o Options) (*Loop, error) {
 		UpUtilization: pc.Hysteresis.UpUtilization, DownUtilization: pc.Hysteresis.DownUtilization,
 		DownAfter: pc.Hysteresis.DownAfter, Cooldown: pc.Cooldown.D(),
 		CorrectionAlpha: pc.Correction.Alpha, CorrectionMin: pc.Correction.Min, CorrectionMax: pc.Correction.Max,
-		ErrorHeadroom: orDefault(pc.ErrorHeadroom, config.DefaultPlannerErrorHeadroom),
-		PeakHold:      orDefault(pc.PeakHold, yamlconf.Duration(config.DefaultPlannerPeakHold)).D(),
-		BacklogDrain:  orDefault(pc.BacklogDrain, yamlconf.Duration(config.DefaultPlannerBacklogDrain)).D(),
+		ErrorHeadroom: *pc.ErrorHeadroom, PeakHold: pc.PeakHold.D(), BacklogDrain: pc.BacklogDrain.D(),
 	}
 	if pc.Correction.Disabled {
 		sla.CorrectionAlpha = -1
@@ -123,12 +128,16 @@ func New(cfg config.Config, o Options) (*Loop, error) {
 	for _, p := range pools {
 		sla.Pools[p.Name] = plan.PoolLimits{Min: p.Min, Max: p.Max, GPUsPerReplica: p.GPUsPerReplica}
 	}
+	// The section's keys were validated, with their paths, by config
+	// (Planner.validate); what it could not see is what only the planner
+	// derives: pools from engines' roles when planner.pools is empty, and
+	// the GPU budget over them. NewSLA requires the whole to Validate.
 	if err := sla.Validate(); err != nil {
 		return nil, fmt.Errorf("planner: %w", err)
 	}
 	fp := forecast.Params{
 		Alpha: pc.Forecaster.Alpha, Beta: pc.Forecaster.Beta, NoiseRatio: pc.Forecaster.NoiseRatio,
-		TrendDamping: orDefault(pc.Forecaster.TrendDamping, yamlconf.Duration(config.DefaultPlannerTrendDamping)).D(),
+		TrendDamping: pc.Forecaster.TrendDamping.D(),
 	}
 	if _, err := forecast.New(pc.Forecaster.Kind, fp); err != nil {
 		return nil, fmt.Errorf("planner.forecaster: %w", err)

@@ -70,8 +70,8 @@ func TestTunedRulesDefaultToTheSimulators(t *testing.T) {
 		t.Fatalf("defaults: k %v, peak hold %v, backlog drain %v; the simulator runs k %v, %v, %v",
 			got.ErrorHeadroom, got.PeakHold, got.BacklogDrain, want.ErrorHeadroom, want.PeakHold, want.BacklogDrain)
 	}
-	if config.DefaultPlannerTrendDamping != plannersim.DefaultForecastParams.TrendDamping {
-		t.Fatalf("trend damping default %v, the simulator's %v", config.DefaultPlannerTrendDamping, plannersim.DefaultForecastParams.TrendDamping)
+	if plan.DefaultTrendDamping != plannersim.DefaultForecastParams.TrendDamping {
+		t.Fatalf("trend damping default %v, the simulator's %v", plan.DefaultTrendDamping, plannersim.DefaultForecastParams.TrendDamping)
 	}
 	// A Config built in code (no defaults applied) gets the same.
 	cfg := config.Config{Planner: config.Planner{
@@ -174,7 +174,7 @@ func TestTrendDampingReachesTheForecaster(t *testing.T) {
 		return d.Terms["aggregated.forecast_request_rate"], oracle.Predict(horizon)
 	}
 	a, b := forecast.DefaultParams.Alpha, forecast.DefaultParams.Beta
-	damped, wantDamped := run("", forecast.NewDampedHolt(a, b, config.DefaultPlannerTrendDamping))
+	damped, wantDamped := run("", forecast.NewDampedHolt(a, b, plan.DefaultTrendDamping))
 	if math.Abs(damped-wantDamped) > 1e-9 {
 		t.Fatalf("default: forecast %v, damped holt (10m) predicts %v", damped, wantDamped)
 	}

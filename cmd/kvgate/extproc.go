@@ -29,6 +29,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/server"
 	"github.com/kvgate/kvgate/indexer"
 	"github.com/kvgate/kvgate/indexer/kvindex"
+	"github.com/kvgate/kvgate/internal/kvfleet"
 )
 
 func init() {
@@ -196,7 +197,7 @@ func sharedLoadOptions(idx kvindex.Index) []extproc.Option {
 // readiness probe fails first, in-flight streams finish (up to the drain
 // deadline), and only then does the process stop.
 func serveExtproc(ctx context.Context, cfg config.Config, o extprocOptions) error {
-	reg, err := preprocess.New(cfg.Models, preprocess.OptionsFor(cfg.Extproc, o.baseDir))
+	reg, err := preprocess.New(cfg.Models, preprocess.OptionsFor(cfg.Extproc.Preprocess, cfg.Extproc.MaxBodyBytes, o.baseDir))
 	if err != nil {
 		return err
 	}
@@ -226,7 +227,7 @@ func serveExtproc(ctx context.Context, cfg config.Config, o extprocOptions) erro
 	runCtx, cancelRun := context.WithCancel(context.Background())
 	defer cancelRun()
 	indexerDone := make(chan struct{})
-	var setEngines func(context.Context, []config.Engine) error
+	var setWorkers func(context.Context, []kvfleet.Worker) error
 	var svc *indexer.Service
 	if cfg.Index.Backend == "memory" || o.withIndexer {
 		// The in-memory index lives in this process, so this process must
@@ -236,14 +237,14 @@ func serveExtproc(ctx context.Context, cfg config.Config, o extprocOptions) erro
 			return err
 		}
 		promReg.MustRegister(svc.Collector())
-		setEngines = svc.SetEngines
+		setWorkers = svc.SetWorkers
 		go func() { svc.Run(runCtx); close(indexerDone) }()
 	} else {
 		close(indexerDone)
 	}
 	if src != nil {
 		go func() {
-			if err := extproc.FollowDiscovery(runCtx, src, router, setEngines, o.log); err != nil {
+			if err := extproc.FollowDiscovery(runCtx, src, router, setWorkers, o.log); err != nil {
 				o.log.Error("kubernetes discovery stopped", "err", err)
 			}
 		}()

@@ -103,7 +103,7 @@ func Pathological(ctx context.Context, w io.Writer, opt PathologicalOptions) err
 		return fmt.Errorf("pathological benchmark: %w (run `make models`)", err)
 	}
 	x := config.Default().Extproc
-	reg, err := preprocess.New([]config.Model{{Name: opt.Model, BlockSize: 16, Tokenizer: dir}}, preprocess.OptionsFor(x, ""))
+	reg, err := preprocess.New([]config.Model{{Name: opt.Model, BlockSize: 16, Tokenizer: dir}}, preprocess.OptionsFor(x.Preprocess, x.MaxBodyBytes, ""))
 	if err != nil {
 		return fmt.Errorf("pathological benchmark: %w", err)
 	}
@@ -231,7 +231,7 @@ func measurePathologicalOracle(ctx context.Context, inputs []pathologicalInput, 
 	}
 }
 
-func writePathologicalReport(ctx context.Context, w io.Writer, rows []PathologicalRow, p config.Preprocess, opt PathologicalOptions) error {
+func writePathologicalReport(ctx context.Context, w io.Writer, rows []PathologicalRow, p preprocess.Config, opt PathologicalOptions) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "## Tokenizer on pathological inputs (issue 15)\n\n")
 	fmt.Fprintf(&b, "Machine: %s, %d CPUs, %s (uname -m: %s). Command: `%s`. Model %s.\n\n",

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/kvgate/kvgate/extproc/discovery/kubeselect"
+	"github.com/kvgate/kvgate/internal/kvfleet"
 	discoveryv1 "k8s.io/api/discovery/v1"
 )
 
@@ -13,7 +15,7 @@ import (
 // API); a terminating one is kept as Draining. Pod labels do not reach
 // slices, so model and role come from the slice's labels, which the
 // EndpointSlice controller copies from the Service, or from c.Model.
-func workersFromSlices(eps []*discoveryv1.EndpointSlice, c KubernetesConfig) (ws []Worker, skipped []string) {
+func workersFromSlices(eps []*discoveryv1.EndpointSlice, c kubeselect.Config) (ws []kvfleet.Worker, skipped []string) {
 	eps = slices.Clone(eps)
 	slices.SortFunc(eps, func(a, b *discoveryv1.EndpointSlice) int { return strings.Compare(a.Name, b.Name) })
 	byEndpoint := map[string]int{} // ip:port → index of its first worker in ws
@@ -40,13 +42,13 @@ func workersFromSlices(eps []*discoveryv1.EndpointSlice, c KubernetesConfig) (ws
 				rws := rankWorkers(addr, port, model, role, draining, c)
 				// During a rollout one address can sit in two slices for a
 				// moment; it is one worker, draining only if every copy says so.
-				if i, ok := byEndpoint[rws[0].Endpoint]; ok {
+				if i, ok := byEndpoint[rws[0].ID.Endpoint]; ok {
 					for r := range rws {
 						ws[i+r].Draining = ws[i+r].Draining && draining
 					}
 					continue
 				}
-				byEndpoint[rws[0].Endpoint] = len(ws)
+				byEndpoint[rws[0].ID.Endpoint] = len(ws)
 				ws = append(ws, rws...)
 			}
 		}
@@ -57,7 +59,7 @@ func workersFromSlices(eps []*discoveryv1.EndpointSlice, c KubernetesConfig) (ws
 
 // slicePort is c.Port, or the slice port named c.PortName, or the slice's
 // only port when PortName is empty.
-func slicePort(s *discoveryv1.EndpointSlice, c KubernetesConfig) (int, error) {
+func slicePort(s *discoveryv1.EndpointSlice, c kubeselect.Config) (int, error) {
 	if c.Port > 0 {
 		return c.Port, nil
 	}

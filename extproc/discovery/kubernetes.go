@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kvgate/kvgate/extproc/discovery/kubeselect"
+	"github.com/kvgate/kvgate/internal/kvfleet"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -21,7 +23,7 @@ import (
 // KubernetesSource watches pods or EndpointSlices with client-go informers.
 type KubernetesSource struct {
 	client kubernetes.Interface
-	cfg    KubernetesConfig
+	cfg    kubeselect.Config
 	log    *slog.Logger
 
 	changes atomic.Int64 // onChange calls
@@ -60,14 +62,14 @@ func NewClient(kubeconfig string) (kubernetes.Interface, error) {
 
 // NewKubernetes validates cfg (after filling its defaults) and returns a
 // source reading through client. log may be nil.
-func NewKubernetes(client kubernetes.Interface, cfg KubernetesConfig, log *slog.Logger) (*KubernetesSource, error) {
+func NewKubernetes(client kubernetes.Interface, cfg kubeselect.Config, log *slog.Logger) (*KubernetesSource, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("discovery: %w", err)
 	}
 	if log == nil {
 		log = slog.Default()
 	}
-	return &KubernetesSource{client: client, cfg: cfg.withDefaults(), log: log}, nil
+	return &KubernetesSource{client: client, cfg: cfg.WithDefaults(), log: log}, nil
 }
 
 // Stats returns the counters.
@@ -79,7 +81,7 @@ func (k *KubernetesSource) Stats() KubernetesStats {
 // then again whenever it changes, at most once per Debounce. The set is
 // recomputed from the informer cache rather than patched event by event,
 // so a missed or reordered event cannot leave it wrong.
-func (k *KubernetesSource) Run(ctx context.Context, onChange func([]Worker)) error {
+func (k *KubernetesSource) Run(ctx context.Context, onChange func([]kvfleet.Worker)) error {
 	c := k.cfg
 	// The selector is applied again to the cache: a watch may deliver
 	// objects the list would not have (client-go's fake does), and a
@@ -112,14 +114,14 @@ func (k *KubernetesSource) Run(ctx context.Context, onChange func([]Worker)) err
 		DeleteFunc: func(any) { signal() },
 	}
 
-	var compute func() ([]Worker, []string, error)
+	var compute func() ([]kvfleet.Worker, []string, error)
 	if c.Service != "" {
 		inf := factory.Discovery().V1().EndpointSlices()
 		if _, err := inf.Informer().AddEventHandler(handler); err != nil {
 			return fmt.Errorf("discovery: endpointslice handler: %w", err)
 		}
 		lister := inf.Lister().EndpointSlices(c.Namespace)
-		compute = func() ([]Worker, []string, error) {
+		compute = func() ([]kvfleet.Worker, []string, error) {
 			eps, err := lister.List(sel)
 			if err != nil {
 				return nil, nil, err
@@ -133,7 +135,7 @@ func (k *KubernetesSource) Run(ctx context.Context, onChange func([]Worker)) err
 			return fmt.Errorf("discovery: pod handler: %w", err)
 		}
 		lister := inf.Lister().Pods(c.Namespace)
-		compute = func() ([]Worker, []string, error) {
+		compute = func() ([]kvfleet.Worker, []string, error) {
 			pods, err := lister.List(sel)
 			if err != nil {
 				return nil, nil, err
@@ -153,7 +155,7 @@ func (k *KubernetesSource) Run(ctx context.Context, onChange func([]Worker)) err
 		}
 	}
 
-	var last []Worker
+	var last []kvfleet.Worker
 	first := true
 	timer := time.NewTimer(0)
 	defer timer.Stop()

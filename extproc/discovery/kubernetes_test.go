@@ -15,8 +15,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/kvgate/kvgate/extproc/discovery/kubeselect"
 	"github.com/kvgate/kvgate/internal/kvfleet"
-	"github.com/kvgate/kvgate/picker"
 )
 
 const ns = "llm"
@@ -25,7 +25,7 @@ const ns = "llm"
 type watcher struct {
 	t       *testing.T
 	mu      sync.Mutex
-	sets    [][]Worker
+	sets    [][]kvfleet.Worker
 	changed chan struct{}
 	inCall  atomic.Int32
 	stop    func()
@@ -37,7 +37,7 @@ func watch(t *testing.T, src Source) *watcher {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- src.Run(ctx, func(ws []Worker) {
+		done <- src.Run(ctx, func(ws []kvfleet.Worker) {
 			if w.inCall.Add(1) != 1 {
 				t.Error("onChange called concurrently")
 			}
@@ -74,12 +74,12 @@ func (w *watcher) calls() int {
 
 // waitFor waits until the latest reported set equals want. The deadline
 // only bounds a broken test; it asserts nothing about speed.
-func (w *watcher) waitFor(want []Worker) {
+func (w *watcher) waitFor(want []kvfleet.Worker) {
 	w.t.Helper()
 	deadline := time.After(30 * time.Second)
 	for {
 		w.mu.Lock()
-		var last []Worker
+		var last []kvfleet.Worker
 		n := len(w.sets)
 		if n > 0 {
 			last = w.sets[n-1]
@@ -129,14 +129,14 @@ func setReady(p *corev1.Pod, ready bool) *corev1.Pod {
 }
 
 func vllmLabels(role string) map[string]string {
-	l := map[string]string{"app": "vllm", DefaultModelLabel: "llama"}
+	l := map[string]string{"app": "vllm", kubeselect.DefaultModelLabel: "llama"}
 	if role != "" {
-		l[DefaultRoleLabel] = role
+		l[kubeselect.DefaultRoleLabel] = role
 	}
 	return l
 }
 
-func mustKubernetes(t *testing.T, client kubernetes.Interface, c KubernetesConfig) *KubernetesSource {
+func mustKubernetes(t *testing.T, client kubernetes.Interface, c kubeselect.Config) *KubernetesSource {
 	t.Helper()
 	src, err := NewKubernetes(client, c, nil)
 	if err != nil {
@@ -145,10 +145,10 @@ func mustKubernetes(t *testing.T, client kubernetes.Interface, c KubernetesConfi
 	return src
 }
 
-func podWorker(ip string, rank int, role picker.Role, draining bool) Worker {
+func podWorker(ip string, rank int, role kvfleet.Role, draining bool) kvfleet.Worker {
 	ep := ip + ":8000"
-	return Worker{
-		ID: kvfleet.WorkerID{Endpoint: ep, DPRank: rank}, Endpoint: ep, Model: "llama", Role: role, Draining: draining,
+	return kvfleet.Worker{
+		ID: kvfleet.WorkerID{Endpoint: ep, DPRank: rank}, Model: "llama", Role: role, Draining: draining,
 		Events: fmt.Sprintf("tcp://%s:%d", ip, 5557+rank),
 	}
 }
@@ -157,7 +157,7 @@ func TestKubernetesPodsLifecycle(t *testing.T) {
 	ctx := context.Background()
 	client := fake.NewClientset()
 	pods := client.CoreV1().Pods(ns)
-	src := mustKubernetes(t, client, KubernetesConfig{
+	src := mustKubernetes(t, client, kubeselect.Config{
 		Namespace: ns, LabelSelector: "app=vllm", PortName: "http", EventsPort: 5557, Debounce: 10 * time.Millisecond,
 	})
 	w := watch(t, src)
@@ -169,7 +169,7 @@ func TestKubernetesPodsLifecycle(t *testing.T) {
 	if _, err := pods.Create(ctx, setReady(a, false), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	other := readyPod("other", "10.1.0.9", map[string]string{"app": "web", DefaultModelLabel: "llama"})
+	other := readyPod("other", "10.1.0.9", map[string]string{"app": "web", kubeselect.DefaultModelLabel: "llama"})
 	if _, err := pods.Create(ctx, other, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -177,17 +177,17 @@ func TestKubernetesPodsLifecycle(t *testing.T) {
 	if _, err := pods.Create(ctx, b, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	w.waitFor([]Worker{podWorker("10.1.0.2", 0, picker.RoleBoth, false)})
+	w.waitFor([]kvfleet.Worker{podWorker("10.1.0.2", 0, kvfleet.RoleBoth, false)})
 
 	// a becomes ready.
 	if _, err := pods.Update(ctx, a, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	w.waitFor([]Worker{podWorker("10.1.0.1", 0, picker.RolePrefill, false), podWorker("10.1.0.2", 0, picker.RoleBoth, false)})
+	w.waitFor([]kvfleet.Worker{podWorker("10.1.0.1", 0, kvfleet.RolePrefill, false), podWorker("10.1.0.2", 0, kvfleet.RoleBoth, false)})
 
 	// b gets the draining label; a is being deleted (still ready).
 	bd := b.DeepCopy()
-	bd.Labels[DrainingKey] = "true"
+	bd.Labels[kubeselect.DrainingKey] = "true"
 	if _, err := pods.Update(ctx, bd, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -197,22 +197,22 @@ func TestKubernetesPodsLifecycle(t *testing.T) {
 	if _, err := pods.Update(ctx, ad, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	w.waitFor([]Worker{podWorker("10.1.0.1", 0, picker.RolePrefill, true), podWorker("10.1.0.2", 0, picker.RoleBoth, true)})
+	w.waitFor([]kvfleet.Worker{podWorker("10.1.0.1", 0, kvfleet.RolePrefill, true), podWorker("10.1.0.2", 0, kvfleet.RoleBoth, true)})
 
 	// The draining annotation works too, and removing the label undrains.
 	bu := b.DeepCopy()
-	bu.Annotations = map[string]string{DrainingKey: "true"}
+	bu.Annotations = map[string]string{kubeselect.DrainingKey: "true"}
 	if _, err := pods.Update(ctx, bu, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := pods.Update(ctx, setReady(ad, false), metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	w.waitFor([]Worker{podWorker("10.1.0.2", 0, picker.RoleBoth, true)})
+	w.waitFor([]kvfleet.Worker{podWorker("10.1.0.2", 0, kvfleet.RoleBoth, true)})
 	if _, err := pods.Update(ctx, b, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	w.waitFor([]Worker{podWorker("10.1.0.2", 0, picker.RoleBoth, false)})
+	w.waitFor([]kvfleet.Worker{podWorker("10.1.0.2", 0, kvfleet.RoleBoth, false)})
 
 	// Deleted pods leave.
 	for _, name := range []string{"a", "b"} {
@@ -239,14 +239,14 @@ func TestKubernetesDPRanksAndSkips(t *testing.T) {
 	client := fake.NewClientset(
 		readyPod("ok", "10.1.0.1", vllmLabels("decode")),
 		readyPod("nomodel", "10.1.0.2", map[string]string{"app": "vllm"}),
-		readyPod("badrole", "10.1.0.3", map[string]string{"app": "vllm", DefaultModelLabel: "llama", DefaultRoleLabel: "router"}),
+		readyPod("badrole", "10.1.0.3", map[string]string{"app": "vllm", kubeselect.DefaultModelLabel: "llama", kubeselect.DefaultRoleLabel: "router"}),
 		readyPod("noip", "", vllmLabels("")),
 	)
-	src := mustKubernetes(t, client, KubernetesConfig{
+	src := mustKubernetes(t, client, kubeselect.Config{
 		Namespace: ns, LabelSelector: "app=vllm", Port: 8000, EventsPort: 5557, ReplayPort: 5600, DPRanks: 2,
 	})
 	w := watch(t, src)
-	want := []Worker{podWorker("10.1.0.1", 0, picker.RoleDecode, false), podWorker("10.1.0.1", 1, picker.RoleDecode, false)}
+	want := []kvfleet.Worker{podWorker("10.1.0.1", 0, kvfleet.RoleDecode, false), podWorker("10.1.0.1", 1, kvfleet.RoleDecode, false)}
 	want[0].Replay, want[1].Replay = "tcp://10.1.0.1:5600", "tcp://10.1.0.1:5601"
 	w.waitFor(want)
 	if st := src.Stats(); st.Skipped != 3 || st.Workers != 2 {
@@ -256,11 +256,11 @@ func TestKubernetesDPRanksAndSkips(t *testing.T) {
 
 func TestKubernetesDefaultModelAndIPv6(t *testing.T) {
 	p := readyPod("v6", "fd00::5", map[string]string{"app": "vllm"})
-	src := mustKubernetes(t, fake.NewClientset(p), KubernetesConfig{
+	src := mustKubernetes(t, fake.NewClientset(p), kubeselect.Config{
 		Namespace: ns, LabelSelector: "app=vllm", Port: 8000, Model: "llama", EventsPort: 5557,
 	})
 	w := watch(t, src)
-	w.waitFor([]Worker{{ID: kvfleet.WorkerID{Endpoint: "[fd00::5]:8000"}, Endpoint: "[fd00::5]:8000", Model: "llama",
+	w.waitFor([]kvfleet.Worker{{ID: kvfleet.WorkerID{Endpoint: "[fd00::5]:8000"}, Model: "llama",
 		Events: "tcp://[fd00::5]:5557"}})
 }
 
@@ -272,17 +272,17 @@ func TestKubernetesDebounce(t *testing.T) {
 	ctx := context.Background()
 	client := fake.NewClientset()
 	const debounce = 200 * time.Millisecond
-	src := mustKubernetes(t, client, KubernetesConfig{Namespace: ns, LabelSelector: "app=vllm", Port: 8000, Debounce: debounce})
+	src := mustKubernetes(t, client, kubeselect.Config{Namespace: ns, LabelSelector: "app=vllm", Port: 8000, Debounce: debounce})
 	w := watch(t, src)
 	w.waitFor(nil)
 	start := time.Now()
-	var want []Worker
+	var want []kvfleet.Worker
 	for i := range 60 {
 		ip := fmt.Sprintf("10.2.0.%d", i+1)
 		if _, err := client.CoreV1().Pods(ns).Create(ctx, readyPod(fmt.Sprint("p", i), ip, vllmLabels("")), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		want = append(want, Worker{ID: kvfleet.WorkerID{Endpoint: ip + ":8000"}, Endpoint: ip + ":8000", Model: "llama"})
+		want = append(want, kvfleet.Worker{ID: kvfleet.WorkerID{Endpoint: ip + ":8000"}, Model: "llama"})
 	}
 	sortWorkers(want)
 	w.waitFor(want)
@@ -316,14 +316,14 @@ func TestKubernetesEndpointSlices(t *testing.T) {
 	ctx := context.Background()
 	client := fake.NewClientset()
 	eps := client.DiscoveryV1().EndpointSlices(ns)
-	src := mustKubernetes(t, client, KubernetesConfig{
+	src := mustKubernetes(t, client, kubeselect.Config{
 		Namespace: ns, Service: "vllm", PortName: "http", EventsPort: 5557, Debounce: 10 * time.Millisecond,
 	})
 	w := watch(t, src)
 	w.waitFor(nil)
 
 	yes, no := ptr(true), ptr(false)
-	lbls := map[string]string{DefaultModelLabel: "llama", DefaultRoleLabel: "decode"}
+	lbls := map[string]string{kubeselect.DefaultModelLabel: "llama", kubeselect.DefaultRoleLabel: "decode"}
 	s1 := slice("vllm-abc", lbls,
 		endpoint("10.1.0.1", yes, yes, no),
 		endpoint("10.1.0.2", nil, nil, nil), // nil ready/serving = true, nil terminating = false
@@ -337,7 +337,7 @@ func TestKubernetesEndpointSlices(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	w.waitFor([]Worker{podWorker("10.1.0.1", 0, picker.RoleDecode, false), podWorker("10.1.0.2", 0, picker.RoleDecode, false)})
+	w.waitFor([]kvfleet.Worker{podWorker("10.1.0.1", 0, kvfleet.RoleDecode, false), podWorker("10.1.0.2", 0, kvfleet.RoleDecode, false)})
 
 	// 10.1.0.1 terminates but still serves: draining. 10.1.0.2 stops serving.
 	s1b := s1.DeepCopy()
@@ -346,14 +346,14 @@ func TestKubernetesEndpointSlices(t *testing.T) {
 	if _, err := eps.Update(ctx, s1b, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	w.waitFor([]Worker{podWorker("10.1.0.1", 0, picker.RoleDecode, true)})
+	w.waitFor([]kvfleet.Worker{podWorker("10.1.0.1", 0, kvfleet.RoleDecode, true)})
 
 	// A second slice listing the same address as ready: one worker, not draining.
 	s2 := slice("vllm-def", lbls, endpoint("10.1.0.1", yes, yes, no), endpoint("10.1.0.4", yes, yes, no))
 	if _, err := eps.Create(ctx, s2, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	w.waitFor([]Worker{podWorker("10.1.0.1", 0, picker.RoleDecode, false), podWorker("10.1.0.4", 0, picker.RoleDecode, false)})
+	w.waitFor([]kvfleet.Worker{podWorker("10.1.0.1", 0, kvfleet.RoleDecode, false), podWorker("10.1.0.4", 0, kvfleet.RoleDecode, false)})
 
 	if err := eps.Delete(ctx, "vllm-abc", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
@@ -366,7 +366,7 @@ func TestKubernetesEndpointSlices(t *testing.T) {
 
 func TestSlicePortChoice(t *testing.T) {
 	s := slice("s", nil)
-	c := KubernetesConfig{}.withDefaults()
+	c := kubeselect.Config{}.WithDefaults()
 	if _, err := slicePort(s, c); err == nil {
 		t.Error("two ports and no port name: accepted")
 	}

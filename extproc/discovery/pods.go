@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/kvgate/kvgate/extproc/discovery/kubeselect"
+	"github.com/kvgate/kvgate/internal/kvfleet"
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -18,7 +20,7 @@ var errNoModel = errors.New("no model label and no default model")
 // is kept as Draining so that its in-flight requests and cache state stay
 // known while it gets no new requests. Ready pods that cannot be used (no
 // model, bad role, no port) are returned in skipped with the reason.
-func workersFromPods(pods []*corev1.Pod, c KubernetesConfig) (ws []Worker, skipped []string) {
+func workersFromPods(pods []*corev1.Pod, c kubeselect.Config) (ws []kvfleet.Worker, skipped []string) {
 	// Deterministic order, so that when two pods claim the same ip:port
 	// (host-network pods on one node) the same one wins every time.
 	pods = slices.Clone(pods)
@@ -49,7 +51,7 @@ func workersFromPods(pods []*corev1.Pod, c KubernetesConfig) (ws []Worker, skipp
 			continue
 		}
 		seen[ep] = true
-		draining := p.DeletionTimestamp != nil || p.Labels[DrainingKey] == "true" || p.Annotations[DrainingKey] == "true"
+		draining := p.DeletionTimestamp != nil || p.Labels[kubeselect.DrainingKey] == "true" || p.Annotations[kubeselect.DrainingKey] == "true"
 		ws = append(ws, rankWorkers(ip, port, model, role, draining, c)...)
 	}
 	sortWorkers(ws)
@@ -69,7 +71,7 @@ func podReady(p *corev1.Pod) bool {
 }
 
 // podPort is c.Port, or the container port named c.PortName.
-func podPort(p *corev1.Pod, c KubernetesConfig) (int, error) {
+func podPort(p *corev1.Pod, c kubeselect.Config) (int, error) {
 	if c.Port > 0 {
 		return c.Port, nil
 	}

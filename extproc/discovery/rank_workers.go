@@ -4,21 +4,20 @@ import (
 	"net"
 	"strconv"
 
+	"github.com/kvgate/kvgate/extproc/discovery/kubeselect"
 	"github.com/kvgate/kvgate/internal/kvfleet"
-	"github.com/kvgate/kvgate/picker"
 )
 
 // rankWorkers expands one engine at ip:port into its data-parallel ranks.
 // Rank r's KV events are on EventsPort + r (and replay on ReplayPort + r),
 // the offset vLLM applies per data-parallel rank. Validate has bounded the
 // ports so that the sums stay under 65536.
-func rankWorkers(ip string, port int, model string, role picker.Role, draining bool, c KubernetesConfig) []Worker {
+func rankWorkers(ip string, port int, model string, role kvfleet.Role, draining bool, c kubeselect.Config) []kvfleet.Worker {
 	ep := net.JoinHostPort(ip, strconv.Itoa(port))
-	ws := make([]Worker, 0, c.DPRanks)
+	ws := make([]kvfleet.Worker, 0, c.DPRanks)
 	for r := range c.DPRanks {
-		w := Worker{
+		w := kvfleet.Worker{
 			ID:       kvfleet.WorkerID{Endpoint: ep, DPRank: r},
-			Endpoint: ep,
 			Model:    model,
 			Role:     role,
 			Draining: draining,
@@ -36,7 +35,7 @@ func rankWorkers(ip string, port int, model string, role picker.Role, draining b
 
 // modelAndRole reads a worker's model and role from labels, falling back
 // to c.Model for the model.
-func modelAndRole(lbls map[string]string, c KubernetesConfig) (string, picker.Role, error) {
+func modelAndRole(lbls map[string]string, c kubeselect.Config) (string, kvfleet.Role, error) {
 	model := lbls[c.ModelLabel]
 	if model == "" {
 		model = c.Model
@@ -44,7 +43,7 @@ func modelAndRole(lbls map[string]string, c KubernetesConfig) (string, picker.Ro
 	if model == "" {
 		return "", 0, errNoModel
 	}
-	role, err := ParseRole(lbls[c.RoleLabel])
+	role, err := parseRoleLabel(lbls[c.RoleLabel])
 	if err != nil {
 		return "", 0, err
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -18,62 +17,8 @@ import (
 	"github.com/kvgate/kvgate/internal/kvfleet"
 )
 
-// Defaults for Config. llm-d scrapes every 50 ms with a 2 s staleness
-// bound; kvgate's default interval is gentler, the bound the same.
-const (
-	DefaultInterval     = 250 * time.Millisecond
-	DefaultTimeout      = time.Second
-	DefaultMaxBodyBytes = 4 << 20
-	DefaultStaleness    = 2 * time.Second
-
-	minInterval = 10 * time.Millisecond
-)
-
-// Config tunes a Scraper. Zero (or negative) fields take the defaults.
-type Config struct {
-	Interval     time.Duration // between two scrapes of one target
-	Timeout      time.Duration // one request, headers and body
-	MaxBodyBytes int64         // larger pages are failures (oversize)
-	Staleness    time.Duration // older samples are not reported by Get
-	// Client overrides the HTTP client (tests, TLS); nil = a client that
-	// ignores proxy settings and does not follow redirects.
-	Client *http.Client
-	Log    *slog.Logger
-}
-
-func (c Config) withDefaults() Config {
-	if c.Interval <= 0 {
-		c.Interval = DefaultInterval
-	}
-	c.Interval = max(c.Interval, minInterval)
-	if c.Timeout <= 0 {
-		c.Timeout = DefaultTimeout
-	}
-	if c.MaxBodyBytes <= 0 {
-		c.MaxBodyBytes = DefaultMaxBodyBytes
-	}
-	if c.Staleness <= 0 {
-		c.Staleness = DefaultStaleness
-	}
-	if c.Client == nil {
-		c.Client = &http.Client{
-			Transport: &http.Transport{
-				Proxy:               nil, // engines are scraped directly, never through a proxy from the environment
-				DialContext:         (&net.Dialer{Timeout: c.Timeout, KeepAlive: 30 * time.Second}).DialContext,
-				MaxIdleConnsPerHost: 2,
-				IdleConnTimeout:     90 * time.Second,
-			},
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		}
-	}
-	if c.Log == nil {
-		c.Log = slog.Default()
-	}
-	return c
-}
-
-// Target is where one worker's metrics are read.
-type Target struct {
+// target is where one worker's metrics are read (SetWorkers derives it).
+type target struct {
 	URL string // http://ip:port/metrics
 	// Model, when set, keeps only series whose model_name label (if any)
 	// equals it.
@@ -92,7 +37,7 @@ type Stats struct {
 	Oversize   int64 // page larger than MaxBodyBytes
 	Parse      int64 // not a valid text exposition, or a bad value
 	Missing    int64 // a worker's series absent from the page
-	BadTargets int64 // targets refused by SetTargets (bad URL)
+	BadTargets int64 // targets refused by SetWorkers (bad URL)
 }
 
 // Scraper polls workers' /metrics pages. Workers whose targets share a URL
@@ -102,7 +47,7 @@ type Scraper struct {
 	cfg Config
 
 	mu      sync.RWMutex
-	workers map[kvfleet.WorkerID]Target
+	workers map[kvfleet.WorkerID]target
 	byURL   map[string]map[kvfleet.WorkerID]string // URL → worker → model
 	samples map[kvfleet.WorkerID]Sample
 	changed chan struct{}
@@ -116,19 +61,32 @@ type Scraper struct {
 func New(cfg Config) *Scraper {
 	return &Scraper{
 		cfg:     cfg.withDefaults(),
-		workers: map[kvfleet.WorkerID]Target{},
+		workers: map[kvfleet.WorkerID]target{},
 		byURL:   map[string]map[kvfleet.WorkerID]string{},
 		samples: map[kvfleet.WorkerID]Sample{},
 		changed: make(chan struct{}, 1),
 	}
 }
 
-// SetTargets replaces the target set. Workers no longer listed, or whose
-// URL or model changed, lose their samples. Targets with a bad URL are left
-// out, counted, and reported in the error; the others are applied.
-func (s *Scraper) SetTargets(targets map[kvfleet.WorkerID]Target) error {
+// SetWorkers replaces the scraped set with workers: each is read at
+// http://<endpoint>/metrics (vLLM's and SGLang's API server serve it beside
+// the OpenAI routes) and keeps only its model's series. Data-parallel ranks
+// of one engine share the page. Workers no longer listed, or whose endpoint
+// or model changed, lose their samples; a worker whose URL is bad is left
+// out, counted, and reported in the error, the others applied.
+func (s *Scraper) SetWorkers(workers []kvfleet.Worker) error {
+	targets := make(map[kvfleet.WorkerID]target, len(workers))
+	for _, w := range workers {
+		targets[w.ID] = target{URL: "http://" + w.ID.Endpoint + "/metrics", Model: w.Model}
+	}
+	return s.setTargets(targets)
+}
+
+// setTargets replaces the target set (SetWorkers; tests give URLs of their
+// own servers directly).
+func (s *Scraper) setTargets(targets map[kvfleet.WorkerID]target) error {
 	var errs []error
-	good := make(map[kvfleet.WorkerID]Target, len(targets))
+	good := make(map[kvfleet.WorkerID]target, len(targets))
 	for w, t := range targets {
 		if err := checkURL(t.URL); err != nil {
 			errs = append(errs, fmt.Errorf("enginemetrics: target %s: %w", w, err))
@@ -182,7 +140,7 @@ func (s *Scraper) Get(w kvfleet.WorkerID, now time.Time) (Sample, bool) {
 	s.mu.RLock()
 	smp, ok := s.samples[w]
 	s.mu.RUnlock()
-	if !ok || now.Sub(smp.At) > s.cfg.Staleness {
+	if !ok || now.Sub(smp.At) > s.cfg.Staleness.D() {
 		return Sample{}, false
 	}
 	return smp, true
@@ -199,7 +157,7 @@ func (s *Scraper) Stats() Stats {
 }
 
 // Run polls every target URL until ctx ends, one goroutine per URL, started
-// and stopped as SetTargets changes the set. A slow target delays only its
+// and stopped as SetWorkers changes the set. A slow target delays only its
 // own next scrape (ticks are dropped, never queued).
 func (s *Scraper) Run(ctx context.Context) {
 	var wg sync.WaitGroup
@@ -237,14 +195,14 @@ func (s *Scraper) Run(ctx context.Context) {
 func (s *Scraper) poll(ctx context.Context, u string) {
 	// A random phase spreads a fleet's scrapes over the interval instead of
 	// firing them all at once.
-	phase := time.NewTimer(rand.N(s.cfg.Interval))
+	phase := time.NewTimer(rand.N(s.cfg.Interval.D()))
 	select {
 	case <-ctx.Done():
 		phase.Stop()
 		return
 	case <-phase.C:
 	}
-	tick := time.NewTicker(s.cfg.Interval)
+	tick := time.NewTicker(s.cfg.Interval.D())
 	defer tick.Stop()
 	lastReason := ""
 	for {

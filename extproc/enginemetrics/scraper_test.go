@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/internal/kvfleet"
+	"github.com/kvgate/kvgate/internal/testkit/poll"
+	"github.com/kvgate/kvgate/internal/yamlconf"
 )
 
 // engine is a test /metrics server whose page can be swapped.
@@ -62,17 +64,11 @@ func runScraper(t *testing.T, cfg Config) *Scraper {
 	return s
 }
 
-// eventually polls cond until it holds; the deadline only bounds a broken
-// test and asserts nothing about speed.
+// eventually waits for cond (internal/testkit/poll); the deadline only
+// bounds a broken test and asserts nothing about speed.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	poll.True(t, what, 30*time.Second, cond)
 }
 
 func waitSample(t *testing.T, s *Scraper, w kvfleet.WorkerID, ok func(Sample) bool) Sample {
@@ -88,11 +84,11 @@ func waitSample(t *testing.T, s *Scraper, w kvfleet.WorkerID, ok func(Sample) bo
 
 func TestScraperSharedDataParallelPage(t *testing.T) {
 	e := newEngine(t, vllmDP2Page)
-	s := runScraper(t, Config{Interval: 10 * time.Millisecond})
+	s := runScraper(t, Config{Interval: yamlconf.Duration(10 * time.Millisecond)})
 	const model = "meta-llama/Llama-3.1-8B-Instruct"
 	w0 := kvfleet.WorkerID{Endpoint: "10.0.0.1:8000", DPRank: 0}
 	w1 := kvfleet.WorkerID{Endpoint: "10.0.0.1:8000", DPRank: 1}
-	if err := s.SetTargets(map[kvfleet.WorkerID]Target{w0: {URL: e.url(), Model: model}, w1: {URL: e.url(), Model: model}}); err != nil {
+	if err := s.setTargets(map[kvfleet.WorkerID]target{w0: {URL: e.url(), Model: model}, w1: {URL: e.url(), Model: model}}); err != nil {
 		t.Fatal(err)
 	}
 	s0 := waitSample(t, s, w0, func(Sample) bool { return true })
@@ -113,11 +109,11 @@ func TestScraperSharedDataParallelPage(t *testing.T) {
 
 func TestScraperSGLangAndModelFilter(t *testing.T) {
 	e := newEngine(t, sglangPage)
-	s := runScraper(t, Config{Interval: 10 * time.Millisecond})
+	s := runScraper(t, Config{Interval: yamlconf.Duration(10 * time.Millisecond)})
 	good := kvfleet.WorkerID{Endpoint: "a:1"}
 	wrongModel := kvfleet.WorkerID{Endpoint: "b:1"}
 	other := newEngine(t, sglangPage)
-	if err := s.SetTargets(map[kvfleet.WorkerID]Target{
+	if err := s.setTargets(map[kvfleet.WorkerID]target{
 		good:       {URL: e.url(), Model: "Qwen/Qwen3-8B"},
 		wrongModel: {URL: other.url(), Model: "meta-llama/Llama-3.1-8B-Instruct"},
 	}); err != nil {
@@ -136,9 +132,9 @@ func TestScraperSGLangAndModelFilter(t *testing.T) {
 func TestScraperStaleness(t *testing.T) {
 	e := newEngine(t, vllmV0Page)
 	const stale = 3 * time.Second
-	s := runScraper(t, Config{Interval: 10 * time.Millisecond, Staleness: stale})
+	s := runScraper(t, Config{Interval: yamlconf.Duration(10 * time.Millisecond), Staleness: yamlconf.Duration(stale)})
 	w := kvfleet.WorkerID{Endpoint: "a:1"}
-	if err := s.SetTargets(map[kvfleet.WorkerID]Target{w: {URL: e.url()}}); err != nil {
+	if err := s.setTargets(map[kvfleet.WorkerID]target{w: {URL: e.url()}}); err != nil {
 		t.Fatal(err)
 	}
 	got := waitSample(t, s, w, func(Sample) bool { return true })
@@ -148,13 +144,13 @@ func TestScraperStaleness(t *testing.T) {
 		t.Error("sample exactly at the staleness bound reported stale")
 	}
 	// Stop scraping so that At no longer moves, then look past the bound.
-	if err := s.SetTargets(nil); err != nil {
+	if err := s.setTargets(nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := s.Get(w, time.Now()); ok {
 		t.Error("removed worker still has a sample")
 	}
-	s2 := New(Config{Staleness: stale})
+	s2 := New(Config{Staleness: yamlconf.Duration(stale)})
 	s2.samples[w] = Sample{Running: 1, At: time.Unix(1000, 0)}
 	if _, ok := s2.Get(w, time.Unix(1000, 0).Add(stale+time.Nanosecond)); ok {
 		t.Error("sample past the staleness bound reported")
@@ -200,13 +196,13 @@ func TestScraperFailuresCounted(t *testing.T) {
 	refused := "http://" + l.Addr().String() + "/metrics"
 	l.Close()
 
-	s := runScraper(t, Config{Interval: 10 * time.Millisecond, Timeout: 50 * time.Millisecond, MaxBodyBytes: 1024})
-	targets := map[kvfleet.WorkerID]Target{}
+	s := runScraper(t, Config{Interval: yamlconf.Duration(10 * time.Millisecond), Timeout: 50 * time.Millisecond, MaxBodyBytes: 1024})
+	targets := map[kvfleet.WorkerID]target{}
 	for i, path := range []string{"/slow", "/500", "/big", "/bigchunked", "/garbage", "/redirect"} {
-		targets[kvfleet.WorkerID{Endpoint: fmt.Sprintf("w%d:1", i)}] = Target{URL: srv.URL + path}
+		targets[kvfleet.WorkerID{Endpoint: fmt.Sprintf("w%d:1", i)}] = target{URL: srv.URL + path}
 	}
-	targets[kvfleet.WorkerID{Endpoint: "refused:1"}] = Target{URL: refused}
-	if err := s.SetTargets(targets); err != nil {
+	targets[kvfleet.WorkerID{Endpoint: "refused:1"}] = target{URL: refused}
+	if err := s.setTargets(targets); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "every failure reason", func() bool {
@@ -227,16 +223,16 @@ func TestScraperFailuresCounted(t *testing.T) {
 func TestScraperTargetChanges(t *testing.T) {
 	a := newEngine(t, vllmV0Page)
 	b := newEngine(t, sglangPage)
-	s := runScraper(t, Config{Interval: 10 * time.Millisecond})
+	s := runScraper(t, Config{Interval: yamlconf.Duration(10 * time.Millisecond)})
 	w := kvfleet.WorkerID{Endpoint: "x:1"}
-	if err := s.SetTargets(map[kvfleet.WorkerID]Target{w: {URL: a.url()}}); err != nil {
+	if err := s.setTargets(map[kvfleet.WorkerID]target{w: {URL: a.url()}}); err != nil {
 		t.Fatal(err)
 	}
 	waitSample(t, s, w, func(x Sample) bool { return x.Running == 12 })
 
 	// The worker moves to another URL: its old sample is dropped at once and
 	// the new page's values arrive.
-	if err := s.SetTargets(map[kvfleet.WorkerID]Target{w: {URL: b.url()}}); err != nil {
+	if err := s.setTargets(map[kvfleet.WorkerID]target{w: {URL: b.url()}}); err != nil {
 		t.Fatal(err)
 	}
 	if x, ok := s.Get(w, time.Now()); ok && x.Running == 12 {
@@ -249,7 +245,7 @@ func TestScraperTargetChanges(t *testing.T) {
 
 	// Bad URLs are refused and counted; the good ones still apply.
 	w2 := kvfleet.WorkerID{Endpoint: "y:1"}
-	err := s.SetTargets(map[kvfleet.WorkerID]Target{
+	err := s.setTargets(map[kvfleet.WorkerID]target{
 		w:                               {URL: b.url()},
 		w2:                              {URL: a.url()},
 		{Endpoint: "bad1:1"}:            {URL: "ftp://host/metrics"},
@@ -258,7 +254,7 @@ func TestScraperTargetChanges(t *testing.T) {
 		{Endpoint: "bad4:1", DPRank: 1}: {URL: "://nope"},
 	})
 	if err == nil || !strings.Contains(err.Error(), "bad1:1#0") {
-		t.Errorf("SetTargets error %v, want one naming the bad targets", err)
+		t.Errorf("setTargets error %v, want one naming the bad targets", err)
 	}
 	if st := s.Stats(); st.BadTargets != 4 || st.Targets != 2 {
 		t.Errorf("stats %+v: want 4 bad targets, 2 URLs", st)
@@ -266,7 +262,7 @@ func TestScraperTargetChanges(t *testing.T) {
 	waitSample(t, s, w2, func(x Sample) bool { return x.Running == 12 })
 
 	// Removing everything stops the pollers of both URLs.
-	if err := s.SetTargets(nil); err != nil {
+	if err := s.setTargets(nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := s.Get(w2, time.Now()); ok {
@@ -275,11 +271,39 @@ func TestScraperTargetChanges(t *testing.T) {
 }
 
 func TestConfigDefaults(t *testing.T) {
-	c := Config{Interval: -1, Timeout: -1, MaxBodyBytes: -1, Staleness: -1}.withDefaults()
-	if c.Interval != DefaultInterval || c.Timeout != DefaultTimeout || c.MaxBodyBytes != DefaultMaxBodyBytes || c.Staleness != DefaultStaleness {
+	c := Config{Interval: yamlconf.Duration(-1), Timeout: -1, MaxBodyBytes: -1, Staleness: yamlconf.Duration(-1)}.withDefaults()
+	if c.Interval.D() != DefaultInterval || c.Timeout != DefaultTimeout || c.MaxBodyBytes != DefaultMaxBodyBytes || c.Staleness.D() != DefaultStaleness {
 		t.Errorf("defaults not applied: %+v", c)
 	}
-	if c := (Config{Interval: time.Nanosecond}).withDefaults(); c.Interval != minInterval {
+	if c := (Config{Interval: yamlconf.Duration(time.Nanosecond)}).withDefaults(); c.Interval.D() != minInterval {
 		t.Errorf("interval %v, want the %v floor", c.Interval, minInterval)
 	}
+}
+
+// SetWorkers reads each worker's page at http://<endpoint>/metrics, one
+// request for the data-parallel ranks that share it, filtered by model.
+func TestScraperSetWorkers(t *testing.T) {
+	e := newEngine(t, vllmDP2Page)
+	s := runScraper(t, Config{Interval: yamlconf.Duration(10 * time.Millisecond)})
+	ep := strings.TrimPrefix(e.srv.URL, "http://")
+	const model = "meta-llama/Llama-3.1-8B-Instruct"
+	w0 := kvfleet.Worker{ID: kvfleet.WorkerID{Endpoint: ep}, Model: model}
+	w1 := kvfleet.Worker{ID: kvfleet.WorkerID{Endpoint: ep, DPRank: 1}, Model: model}
+	if err := s.SetWorkers([]kvfleet.Worker{w0, w1}); err != nil {
+		t.Fatal(err)
+	}
+	if s1 := waitSample(t, s, w1.ID, func(Sample) bool { return true }); s1.Running != 3 {
+		t.Errorf("rank 1: %+v", s1)
+	}
+	if st := s.Stats(); st.Targets != 1 {
+		t.Errorf("stats %+v: want the ranks on one URL", st)
+	}
+	other := kvfleet.Worker{ID: kvfleet.WorkerID{Endpoint: ep, DPRank: 1}, Model: "Qwen/Qwen3-8B"}
+	if err := s.SetWorkers([]kvfleet.Worker{other}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := s.Get(other.ID, time.Now()); ok {
+		t.Error("a worker whose model changed kept its sample")
+	}
+	eventually(t, "missing counted for a model absent from the page", func() bool { return s.Stats().Missing > 0 })
 }

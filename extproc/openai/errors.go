@@ -2,7 +2,6 @@ package openai
 
 import (
 	"fmt"
-	"net/http"
 	"strconv"
 	"unicode/utf8"
 )
@@ -87,7 +86,7 @@ func appendJSONString(b []byte, s string) []byte {
 
 func invalid(param, format string, args ...any) *Error {
 	return &Error{
-		Status:  http.StatusBadRequest,
+		Status:  StatusBadRequest,
 		Message: fmt.Sprintf(format, args...),
 		Type:    "invalid_request_error",
 		Param:   param,
@@ -96,7 +95,7 @@ func invalid(param, format string, args ...any) *Error {
 
 func tooLarge(param, format string, args ...any) *Error {
 	return &Error{
-		Status:  http.StatusRequestEntityTooLarge,
+		Status:  StatusRequestEntityTooLarge,
 		Message: fmt.Sprintf(format, args...),
 		Type:    "invalid_request_error",
 		Param:   param,

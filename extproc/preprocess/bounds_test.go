@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvgate/kvgate/config"
 	"github.com/kvgate/kvgate/extproc/openai"
+	"github.com/kvgate/kvgate/internal/kvfleet"
 	"github.com/kvgate/kvgate/internal/testkit/modelfiles"
 	"github.com/kvgate/kvgate/internal/yamlconf"
 )
@@ -21,11 +21,22 @@ var (
 	boundedErr  error
 )
 
+// shippedMaxBodyBytes is extproc.max_body_bytes's default (config applies
+// it; this package may not import config, which composes its Config).
+const shippedMaxBodyBytes = 8 << 20
+
+// shippedConfig is extproc.preprocess with every default applied.
+func shippedConfig() Config {
+	var c Config
+	c.ApplyDefaults()
+	return c
+}
+
 // boundedRegistry is qwen3 with the shipped configuration's preprocessing
-// bounds (OptionsFor(config.Default().Extproc)), loaded once, with edit
-// applied to the configuration first: the bounds are re-derived from it
-// on a copy of the loaded registry (loading Qwen3 takes seconds).
-func boundedRegistry(t *testing.T, edit func(*config.Extproc)) *Registry {
+// bounds (OptionsFor(shippedConfig())), loaded once, with edit applied to
+// the configuration first: the bounds are re-derived from it on a copy of
+// the loaded registry (loading Qwen3 takes seconds).
+func boundedRegistry(t *testing.T, edit func(*Config)) *Registry {
 	t.Helper()
 	boundedOnce.Do(func() {
 		dir, err := modelfiles.Model("qwen3")
@@ -33,16 +44,16 @@ func boundedRegistry(t *testing.T, edit func(*config.Extproc)) *Registry {
 			boundedErr = err
 			return
 		}
-		bounded, boundedErr = New([]config.Model{{Name: "qwen3", BlockSize: 16, Tokenizer: dir}}, OptionsFor(config.Default().Extproc, ""))
+		bounded, boundedErr = New([]kvfleet.Model{{Name: "qwen3", BlockSize: 16, Tokenizer: dir}}, OptionsFor(shippedConfig(), shippedMaxBodyBytes, ""))
 	})
 	if boundedErr != nil {
 		t.Fatal(boundedErr)
 	}
-	x := config.Default().Extproc
+	x := shippedConfig()
 	if edit != nil {
 		edit(&x)
 	}
-	o := OptionsFor(x, "")
+	o := OptionsFor(x, shippedMaxBodyBytes, "")
 	r := *bounded
 	r.limits, r.maxWordBytes, r.timeout, r.trustTemplate = o.Limits, o.MaxWordBytes, o.Timeout, o.TrustRequestChatTemplate
 	return &r
@@ -50,10 +61,8 @@ func boundedRegistry(t *testing.T, edit func(*config.Extproc)) *Registry {
 
 // OptionsFor carries every preprocessing key of the configuration.
 func TestOptionsFor(t *testing.T) {
-	x := config.Default().Extproc
-	x.MaxBodyBytes = 1 << 20
-	x.Preprocess = config.Preprocess{MaxPromptTokens: 7, MaxWordBytes: 8, Timeout: yamlconf.Duration(9 * time.Millisecond), MaxOutputTokens: 10, TrustRequestChatTemplate: true}
-	o := OptionsFor(x, "/etc/kvgate")
+	x := Config{MaxPromptTokens: 7, MaxWordBytes: 8, Timeout: yamlconf.Duration(9 * time.Millisecond), MaxOutputTokens: 10, TrustRequestChatTemplate: true}
+	o := OptionsFor(x, 1<<20, "/etc/kvgate")
 	if o.Limits.MaxBodyBytes != 1<<20 || o.Limits.MaxPromptTokens != 7 || o.MaxWordBytes != 8 || o.Timeout != 9*time.Millisecond ||
 		o.Limits.MaxOutputTokens != 10 || !o.TrustRequestChatTemplate || o.BaseDir != "/etc/kvgate" {
 		t.Fatalf("%+v", o)
@@ -86,7 +95,7 @@ func TestHugeWordRefused(t *testing.T) {
 }
 
 func TestPromptTokenLimitFromConfig(t *testing.T) {
-	r := boundedRegistry(t, func(x *config.Extproc) { x.Preprocess.MaxPromptTokens = 64 })
+	r := boundedRegistry(t, func(x *Config) { x.MaxPromptTokens = 64 })
 	_, err := r.Chat(chatBody(strings.Repeat("word ", 1<<20)))
 	wantError(t, "5 MiB of words", err, http.StatusRequestEntityTooLarge, "messages", "prompt is more than 64 tokens")
 	if _, err := r.Chat(chatBody("short")); err != nil {
@@ -97,7 +106,7 @@ func TestPromptTokenLimitFromConfig(t *testing.T) {
 // The deadline is the registry's: past it, 503 naming the key; the
 // caller's cancellation is ErrCancelled (nobody is left to answer).
 func TestPreprocessDeadlineAndCancel(t *testing.T) {
-	r := boundedRegistry(t, func(x *config.Extproc) { x.Preprocess.Timeout = yamlconf.Duration(time.Minute) })
+	r := boundedRegistry(t, func(x *Config) { x.Timeout = yamlconf.Duration(time.Minute) })
 	expired, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
 	defer cancel()
 	for name, call := range map[string]func(context.Context) error{
@@ -125,7 +134,7 @@ func TestPreprocessDeadlineAndCancel(t *testing.T) {
 // matching key routes it on load alone (never rendering it).
 func TestRequestChatTemplate(t *testing.T) {
 	strict := boundedRegistry(t, nil)
-	trusting := boundedRegistry(t, func(x *config.Extproc) { x.Preprocess.TrustRequestChatTemplate = true })
+	trusting := boundedRegistry(t, func(x *Config) { x.TrustRequestChatTemplate = true })
 	for body, field := range map[string]string{
 		`{"model":"qwen3","chat_template":"{% for m in messages %}{{ m.content }}{% endfor %}","messages":[{"role":"user","content":"hi"}]}`: "chat_template",
 		`{"model":"qwen3","chat_template":"","messages":[{"role":"user","content":"hi"}]}`:                                                   "chat_template",
@@ -161,7 +170,7 @@ func TestMaxTokensBoundFromConfig(t *testing.T) {
 	r := boundedRegistry(t, nil)
 	_, err := r.Chat([]byte(`{"model":"qwen3","max_tokens":9223372036854775807,"messages":[{"role":"user","content":"hi"}]}`))
 	wantError(t, "max_tokens 2^63-1", err, http.StatusBadRequest, "max_tokens", "is more than the 67108864 tokens")
-	small := boundedRegistry(t, func(x *config.Extproc) { x.Preprocess.MaxOutputTokens = 4096 })
+	small := boundedRegistry(t, func(x *Config) { x.MaxOutputTokens = 4096 })
 	_, err = small.Completion([]byte(`{"model":"qwen3","max_tokens":4097,"prompt":"hi"}`))
 	wantError(t, "max_tokens over the configured bound", err, http.StatusBadRequest, "max_tokens", "4097 is more than the 4096 tokens")
 }

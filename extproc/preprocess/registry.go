@@ -9,15 +9,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"path/filepath"
 	"time"
 
-	"github.com/kvgate/kvgate/config"
 	"github.com/kvgate/kvgate/extproc/chattemplate"
 	"github.com/kvgate/kvgate/extproc/openai"
 	"github.com/kvgate/kvgate/extproc/tokenizer"
 	"github.com/kvgate/kvgate/indexer/blockhash"
+	"github.com/kvgate/kvgate/internal/kvfleet"
 	"github.com/kvgate/kvgate/internal/third_party/jinja"
 )
 
@@ -70,12 +69,12 @@ type Options struct {
 	TrustRequestChatTemplate bool
 }
 
-// OptionsFor is the extproc configuration's preprocessing: its limits,
-// with relative tokenizer directories resolved against baseDir.
-func OptionsFor(x config.Extproc, baseDir string) Options {
-	p := x.Preprocess
+// OptionsFor is the configured preprocessing (extproc.preprocess) with the
+// extproc's body bound (extproc.max_body_bytes), relative tokenizer
+// directories resolved against baseDir.
+func OptionsFor(p Config, maxBodyBytes int, baseDir string) Options {
 	return Options{
-		Limits:                   openai.Limits{MaxBodyBytes: x.MaxBodyBytes, MaxPromptTokens: p.MaxPromptTokens, MaxOutputTokens: p.MaxOutputTokens},
+		Limits:                   openai.Limits{MaxBodyBytes: maxBodyBytes, MaxPromptTokens: p.MaxPromptTokens, MaxOutputTokens: p.MaxOutputTokens},
 		BaseDir:                  baseDir,
 		MaxWordBytes:             p.MaxWordBytes,
 		Timeout:                  p.Timeout.D(),
@@ -86,7 +85,7 @@ func OptionsFor(x config.Extproc, baseDir string) Options {
 // New loads every configured model's tokenizer and chat template. A model
 // without a tokenizer directory is refused: routing it would need token
 // ids kvgate cannot produce exactly.
-func New(models []config.Model, opts Options) (*Registry, error) {
+func New(models []kvfleet.Model, opts Options) (*Registry, error) {
 	r := &Registry{names: map[string]served{}, limits: opts.Limits, maxWordBytes: opts.MaxWordBytes, timeout: opts.Timeout, trustTemplate: opts.TrustRequestChatTemplate}
 	body := opts.Limits.MaxBodyBytes
 	if body <= 0 {
@@ -195,7 +194,7 @@ func (r *Registry) ChatContext(ctx context.Context, body []byte) (*Result, error
 		if !r.trustTemplate {
 			// vLLM refuses it with 400 unless started with
 			// --trust-request-chat-template (openai.ChatRequest.RequestTemplate).
-			return nil, &openai.Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Param: field,
+			return nil, &openai.Error{Status: openai.StatusBadRequest, Type: "invalid_request_error", Param: field,
 				Message: field + ": a request's own chat template is refused, as the engines refuse it without --trust-request-chat-template " +
 					"(if yours run with it, set extproc.preprocess.trust_request_chat_template)"}
 		}
@@ -213,9 +212,9 @@ func (r *Registry) ChatContext(ctx context.Context, body []byte) (*Result, error
 		case errors.As(err, &te):
 			// raise_exception in the template: the request is invalid for
 			// this model (vLLM answers 400 too).
-			return nil, &openai.Error{Status: http.StatusBadRequest, Message: te.Message, Type: "invalid_request_error"}
+			return nil, &openai.Error{Status: openai.StatusBadRequest, Message: te.Message, Type: "invalid_request_error"}
 		case errors.As(err, &ol):
-			return nil, &openai.Error{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Param: "messages", Code: "prompt_too_long",
+			return nil, &openai.Error{Status: openai.StatusRequestEntityTooLarge, Type: "invalid_request_error", Param: "messages", Code: "prompt_too_long",
 				Message: fmt.Sprintf("the chat template's rendering of the messages is larger than %d bytes", ol.Limit)}
 		case ctx.Err() != nil:
 			return nil, r.stopped(ctx)
@@ -284,12 +283,12 @@ func (r *Registry) resolve(model string) (*Result, error) {
 		// kvgate fronts several pools and picks one by model, so the
 		// request must name it (OpenAI requires the field too; a lone vLLM
 		// would fall back to its only model).
-		return nil, &openai.Error{Status: http.StatusBadRequest, Message: "model: required: name one of the served models",
+		return nil, &openai.Error{Status: openai.StatusBadRequest, Message: "model: required: name one of the served models",
 			Type: "invalid_request_error", Param: "model"}
 	}
 	s, ok := r.names[model]
 	if !ok {
-		return nil, &openai.Error{Status: http.StatusNotFound, Message: fmt.Sprintf("The model `%s` does not exist.", model), Type: "invalid_request_error", Param: "model", Code: "model_not_found"}
+		return nil, &openai.Error{Status: openai.StatusNotFound, Message: fmt.Sprintf("The model `%s` does not exist.", model), Type: "invalid_request_error", Param: "model", Code: "model_not_found"}
 	}
 	return &Result{Model: s.model, Served: model, LoRA: s.lora}, nil
 }
@@ -320,10 +319,10 @@ func (r *Registry) tokenizeError(ctx context.Context, err error, param string) e
 	var wl *tokenizer.WordTooLongError
 	switch {
 	case errors.As(err, &tm):
-		return &openai.Error{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Param: param, Code: "prompt_too_long",
+		return &openai.Error{Status: openai.StatusRequestEntityTooLarge, Type: "invalid_request_error", Param: param, Code: "prompt_too_long",
 			Message: fmt.Sprintf("prompt is more than %d tokens", tm.Limit)}
 	case errors.As(err, &wl):
-		return &openai.Error{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Param: param, Code: "prompt_too_long",
+		return &openai.Error{Status: openai.StatusRequestEntityTooLarge, Type: "invalid_request_error", Param: param, Code: "prompt_too_long",
 			Message: fmt.Sprintf("prompt holds a run of %d bytes with no word break, over the %d-byte limit (extproc.preprocess.max_word_bytes): "+
 				"tokenizing such a run costs seconds of CPU", wl.Bytes, wl.Limit)}
 	case ctx.Err() != nil:
@@ -342,7 +341,7 @@ var ErrCancelled = errors.New("preprocessing abandoned: the request was cancelle
 // caller's cancellation.
 func (r *Registry) stopped(ctx context.Context) error {
 	if errors.Is(context.Cause(ctx), context.DeadlineExceeded) && r.timeout > 0 {
-		return &openai.Error{Status: http.StatusServiceUnavailable, Type: "service_unavailable", Code: "preprocess_timeout",
+		return &openai.Error{Status: openai.StatusServiceUnavailable, Type: "service_unavailable", Code: "preprocess_timeout",
 			Message: fmt.Sprintf("rendering and tokenizing the prompt took longer than %s (extproc.preprocess.timeout)", r.timeout)}
 	}
 	return fmt.Errorf("%w: %w", ErrCancelled, ctx.Err())

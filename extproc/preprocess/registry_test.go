@@ -8,21 +8,21 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvgate/kvgate/config"
 	"github.com/kvgate/kvgate/extproc/openai"
 	"github.com/kvgate/kvgate/indexer/blockhash"
+	"github.com/kvgate/kvgate/internal/kvfleet"
 	"github.com/kvgate/kvgate/internal/testkit/modelfiles"
 )
 
 func newRegistry(t *testing.T) *Registry {
 	t.Helper()
-	var models []config.Model
+	var models []kvfleet.Model
 	for _, name := range []string{"qwen3", "llama3_1"} {
 		dir, err := modelfiles.Model(name)
 		if err != nil {
 			t.Fatal(err)
 		}
-		models = append(models, config.Model{Name: name, BlockSize: 16, Tokenizer: dir, Namespace: "ns-" + name, LoRAs: []string{name + "-sql"}})
+		models = append(models, kvfleet.Model{Name: name, BlockSize: 16, Tokenizer: dir, Namespace: "ns-" + name, LoRAs: []string{name + "-sql"}})
 	}
 	// The goldens were rendered at this instant (scripts/oracle/render_chat.py).
 	now := func() time.Time { return time.Date(2026, 3, 7, 9, 5, 3, 0, time.UTC) }
@@ -128,7 +128,7 @@ func TestOversizedPromptIs413(t *testing.T) {
 	}
 	lim := openai.DefaultLimits
 	lim.MaxPromptTokens = 50
-	r, err := New([]config.Model{{Name: "qwen3", BlockSize: 16, Tokenizer: dir}}, Options{Limits: lim})
+	r, err := New([]kvfleet.Model{{Name: "qwen3", BlockSize: 16, Tokenizer: dir}}, Options{Limits: lim})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +140,7 @@ func TestOversizedPromptIs413(t *testing.T) {
 }
 
 func TestModelWithoutTokenizerRefused(t *testing.T) {
-	if _, err := New([]config.Model{{Name: "m", BlockSize: 16}}, Options{}); err == nil || !strings.Contains(err.Error(), "tokenizer") {
+	if _, err := New([]kvfleet.Model{{Name: "m", BlockSize: 16}}, Options{}); err == nil || !strings.Contains(err.Error(), "tokenizer") {
 		t.Fatalf("got %v", err)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/kvgate/kvgate/internal/kvfleet"
+	"github.com/kvgate/kvgate/internal/testkit/poll"
 	"github.com/kvgate/kvgate/internal/testkit/redistest"
 )
 
@@ -337,13 +338,8 @@ func TestRedisRegistryReloadsAhead(t *testing.T) {
 	// Past half the bound: answered from the snapshot, reloaded behind.
 	clock.Add(int64(600 * time.Millisecond))
 	expectMatch(t, r, chain, Match{worker(1): all(3)})
-	deadline := time.Now().Add(10 * time.Second)
-	for r.Counters().RegistryReloads < 2 {
-		if time.Now().After(deadline) {
-			t.Fatal("no background reload after a match past half the staleness bound")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	poll.True(t, "a background reload after a match past half the staleness bound", 10*time.Second,
+		func() bool { return r.Counters().RegistryReloads >= 2 })
 	if w := r.Counters().RegistryWaits; w != 1 {
 		t.Fatalf("waits %d after the background reload; want 1", w)
 	}
@@ -385,29 +381,18 @@ func TestRedisSecondReplicaSeesWrites(t *testing.T) {
 // instance (visible within its registry staleness).
 func waitMatch(t testing.TB, idx Index, chain []uint64, want Match) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		got := matchOf(t, idx, chain)
-		if sameMatch(got, want) {
-			return
+	poll.Until(t, fmt.Sprintf("Match(%x) = %v", chain, want), 10*time.Second, func() error {
+		if got := matchOf(t, idx, chain); !sameMatch(got, want) {
+			return fmt.Errorf("still %v", got)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Match(%x) still %v after 10s; want %v", chain, got, want)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
-// waitFor polls cond until it holds, failing after 15s with what.
+// waitFor waits for cond (internal/testkit/poll), failing after 15s with what.
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("still waiting after 15s for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	poll.True(t, what, 15*time.Second, cond)
 }
 
 func TestRedisWorkerExpiresWithoutHeartbeat(t *testing.T) {

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/kvgate/kvgate/internal/testkit/poll"
 )
 
 // hangGuard bounds how long a test waits for something that must happen;
@@ -165,16 +167,15 @@ func (p *testPublisher) payloadOf(seq uint64) string {
 // every later publish is received live. It returns the anchor's seq.
 func waitConnected(t *testing.T, p *testPublisher, r *recorder) uint64 {
 	t.Helper()
-	deadline := time.After(hangGuard)
-	for i := 0; len(r.snapshot()) == 0; i++ {
-		p.publish(t, true, fmt.Sprintf("probe-%d", i))
-		select {
-		case <-r.changed:
-		case <-time.After(20 * time.Millisecond):
-		case <-deadline:
-			t.Fatalf("subscriber never received a probe")
+	i := 0
+	poll.True(t, "the subscriber to receive a probe", hangGuard, func() bool {
+		if len(r.snapshot()) > 0 {
+			return true
 		}
-	}
+		p.publish(t, true, fmt.Sprintf("probe-%d", i))
+		i++
+		return false
+	})
 	anchor := p.publish(t, true, "anchor")
 	r.waitForSeq(t, anchor)
 	return anchor

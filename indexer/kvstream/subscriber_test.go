@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kvgate/kvgate/internal/testkit/poll"
 )
 
 func TestInOrderDelivery(t *testing.T) {
@@ -161,16 +163,13 @@ func TestPublisherRestartResets(t *testing.T) {
 	}
 
 	p2 := startPublisher(t, pubEP, replayEP, 0)
-	deadline := time.After(hangGuard)
-	for countResets(r.snapshot()) == 0 {
-		p2.publish(t, true, "new-probe")
-		select {
-		case <-r.changed:
-		case <-time.After(20 * time.Millisecond):
-		case <-deadline:
-			t.Fatalf("no reset after publisher restart; events after old stream: %v", after(t, r.snapshot(), lastOld))
+	poll.Until(t, "a reset after the publisher restart", hangGuard, func() error {
+		if countResets(r.snapshot()) > 0 {
+			return nil
 		}
-	}
+		p2.publish(t, true, "new-probe")
+		return fmt.Errorf("events after old stream: %v", after(t, r.snapshot(), lastOld))
+	})
 	newLast := p2.publish(t, true, "new-anchor")
 	ev := r.waitFor(t, "new anchor", func(ev []event) bool {
 		e := ev[len(ev)-1]
@@ -292,16 +291,13 @@ func TestOversizeFrameCutsConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Probe until the new connection delivers (slow joiner again).
-	deadline := time.After(hangGuard)
-	for len(after(t, r.snapshot(), anchor)) == 0 {
-		p.publish(t, true, "probe")
-		select {
-		case <-r.changed:
-		case <-time.After(20 * time.Millisecond):
-		case <-deadline:
-			t.Fatalf("subscriber never came back: %+v", s.Stats())
+	poll.Until(t, "the subscriber to come back", hangGuard, func() error {
+		if len(after(t, r.snapshot(), anchor)) > 0 {
+			return nil
 		}
-	}
+		p.publish(t, true, "probe")
+		return fmt.Errorf("stats %+v", s.Stats())
+	})
 	last := p.publish(t, true, "after-reconnect")
 	ev := after(t, r.waitForSeq(t, last), anchor)
 	checkContiguous(t, p, ev, anchor+1, last)
@@ -383,16 +379,13 @@ func TestRestartedPublisherAheadOfUsResets(t *testing.T) {
 	for i := uint64(0); i <= oldLast+5; i++ {
 		p2.publish(t, false, fmt.Sprintf("new-%d", i))
 	}
-	deadline := time.After(hangGuard)
-	for countResets(r.snapshot()) == 0 {
-		p2.publish(t, true, "new-probe")
-		select {
-		case <-r.changed:
-		case <-time.After(20 * time.Millisecond):
-		case <-deadline:
-			t.Fatalf("no reset after publisher restart; events: %v", r.snapshot())
+	poll.Until(t, "a reset after the publisher restart", hangGuard, func() error {
+		if countResets(r.snapshot()) > 0 {
+			return nil
 		}
-	}
+		p2.publish(t, true, "new-probe")
+		return fmt.Errorf("events: %v", r.snapshot())
+	})
 	newLast := p2.publish(t, true, "new-anchor")
 	ev := after(t, r.waitForSeq(t, newLast), oldLast)
 	if !ev[0].reset || !strings.Contains(ev[0].reason, "differs") {
@@ -441,23 +434,21 @@ func TestCleanShutdown(t *testing.T) {
 			case "replay endpoint silent, in replay":
 				// The first probe seen is past seq 0 (earlier subtests
 				// published), so Run sits in the late-join replay.
-				deadline := time.After(hangGuard)
-				for s.Stats().ReplaysRequested == 0 {
-					p.publish(t, true, "probe")
-					select {
-					case <-time.After(20 * time.Millisecond):
-					case <-deadline:
-						t.Fatalf("no replay requested: %+v", s.Stats())
+				poll.Until(t, "a replay requested", hangGuard, func() error {
+					if st := s.Stats(); st.ReplaysRequested == 0 {
+						p.publish(t, true, "probe")
+						return fmt.Errorf("stats %+v", st)
 					}
-				}
+					return nil
+				})
 			default:
-				deadline := time.After(hangGuard)
-				for s.Stats().ConnectFailures == 0 && st.name == "endpoint refuses, in backoff" {
-					select {
-					case <-time.After(10 * time.Millisecond):
-					case <-deadline:
-						t.Fatalf("no connect failure: %+v", s.Stats())
-					}
+				if st.name == "endpoint refuses, in backoff" {
+					poll.Until(t, "a connect failure", hangGuard, func() error {
+						if st := s.Stats(); st.ConnectFailures == 0 {
+							return fmt.Errorf("stats %+v", st)
+						}
+						return nil
+					})
 				}
 			}
 			cancel()
@@ -472,14 +463,13 @@ func TestCleanShutdown(t *testing.T) {
 		})
 	}
 
-	deadline := time.Now().Add(hangGuard)
-	for runtime.NumGoroutine() > baseline {
-		if time.Now().After(deadline) {
+	poll.Until(t, "the subscribers' goroutines to end", hangGuard, func() error {
+		if n := runtime.NumGoroutine(); n > baseline {
 			buf := make([]byte, 1<<20)
-			t.Fatalf("%d goroutines left, baseline %d:\n%s", runtime.NumGoroutine(), baseline, buf[:runtime.Stack(buf, true)])
+			return fmt.Errorf("%d goroutines left, baseline %d:\n%s", n, baseline, buf[:runtime.Stack(buf, true)])
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func TestRunTwiceRefused(t *testing.T) {

@@ -2,10 +2,13 @@ package kvstream
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/kvgate/kvgate/internal/testkit/poll"
 )
 
 // Batches published before the subscription reached the publisher (ZMQ's
@@ -35,13 +38,12 @@ func TestNotSyncedWhileReplayUnreachable(t *testing.T) {
 	dead := freeTCPEndpoint(t)
 	r := newRecorder()
 	s := runSubscriber(t, Config{Endpoint: p.endpoint(), ReplayEndpoint: dead, TailPoll: 30 * time.Millisecond, ReplayTimeout: 100 * time.Millisecond}, r)
-	deadline := time.Now().Add(20 * time.Second)
-	for s.Stats().ReplayFailures < 3 {
-		if time.Now().After(deadline) {
-			t.Fatalf("stats %+v: the tail polls never failed", s.Stats())
+	poll.Until(t, "three failed tail polls", 20*time.Second, func() error {
+		if st := s.Stats(); st.ReplayFailures < 3 {
+			return fmt.Errorf("stats %+v", st)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	if st := s.Stats(); st.Synced || st.BatchesDelivered != 0 {
 		t.Fatalf("stats %+v: synced or delivered with an unreachable replay endpoint and a silent stream", st)
 	}
@@ -98,13 +100,12 @@ func TestDeadEngineResetsOnce(t *testing.T) {
 
 func waitSynced(t *testing.T, s *Subscriber) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !s.Stats().Synced {
-		if time.Now().After(deadline) {
-			t.Fatalf("stats %+v: never synced", s.Stats())
+	poll.Until(t, "the subscriber synced", 20*time.Second, func() error {
+		if st := s.Stats(); !st.Synced {
+			return fmt.Errorf("stats %+v", st)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // A starved live reader can hand over batches after a tail poll already

@@ -6,7 +6,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/kvgate/kvgate/internal/yamlconf"
+	"github.com/kvgate/kvgate/internal/confaddr"
 )
 
 // AdminAuth protects admin endpoints exposed beyond loopback: requests
@@ -100,7 +100,7 @@ func (x *AdminAuth) Validate(path string) error {
 // has no token, unless the section allows it explicitly. addrKey and
 // authPath are the key paths named in the error.
 func (x *AdminAuth) CheckExposure(addrKey, addr, authPath string) error {
-	if yamlconf.IsLoopback(addr) || x.Configured() || x.AllowUnauthenticated {
+	if confaddr.IsLoopback(addr) || x.Configured() || x.AllowUnauthenticated {
 		return nil
 	}
 	return fmt.Errorf("%s: %q is not a loopback address and %s has no token: set %s.token_file or %s.token_env, "+

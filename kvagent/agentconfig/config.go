@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/kvgate/kvgate/internal/confaddr"
 	"github.com/kvgate/kvgate/internal/secretfiles"
 	"github.com/kvgate/kvgate/internal/yamlconf"
 )
@@ -291,18 +292,18 @@ func (x *Config) Validate(path string) error {
 		return fmt.Errorf("%s.disk.queue: %d: want 1..%d", path, d.Queue, 1<<20)
 	}
 	if x.Events != "" {
-		if _, _, err := yamlconf.ZMQEndpoint(x.Events, 0); err != nil {
+		if _, _, err := confaddr.ZMQEndpoint(x.Events, 0); err != nil {
 			return fmt.Errorf("%s.events: %w", path, err)
 		}
 	} else if x.Replay != "" {
 		return fmt.Errorf("%s.replay: set without events", path)
 	}
 	if x.Replay != "" {
-		if _, _, err := yamlconf.ZMQEndpoint(x.Replay, 0); err != nil {
+		if _, _, err := confaddr.ZMQEndpoint(x.Replay, 0); err != nil {
 			return fmt.Errorf("%s.replay: %w", path, err)
 		}
 	}
-	if err := yamlconf.CheckHostPort(x.Admin); err != nil {
+	if err := confaddr.CheckHostPort(x.Admin); err != nil {
 		return fmt.Errorf("%s.admin: %w", path, err)
 	}
 	if err := x.AdminAuth.Validate(path + ".admin_auth"); err != nil {
@@ -327,10 +328,10 @@ func (x *Config) Validate(path string) error {
 		}
 	}
 	if p.Listen != "" {
-		if err := yamlconf.CheckHostPort(p.Listen); err != nil {
+		if err := confaddr.CheckHostPort(p.Listen); err != nil {
 			return fmt.Errorf("%s.peer.listen: %w", path, err)
 		}
-		if err := yamlconf.CheckHostPort(p.TransferListen); err != nil {
+		if err := confaddr.CheckHostPort(p.TransferListen); err != nil {
 			return fmt.Errorf("%s.peer.transfer_listen: %w", path, err)
 		}
 	}
@@ -349,7 +350,7 @@ func (x *Config) Validate(path string) error {
 	// The peer channels hand out KV bytes and token ids: off loopback,
 	// only to peers that prove who they are.
 	for _, l := range [][2]string{{"listen", p.Listen}, {"transfer_listen", p.TransferListen}} {
-		if l[1] != "" && !p.TLS.Enabled() && !yamlconf.IsLoopback(l[1]) {
+		if l[1] != "" && !p.TLS.Enabled() && !confaddr.IsLoopback(l[1]) {
 			return fmt.Errorf("%s.peer.tls: required: %s.peer.%s %q is not a loopback address, and peers off loopback must authenticate with mutual TLS (set cert_file, key_file and ca_file)", path, path, l[0], l[1])
 		}
 	}
@@ -383,7 +384,7 @@ func (x *Config) Validate(path string) error {
 		if q.TLS != (secretfiles.PeerTLS{}) || q.Listen != "" || q.TransferListen != "" || q.FetchTimeout != 0 {
 			return fmt.Errorf("%s: only name and addr belong here (tls, listen, transfer_listen and fetch_timeout are kvagent.peer's)", pp)
 		}
-		if err := yamlconf.CheckHostPort(q.Addr); err != nil {
+		if err := confaddr.CheckHostPort(q.Addr); err != nil {
 			return fmt.Errorf("%s.addr: %w", pp, err)
 		}
 	}

@@ -26,6 +26,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/kvgate/kvgate/internal/testkit/poll"
 	"github.com/kvgate/kvgate/planner-sidecar/plan"
 )
 
@@ -82,21 +83,15 @@ current-context: t
 	var k *Kubernetes
 	var cs *kubernetes.Clientset
 	ctx := context.Background()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	poll.Until(t, "the API server ready", 60*time.Second, func() error {
 		var err error
-		k, err = KubernetesFromKubeconfig(kubeconfig, targets)
-		if err == nil {
-			cs = k.pods.(*kubernetes.Clientset)
-			if _, err = cs.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{}); err == nil {
-				break
-			}
+		if k, err = KubernetesFromKubeconfig(kubeconfig, targets); err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("API server not ready: %v", err)
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
+		cs = k.pods.(*kubernetes.Clientset)
+		_, err = cs.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{})
+		return err
+	})
 	one := int32(1)
 	labels := map[string]string{"app": "decode"}
 	_, err := cs.AppsV1().Deployments("default").Create(ctx, &appsv1.Deployment{

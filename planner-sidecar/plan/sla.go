@@ -31,19 +31,20 @@ type SLAConfig struct {
 	GPUBudget int
 	// UpUtilization: a pool scales up, at once, as soon as its forecast load
 	// needs more than current × UpUtilization replicas' SLA capacity, to
-	// ceil(need / UpUtilization). In (0, 1]; default 0.9.
+	// ceil(need / UpUtilization). In (0, 1]; default DefaultUpUtilization.
 	UpUtilization float64
 	// DownUtilization: a pool scales down only when
 	// ceil(need / DownUtilization) < current for DownAfter decisions in a
 	// row (to the largest such size seen over those decisions), at least
 	// Cooldown after its last change, and only if the survivors' expected
-	// latencies meet the targets. In (0, UpUtilization]; default 0.7.
+	// latencies meet the targets. In (0, UpUtilization]; default
+	// DefaultDownUtilization.
 	DownUtilization float64
-	DownAfter       int           // default 3
+	DownAfter       int           // default DefaultDownAfter
 	Cooldown        time.Duration // default 0 (DownAfter alone)
 	// Correction of the targets by observed/expected latency (EWMA weight
 	// CorrectionAlpha, clamped to [CorrectionMin, CorrectionMax]);
-	// CorrectionAlpha < 0 disables it. Defaults 0.3, 0.5, 3.
+	// CorrectionAlpha < 0 disables it. Defaults DefaultCorrection*.
 	CorrectionAlpha, CorrectionMin, CorrectionMax float64
 
 	// ErrorHeadroom (k) sizes for the upper end of the forecast rather
@@ -80,24 +81,26 @@ type SLAConfig struct {
 	PeakMemory time.Duration
 }
 
+// applyDefaults fills the unset fields of a configuration built in code
+// (defaults.go; the configuration file's section has them applied already).
 func (c *SLAConfig) applyDefaults() {
 	if c.UpUtilization == 0 {
-		c.UpUtilization = 0.9
+		c.UpUtilization = DefaultUpUtilization
 	}
 	if c.DownUtilization == 0 {
-		c.DownUtilization = min(0.7, c.UpUtilization)
+		c.DownUtilization = min(DefaultDownUtilization, c.UpUtilization)
 	}
 	if c.DownAfter == 0 {
-		c.DownAfter = 3
+		c.DownAfter = DefaultDownAfter
 	}
 	if c.CorrectionAlpha == 0 {
-		c.CorrectionAlpha = 0.3
+		c.CorrectionAlpha = DefaultCorrectionAlpha
 	}
 	if c.CorrectionMin == 0 {
-		c.CorrectionMin = 0.5
+		c.CorrectionMin = DefaultCorrectionMin
 	}
 	if c.CorrectionMax == 0 {
-		c.CorrectionMax = 3
+		c.CorrectionMax = DefaultCorrectionMax
 	}
 }
 

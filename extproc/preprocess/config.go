@@ -1,4 +1,4 @@
-package config
+package preprocess
 
 import (
 	"fmt"
@@ -7,7 +7,9 @@ import (
 	"github.com/kvgate/kvgate/internal/yamlconf"
 )
 
-// Preprocess bounds what one request may cost extproc before it is routed
+// Config is the extproc.preprocess section of the configuration file,
+// declared, defaulted and validated here and composed by config.Extproc.
+// It bounds what one request may cost extproc before it is routed
 // (render the chat template, tokenize, hash). Every byte of a request is a
 // client's, and some inputs cost far more CPU per byte than others: an
 // 8 MiB run of one character took 3.5 s to tokenize (SECURITY.md).
@@ -18,7 +20,7 @@ import (
 //	  timeout: 1s                       # template + tokenizer per request; past it → 503
 //	  max_output_tokens: 67108864       # max_tokens / max_completion_tokens above → 400
 //	  trust_request_chat_template: false
-type Preprocess struct {
+type Config struct {
 	// MaxPromptTokens is the longest prompt routed, counted as the engine
 	// will see it (chat template and special tokens included).
 	MaxPromptTokens int `yaml:"max_prompt_tokens"`
@@ -54,7 +56,8 @@ const (
 	maxPreprocessTimeout     = time.Minute
 )
 
-func (x *Preprocess) applyDefaults() {
+// ApplyDefaults fills the unset fields (config.Parse calls it).
+func (x *Config) ApplyDefaults() {
 	if x.MaxPromptTokens == 0 {
 		x.MaxPromptTokens = DefaultMaxPromptTokens
 	}
@@ -69,8 +72,9 @@ func (x *Preprocess) applyDefaults() {
 	}
 }
 
-// validate reports the first invalid value; path is the section's key path.
-func (x *Preprocess) validate(path string) error {
+// Validate reports the first invalid value; path is the section's key path
+// (extproc.preprocess).
+func (x *Config) Validate(path string) error {
 	switch {
 	case x.MaxPromptTokens < 1 || x.MaxPromptTokens > maxPromptTokensBound:
 		return fmt.Errorf("%s.max_prompt_tokens: must be in 1..%d, got %d", path, maxPromptTokensBound, x.MaxPromptTokens)

@@ -1,4 +1,9 @@
-package discovery
+// Package kubeselect is the declaration of Kubernetes discovery's
+// configuration (extproc.discovery.kubernetes): which pods or EndpointSlices
+// are workers, on which ports, with which labels. It is apart from
+// extproc/discovery so that the configuration package composes it without
+// linking the Kubernetes client (only apimachinery's label and name rules).
+package kubeselect
 
 import (
 	"errors"
@@ -20,49 +25,57 @@ const (
 	DrainingKey = "kvgate.io/draining"
 )
 
-// Defaults for KubernetesConfig.
+// Defaults for Config.
 const (
 	DefaultDebounce = 100 * time.Millisecond
 	DefaultResync   = 10 * time.Minute
 )
 
-// KubernetesConfig selects workers in one namespace, either as the ready
-// pods matching LabelSelector or as the endpoints of Service's
-// EndpointSlices. Exactly one of LabelSelector and Service is set.
-type KubernetesConfig struct {
-	Namespace     string
-	LabelSelector string
-	Service       string
+// Config selects workers in one namespace, either as the ready pods
+// matching LabelSelector or as the endpoints of Service's EndpointSlices.
+// Exactly one of LabelSelector and Service is set. The YAML keys are those
+// of extproc.discovery.kubernetes; it is validated when extproc starts
+// discovery (every kvgate process parses the file, only extproc watches).
+type Config struct {
+	// Kubeconfig is the client's kubeconfig file; empty = in-cluster.
+	Kubeconfig    string `yaml:"kubeconfig"`
+	Namespace     string `yaml:"namespace"`
+	LabelSelector string `yaml:"label_selector"`
+	Service       string `yaml:"service"`
 
 	// Port is the engine's HTTP port; with pods, 0 means the container port
 	// named PortName. With a Service, 0 means the slice port named PortName,
 	// or the slice's only port when PortName is empty.
-	Port     int
-	PortName string
+	Port     int    `yaml:"port"`
+	PortName string `yaml:"port_name"`
 
 	// EventsPort and ReplayPort are the KV-event PUB and replay ROUTER ports
 	// of DP rank 0 on the worker's IP (rank r uses port + r, as vLLM does);
 	// 0 = none.
-	EventsPort, ReplayPort int
+	EventsPort int `yaml:"events_port"`
+	ReplayPort int `yaml:"replay_port"`
 	// DPRanks is the data-parallel ranks per pod/endpoint; 0 means 1.
-	DPRanks int
+	DPRanks int `yaml:"dp_ranks"`
 
 	// ModelLabel and RoleLabel name the labels holding the served model and
 	// the role (both, prefill, decode); empty = the kvgate.io defaults.
-	ModelLabel, RoleLabel string
+	ModelLabel string `yaml:"model_label"`
+	RoleLabel  string `yaml:"role_label"`
 	// Model is the model of workers that carry no model label; "" = such
 	// workers are skipped (and counted).
-	Model string
+	Model string `yaml:"model"`
 
-	// ResyncPeriod is the informers' resync; 0 = DefaultResync.
-	ResyncPeriod time.Duration
+	// ResyncPeriod is the informers' resync; 0 = DefaultResync. Not a
+	// file key (tests set it).
+	ResyncPeriod time.Duration `yaml:"-"`
 	// Debounce is the least time between two onChange calls, so that a
 	// rollout's burst of pod updates yields a few calls, not hundreds;
-	// 0 = DefaultDebounce.
-	Debounce time.Duration
+	// 0 = DefaultDebounce. Not a file key (tests set it).
+	Debounce time.Duration `yaml:"-"`
 }
 
-func (c KubernetesConfig) withDefaults() KubernetesConfig {
+// WithDefaults is c with its zero fields defaulted.
+func (c Config) WithDefaults() Config {
 	if c.ModelLabel == "" {
 		c.ModelLabel = DefaultModelLabel
 	}
@@ -83,8 +96,8 @@ func (c KubernetesConfig) withDefaults() KubernetesConfig {
 
 // Validate reports the first invalid field. Zero values that have defaults
 // are valid.
-func (c KubernetesConfig) Validate() error {
-	c = c.withDefaults()
+func (c Config) Validate() error {
+	c = c.WithDefaults()
 	if errs := validation.IsDNS1123Label(c.Namespace); len(errs) > 0 {
 		return fmt.Errorf("kubernetes.namespace %q: %s", c.Namespace, strings.Join(errs, "; "))
 	}

@@ -1,4 +1,4 @@
-package yamlconf
+package confaddr
 
 import "testing"
 

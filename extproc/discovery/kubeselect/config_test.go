@@ -1,12 +1,12 @@
-package discovery
+package kubeselect
 
 import (
 	"testing"
 	"time"
 )
 
-func TestKubernetesConfigValidate(t *testing.T) {
-	ok := []KubernetesConfig{
+func TestConfigValidate(t *testing.T) {
+	ok := []Config{
 		{Namespace: "llm", LabelSelector: "app=vllm", Port: 8000},
 		{Namespace: "llm", LabelSelector: "app in (vllm, sglang),tier!=test", PortName: "http", EventsPort: 5557, ReplayPort: 5600, DPRanks: 8},
 		{Namespace: "llm", Service: "vllm"},
@@ -17,7 +17,7 @@ func TestKubernetesConfigValidate(t *testing.T) {
 			t.Errorf("%+v: %v", c, err)
 		}
 	}
-	bad := map[string]KubernetesConfig{
+	bad := map[string]Config{
 		"no namespace":   {LabelSelector: "app=vllm", Port: 8000},
 		"bad namespace":  {Namespace: "LLM_", LabelSelector: "app=vllm", Port: 8000},
 		"neither":        {Namespace: "llm", Port: 8000},

@@ -1,4 +1,8 @@
-package yamlconf
+// Package confaddr checks the address forms kvgate's YAML takes. It is kept
+// apart from internal/yamlconf because it needs package net (for parsing
+// only, no I/O), which the request path's pure core must not link
+// (internal/importrules).
+package confaddr
 
 import (
 	"fmt"
