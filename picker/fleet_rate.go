@@ -8,7 +8,7 @@ import "slices"
 // Unmeasured workers take the median of the measured ones, and the
 // configured default applies only when none is measured. A fresh fleet
 // otherwise compares a measured worker against the default: extproc
-// measures a rate from time to first byte (extproc/lifecycle.go), which
+// measures a rate from time to first byte (extproc/ticket.go), which
 // includes queueing and the engine's fixed step cost, so a measured worker
 // looks several times slower than DefaultPrefillTokensPerSec, and the
 // second request of a shared prefix left the worker that cached it for an

@@ -54,9 +54,6 @@ type Decision struct {
 	Endpoint  string   // primary ip:port
 	Fallbacks []string // ip:port each, walked in order on retry
 	Prefiller string   // ip:port of the prefill worker, or "" for none
-	// ExtraHeaders are set on the upstream request (lower-case names; the
-	// routing headers themselves may not be overridden).
-	ExtraHeaders map[string]string
 	// DebugHeader, when non-empty, is returned to the client as response
 	// header x-kvgate-debug.
 	DebugHeader string

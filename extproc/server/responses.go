@@ -42,17 +42,6 @@ func validateDecision(d *Decision) error {
 			return fmt.Errorf("decision prefiller: %w", err)
 		}
 	}
-	for k, v := range d.ExtraHeaders {
-		if !validHeaderName(k) || k != strings.ToLower(k) || k[0] == ':' {
-			return fmt.Errorf("decision extra header name %q is not a lower-case token", k)
-		}
-		if isRoutingHeader(k) || k == headerContentLength {
-			return fmt.Errorf("decision extra header %q may not override a routing header", k)
-		}
-		if !validHeaderValue(v) {
-			return fmt.Errorf("decision extra header %q has a value with CR, LF or NUL", k)
-		}
-	}
 	if !validHeaderValue(d.DebugHeader) {
 		return fmt.Errorf("decision debug header has a value with CR, LF or NUL")
 	}
@@ -108,14 +97,6 @@ func routingMutation(spoofed []string, d *Decision) *extprocv3.HeaderMutation {
 		// false, max_tokens 1; the decode request the prefiller's answered
 		// kv_transfer_params), so the body leaves kvgate as the client sent it.
 		set = append(set, setHeader(HeaderPrefiller, d.Prefiller))
-	}
-	names := make([]string, 0, len(d.ExtraHeaders))
-	for k := range d.ExtraHeaders {
-		names = append(names, k)
-	}
-	slices.Sort(names)
-	for _, k := range names {
-		set = append(set, setHeader(k, d.ExtraHeaders[k]))
 	}
 	return &extprocv3.HeaderMutation{SetHeaders: set, RemoveHeaders: remove}
 }

@@ -58,10 +58,9 @@ func TestRoutingHeadersAndMetadata(t *testing.T) {
 	for _, m := range modes() {
 		t.Run(m.name, func(t *testing.T) {
 			r := staticDecider(server.Decision{
-				Endpoint:     "10.0.0.1:8000",
-				Fallbacks:    []string{"10.0.0.2:8000", "[fd00::3]:8000"},
-				Prefiller:    "10.0.0.9:8100",
-				ExtraHeaders: map[string]string{"x-kvgate-blocks": "12"},
+				Endpoint:  "10.0.0.1:8000",
+				Fallbacks: []string{"10.0.0.2:8000", "[fd00::3]:8000"},
+				Prefiller: "10.0.0.9:8100",
 			})
 			e := startServer(t, r, server.Config{})
 			x := mustStart(t, e.harness(t, m.cfg), &envoyharness.Request{
@@ -75,9 +74,6 @@ func TestRoutingHeadersAndMetadata(t *testing.T) {
 			}
 			if v, _ := envoyharness.Get(f.Headers, "x-prefiller-host-port"); v != "10.0.0.9:8100" {
 				t.Errorf("prefiller header = %q", v)
-			}
-			if v, _ := envoyharness.Get(f.Headers, "x-kvgate-blocks"); v != "12" {
-				t.Errorf("extra header = %q", v)
 			}
 			md := x.Metadata()["envoy.lb"].GetFields()["x-gateway-destination-endpoint"].GetStringValue()
 			if md != "10.0.0.1:8000,10.0.0.2:8000,[fd00::3]:8000" {
@@ -410,8 +406,7 @@ func TestInvalidDecisionAnswered500(t *testing.T) {
 		"endpoint_not_ip_port": {Endpoint: "pod-a:8000"},
 		"bad_fallback":         {Endpoint: "10.0.0.1:8000", Fallbacks: []string{"10.0.0.2"}},
 		"bad_prefiller":        {Endpoint: "10.0.0.1:8000", Prefiller: "x"},
-		"routing_extra_header": {Endpoint: "10.0.0.1:8000", ExtraHeaders: map[string]string{"x-gateway-destination-endpoint": "6.6.6.6:1"}},
-		"crlf_header_value":    {Endpoint: "10.0.0.1:8000", ExtraHeaders: map[string]string{"x-a": "1\r\nx-b: 2"}},
+		"crlf_debug_header":    {Endpoint: "10.0.0.1:8000", DebugHeader: "1\r\nx-b: 2"},
 	}
 	for name, d := range cases {
 		t.Run(name, func(t *testing.T) {
