@@ -1,6 +1,11 @@
 # kvgate — see README.md. Two commands matter to a newcomer: `make run` and `make test`.
 GO        ?= go
+# Two binaries: bin/kvgate is the production processes (what an operator
+# deploys), bin/kvgate-lab the workshop (demo, bench, replay, simulators,
+# the development gateway); internal/importrules keeps the first free of the
+# second's dependencies.
 BIN       := bin/kvgate
+LAB       := bin/kvgate-lab
 PKGS      := ./...
 # An iteration count, not a duration: a duration ends with a deadline that a
 # slow input on a loaded machine can turn into a spurious "context deadline
@@ -39,7 +44,7 @@ FUZZ_TARGETS := \
 	./planner-sidecar/collect:FuzzParseAnswer \
 	./planner-sidecar/journal:FuzzRead \
 	./extproc:FuzzDecodeLoadSnapshot \
-	./cmd/kvgate:FuzzBearerToken \
+	./internal/adminhttp:FuzzBearerToken \
 	./config:FuzzParseCABundle \
 	./deploy/inventory:FuzzParseDesc \
 	./deploy/inventory:FuzzCheck \
@@ -57,14 +62,15 @@ all: build
 # `go build` prints nothing while it compiles, which on a cold cache (a fresh
 # clone) is minutes; say so first.
 build:
-	@if [ -x $(BIN) ]; then echo "building $(BIN) (up to date in seconds unless sources changed)…"; \
-	else echo "building $(BIN) (the first build compiles every dependency: minutes, about 10 on a busy 2-core machine)…"; fi
+	@if [ -x $(BIN) ] && [ -x $(LAB) ]; then echo "building $(BIN) and $(LAB) (up to date in seconds unless sources changed)…"; \
+	else echo "building $(BIN) and $(LAB) (the first build compiles every dependency: minutes, about 10 on a busy 2-core machine)…"; fi
 	$(GO) build -o $(BIN) ./cmd/kvgate
+	$(GO) build -o $(LAB) ./cmd/kvgate-lab
 
 # A working local gateway on embedded defaults (no Redis): simulated engines,
 # the extproc, a gateway on localhost:8080, a trace replay. Ctrl-C stops it.
 run: models build
-	$(BIN) demo $(ARGS)
+	$(LAB) demo $(ARGS)
 
 # Everything a fresh clone needs: the tokenizer files, then vet and every
 # package's tests (fuzz seed corpora included).
@@ -87,7 +93,7 @@ fuzz:
 	done
 
 bench: build
-	$(BIN) bench --out BENCHMARKS.md
+	$(LAB) bench --out BENCHMARKS.md
 
 lint:
 	$(GO) vet $(PKGS)
@@ -113,10 +119,10 @@ golden: models
 	bash scripts/golden-chat.sh
 	/usr/bin/python3 indexer/kvevents/testdata/gen_fixtures.py
 
-# Dashboard pictures for the README: runs `kvgate demo`, scrapes it, evaluates
+# Dashboard pictures for the README: runs `kvgate-lab demo`, scrapes it, evaluates
 # every panel's PromQL with Prometheus' engine and draws the boards.
 screenshots: build models
-	$(GO) run ./deploy/dashboards/render --kvgate $(BIN) --out docs/dashboards
+	$(GO) run ./deploy/dashboards/render --kvgate-lab $(LAB) --out docs/dashboards
 
 clean:
 	rm -rf bin

@@ -184,7 +184,7 @@ type PlannerActuator struct {
 	Kubeconfig string            `yaml:"kubeconfig"` // empty = in-cluster
 }
 
-// The planner's tuned rules, as `kvgate planner simulate` and `kvgate
+// The planner's tuned rules, as `kvgate-lab planner-simulate` and `kvgate
 // bench --only planner` run them (e2e/plannersim: the defaults
 // of NewPlanner and DefaultForecastParams, for a 120 s provisioning delay
 // and a 30 s interval): an omitted key takes these, so the production

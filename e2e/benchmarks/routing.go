@@ -23,7 +23,7 @@ type RoutingOptions struct {
 	// 300-request slice in e2e/replay/testdata (noted in the table).
 	TracePath    string
 	WorkerCounts []int  // default 4, 8, 16
-	Command      string // the command line shown in the report; default "kvgate bench"
+	Command      string // the command line shown in the report; default "kvgate-lab bench"
 	Seed         uint64
 }
 
@@ -38,7 +38,7 @@ func Routing(ctx context.Context, w io.Writer, opt RoutingOptions) error {
 		opt.WorkerCounts = []int{4, 8, 16}
 	}
 	if opt.Command == "" {
-		opt.Command = "kvgate bench"
+		opt.Command = "kvgate-lab bench"
 	}
 	note := ""
 	path := opt.TracePath
@@ -60,7 +60,7 @@ func Routing(ctx context.Context, w io.Writer, opt RoutingOptions) error {
 		"Each policy runs once on a fresh fleet of simulated engines (e2e/enginesim: vLLM-like prefix cache and scheduler, "+
 		"Dynamo mocker timing, 512-token blocks, 2,048 blocks = 1 Mi tokens of KV per engine) in virtual time. "+
 		"Hit ratio = prefix-cached prompt tokens / prompt tokens as the engines report them; ideal = one infinite cache. "+
-		"Command: `%s`; equivalent: `kvgate replay --workers N`.%s\n\n", filepath.Base(path), len(reqs), opt.Command, note)
+		"Command: `%s`; equivalent: `kvgate-lab replay --workers N`.%s\n\n", filepath.Base(path), len(reqs), opt.Command, note)
 	for _, n := range opt.WorkerCounts {
 		start := time.Now()
 		res, err := replay.Run(ctx, filepath.Base(path), reqs, replay.Options{Workers: n, Seed: opt.Seed})

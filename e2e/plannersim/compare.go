@@ -67,7 +67,7 @@ func (r *Report) Result(name string) *Result {
 	return nil
 }
 
-// WriteJSON prints the `kvgate planner simulate --json` object:
+// WriteJSON prints the `kvgate-lab planner-simulate --json` object:
 // {"policies":{"<name>":{"sla_attainment":…,"gpu_hours":…,"ttft_p90_ms":…,"itl_p90_ms":…,"scale_events":N}}}.
 func (r *Report) WriteJSON(w io.Writer) error {
 	out := struct {
