@@ -107,26 +107,15 @@ func FlagExit(err error) int {
 	return 2
 }
 
-// SelfCommand is how to run the binary named program again, for the
-// commands a demo prints: the path this process was started by when that
-// has a directory in it (bin/kvgate-lab under `make run`), else program
-// (found on PATH).
-func SelfCommand(program string) string {
-	return siblingCommand(os.Args[0], program)
-}
-
 // SiblingCommand is how to run the binary named program that sits beside
 // this one (bin/kvgate beside bin/kvgate-lab): the same directory as this
 // process's path when that has one, else program (found on PATH). The lab
 // prints production commands (kvgate planner …) this way.
 func SiblingCommand(program string) string {
-	return siblingCommand(filepath.Join(filepath.Dir(os.Args[0]), program), program)
-}
-
-func siblingCommand(path, program string) string {
 	if !strings.ContainsRune(os.Args[0], filepath.Separator) {
 		return program
 	}
+	path := filepath.Join(filepath.Dir(os.Args[0]), program)
 	if filepath.IsAbs(path) {
 		if wd, err := os.Getwd(); err == nil {
 			if rel, err := filepath.Rel(wd, path); err == nil && !strings.HasPrefix(rel, "..") {
