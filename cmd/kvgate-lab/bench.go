@@ -290,8 +290,13 @@ func benchExtproc(ctx context.Context, w io.Writer, phase time.Duration) error {
 	return benchmarks.Extproc(ctx, w, map[string]kvindex.Index{"memory": mem, "redis-cluster": rc}, benchmarks.ExtprocOptions{Phase: phase, Command: "make bench"})
 }
 
-// benchRouting replays the Mooncake conversation trace with every routing
-// policy side by side at 4, 8 and 16 workers.
+// benchRouting replays the Mooncake conversation slice embedded in this
+// binary (demo_trace.go) with every routing policy side by side at 4, 8
+// and 16 workers.
 func benchRouting(ctx context.Context, w io.Writer, _ time.Duration) error {
-	return benchmarks.Routing(ctx, w, benchmarks.RoutingOptions{Command: "make bench"})
+	reqs, name, err := loadTrace("", 0)
+	if err != nil {
+		return err
+	}
+	return benchmarks.Routing(ctx, w, benchmarks.RoutingOptions{Command: "make bench", Trace: reqs, TraceName: name})
 }

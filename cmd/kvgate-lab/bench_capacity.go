@@ -108,6 +108,20 @@ func capacityFleets() ([]int, error) {
 	return out, nil
 }
 
+// writeCapacityPlots writes one sweep's charts into dir and says "wrote
+// PATH" on log for each, as `kvgate-lab replay --plot` does: a user should
+// not have to guess what appeared where (issue 17).
+func writeCapacityPlots(log io.Writer, dir, prefix string, res *replay.SweepResult) error {
+	paths, err := replay.WriteSweepPlots(dir, prefix, res)
+	if err != nil {
+		return err
+	}
+	for _, p := range paths {
+		fmt.Fprintf(log, "wrote %s\n", p)
+	}
+	return nil
+}
+
 // benchCapacity sweeps every workload at 4, 8 and 16 workers, writes the
 // TTFT-p90 and throughput-vs-load charts under docs/capacity, and states
 // for each aim of issue 16 whether it is met.
@@ -134,7 +148,7 @@ func benchCapacity(ctx context.Context, w io.Writer, _ time.Duration) error {
 			if err != nil {
 				return fmt.Errorf("capacity sweep %s at %d workers: %w", wl.name, n, err)
 			}
-			if _, err := replay.WriteSweepPlots(plotDir, fmt.Sprintf("%s-%dw-", wl.name, n), res); err != nil {
+			if err := writeCapacityPlots(os.Stderr, plotDir, fmt.Sprintf("%s-%dw-", wl.name, n), res); err != nil {
 				return err
 			}
 			fmt.Fprintf(os.Stderr, "kvgate-lab bench: capacity: %s, %d workers: %.1fs\n", wl.name, n, time.Since(t0).Seconds())

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -64,6 +66,27 @@ func TestCapacityMixWorkloadsLoad(t *testing.T) {
 		reqs, err := wl.load()
 		if err != nil || len(reqs) != capacityMixRequests {
 			t.Errorf("%s: %d requests, %v", wl.name, len(reqs), err)
+		}
+	}
+}
+
+// `kvgate-lab bench --only capacity` says "wrote PATH" for every chart it
+// writes (issue 17), and each named file is there.
+func TestCapacityPlotsSayWhatTheyWrote(t *testing.T) {
+	dir := t.TempDir()
+	res := sweepOf(map[string]float64{"round-robin": 2, "approx-prefix": 3, "dynamo": 3, "kvgate": 4},
+		map[string][2]float64{"round-robin": {0.1, 10}, "approx-prefix": {0.2, 11}, "dynamo": {0.2, 11}, "kvgate": {0.3, 12}}, 0.32)
+	var log strings.Builder
+	if err := writeCapacityPlots(&log, dir, "chat-8w-", res); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"chat-8w-ttft_p90_vs_load.svg", "chat-8w-throughput_vs_load.svg"} {
+		p := filepath.Join(dir, name)
+		if !strings.Contains(log.String(), "wrote "+p+"\n") {
+			t.Errorf("no %q line in:\n%s", "wrote "+p, log.String())
+		}
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("%s named but not written: %v", p, err)
 		}
 	}
 }
