@@ -178,6 +178,14 @@ func runPlannerSimulate(args []string, _ io.Reader, stdout, stderr io.Writer) in
 	fmt.Fprintf(stderr, "kvgate-lab planner-simulate: simulating %d requests of %s under the planner, a threshold policy and %s; a minute or more…\n",
 		len(load.Requests), load.Name, static)
 	began := time.Now()
+	// One line per fleet as its simulation finishes (Compare runs them in
+	// parallel and returns only when all are done).
+	done := 0
+	opt.OnResult = func(r *plannersim.Result) {
+		done++
+		fmt.Fprintf(stderr, "kvgate-lab planner-simulate: [%d] %s: SLA attainment %.2f %%, %.2f GPU-hours, TTFT p90 %.0f ms, ITL p90 %.1f ms (%s)\n",
+			done, r.Policy, 100*r.SLAAttainment, r.GPUHours, r.TTFTP90Ms, r.ITLP90Ms, time.Since(began).Round(100*time.Millisecond))
+	}
 	rep, err := plannersim.Compare(ctx, cfg, &load, opt)
 	if err != nil {
 		fmt.Fprintf(stderr, "kvgate-lab planner-simulate: %v\n", err)

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -51,6 +52,19 @@ func TestPlannerSimulateJSON(t *testing.T) {
 	slices.Sort(names)
 	if want := []string{"planner", "static-1p1d", "static-2p1d", "threshold"}; !slices.Equal(names, want) {
 		t.Errorf("policies %v, want %v", names, want)
+	}
+	// Progress: one line per fleet as it finishes, numbered, before the
+	// summary line (issue 17: streamed, not all at the end).
+	for i, name := range names {
+		if !strings.Contains(errb.String(), "] "+name+": SLA attainment ") {
+			t.Errorf("stderr has no progress line for %s:\n%s", name, errb.String())
+		}
+		if !strings.Contains(errb.String(), "planner-simulate: ["+strconv.Itoa(i+1)+"] ") {
+			t.Errorf("stderr has no progress line [%d]:\n%s", i+1, errb.String())
+		}
+	}
+	if p, d := strings.LastIndex(errb.String(), "] "), strings.Index(errb.String(), "simulations done in"); p < 0 || d < p {
+		t.Errorf("the progress lines do not come before the summary:\n%s", errb.String())
 	}
 	for _, f := range []string{"gpus.png", "ttft_p90.png", "itl_p90.png", "load.png"} {
 		b, err := os.ReadFile(filepath.Join(plots, f))
