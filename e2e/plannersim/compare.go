@@ -293,11 +293,11 @@ func (r renamed) Name() string { return r.name }
 
 // batch runs simulations concurrently, at most cap(sem) at once.
 type batch struct {
-	ctx     context.Context
-	cfg     Config
-	load    *Load
-	sem     chan struct{}
-	wg      sync.WaitGroup
+	ctx      context.Context
+	cfg      Config
+	load     *Load
+	sem      chan struct{}
+	wg       sync.WaitGroup
 	mu       sync.Mutex
 	results  []*Result
 	err      error
