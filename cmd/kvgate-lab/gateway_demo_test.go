@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/e2e/replay"
+	"github.com/kvgate/kvgate/internal/testkit/poll"
 )
 
 type lockedBuffer struct {
@@ -52,14 +53,14 @@ func TestGatewayDemo(t *testing.T) {
 	}()
 	re := regexp.MustCompile(`ext_proc on (http://\S+)\.`)
 	var base string
-	for deadline := time.Now().Add(time.Minute); base == ""; time.Sleep(20 * time.Millisecond) {
-		if m := re.FindStringSubmatch(out.String()); m != nil {
-			base = m[1]
+	poll.Until(t, "the gateway to announce its address", time.Minute, func() error {
+		m := re.FindStringSubmatch(out.String())
+		if m == nil {
+			return fmt.Errorf("output so far:\n%s", out.String())
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("gateway never announced:\n%s", out.String())
-		}
-	}
+		base = m[1]
+		return nil
+	})
 	req, _ := http.NewRequest("POST", base+"/v1/chat/completions", strings.NewReader(`{"model":"qwen3","messages":[{"role":"user","content":"Hello!"}],"max_tokens":4}`))
 	req.Header.Set("content-type", "application/json")
 	req.Header.Set("x-kvgate-debug", "1")
@@ -115,11 +116,12 @@ func TestGatewayDemo(t *testing.T) {
 		t.Fatalf("replay --gateway --json: %s (%v)", rout.String(), err)
 	}
 	// The demo serves until Ctrl-C after its summary; wait for the summary, then stop it.
-	for deadline := time.Now().Add(2 * time.Minute); !strings.Contains(out.String(), "still open"); time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no summary:\n%s", out.String())
+	poll.Until(t, "the demo's summary", 2*time.Minute, func() error {
+		if !strings.Contains(out.String(), "still open") {
+			return fmt.Errorf("output so far:\n%s", out.String())
 		}
-	}
+		return nil
+	})
 	cancel()
 	if err := <-done; err != nil && err != context.Canceled {
 		t.Fatalf("%v\n%s", err, out.String())

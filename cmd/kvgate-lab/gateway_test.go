@@ -23,6 +23,7 @@ import (
 	"github.com/kvgate/kvgate/e2e/envoyharness"
 	"github.com/kvgate/kvgate/internal/runextproc"
 	"github.com/kvgate/kvgate/internal/testkit/modelfiles"
+	"github.com/kvgate/kvgate/internal/testkit/poll"
 )
 
 // Bad flags and files exit 2 with a message naming the flag (or the key of
@@ -229,16 +230,14 @@ func TestGatewayProcessRoutesStreamsAndDrains(t *testing.T) {
 	// SIGTERM while the stream is open: the listener closes, the stream goes on.
 	gw.signal(syscall.SIGTERM)
 	gw.waitOutput(t, gw.stderr, regexp.MustCompile(`"msg":"draining: listener closed`), 10*time.Second)
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	poll.True(t, "the draining gateway to stop accepting connections", 10*time.Second, func() bool {
 		c, err := net.DialTimeout("tcp", gwAddr, time.Second)
 		if err != nil {
-			break
+			return true
 		}
 		c.Close()
-		if time.Now().After(deadline) {
-			t.Fatal("the gateway still accepts connections while draining")
-		}
-	}
+		return false
+	})
 	close(worker.release)
 	rest, err := io.ReadAll(rd)
 	if err != nil || !strings.Contains(string(rest), `"content":"second"`) || !strings.HasSuffix(string(rest), "data: [DONE]\n\n") {

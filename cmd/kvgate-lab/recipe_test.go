@@ -20,6 +20,7 @@ import (
 
 	"github.com/kvgate/kvgate/config"
 	"github.com/kvgate/kvgate/e2e/envoyharness"
+	"github.com/kvgate/kvgate/internal/testkit/poll"
 )
 
 // README.md's "Run it locally without Envoy" recipe, run as written: the
@@ -287,11 +288,7 @@ func TestLocalRecipe(t *testing.T) {
 			// worker registry, which names the engine that stored them,
 			// has been re-read (it is at most index.RedisConfig
 			// RegistryStaleness old, 250 ms by default: waited out twice).
-			for deadline := time.Now().Add(30 * time.Second); indexed() <= before; time.Sleep(20 * time.Millisecond) {
-				if time.Now().After(deadline) {
-					t.Fatalf("the indexer stored no block of the previous request within 30s")
-				}
-			}
+			poll.True(t, "the indexer to store a block of the previous request", 30*time.Second, func() bool { return indexed() > before })
 			time.Sleep(2 * registryStaleness)
 			before = indexed()
 		}
