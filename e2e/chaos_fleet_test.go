@@ -164,7 +164,7 @@ func (cf *chaosFleet) startEngineAt(t *testing.T, i int, prev *engine) *engine {
 			}
 			e = &engine{endpoint: http, events: "tcp://" + ev, replay: "tcp://" + rep}
 		}
-		e.proc = procs.Start(t, fmt.Sprintf("engine%d", i), kvgateBin, "enginesim",
+		e.proc = procs.Start(t, fmt.Sprintf("engine%d", i), labBin, "enginesim",
 			"--listen", e.endpoint, "--model", modelName, "--tokenizer", cf.tokDir,
 			"--block-size", strconv.Itoa(blockSize), "--gpu-blocks", "8192", "--speedup", cf.opts.speedup,
 			"--kv-events-endpoint", e.events, "--kv-events-replay", e.replay,

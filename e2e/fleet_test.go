@@ -18,8 +18,9 @@ import (
 	"github.com/kvgate/kvgate/internal/testkit/modelfiles"
 )
 
-// kvgateBin is the binary TestMain built for this run.
-var kvgateBin string
+// kvgateBin (the production processes) and labBin (the workshop's
+// simulated engines) are the binaries TestMain built for this run.
+var kvgateBin, labBin string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "kvgate-e2e-")
@@ -27,7 +28,10 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		os.Exit(1)
 	}
-	kvgateBin, err = procs.Build(dir)
+	kvgateBin, err = procs.Build(dir, "kvgate")
+	if err == nil {
+		labBin, err = procs.Build(dir, "kvgate-lab")
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		os.RemoveAll(dir)
@@ -198,7 +202,7 @@ func startEngine(t *testing.T, i int, tokDir string) *engine {
 			t.Fatal(err)
 		}
 		e := &engine{endpoint: http, events: "tcp://" + ev, replay: "tcp://" + rep}
-		e.proc = procs.Start(t, fmt.Sprintf("engine%d", i), kvgateBin, "enginesim",
+		e.proc = procs.Start(t, fmt.Sprintf("engine%d", i), labBin, "enginesim",
 			"--listen", http, "--model", modelName, "--tokenizer", tokDir,
 			"--block-size", strconv.Itoa(blockSize), "--gpu-blocks", "8192", "--speedup", speedup,
 			"--kv-events-endpoint", e.events, "--kv-events-replay", e.replay,

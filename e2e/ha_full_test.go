@@ -93,8 +93,8 @@ func TestHAReplicaComparison(t *testing.T) {
 
 	var b strings.Builder
 	fmt.Fprintf(&b, "## HA: 1 vs 3 extproc replicas\n\n")
-	fmt.Fprintf(&b, "Command: `KVGATE_HA_REPORT=FILE go test -tags e2e -run TestHAReplicaComparison ./e2e/` (or `kvgate bench --only ha-replicas`). "+
-		"One fleet: 4 `kvgate enginesim` processes (speed-up %s, %d blocks of %d tokens each), one `kvgate indexer` writing a standalone redis-server "+
+	fmt.Fprintf(&b, "Command: `KVGATE_HA_REPORT=FILE go test -tags e2e -run TestHAReplicaComparison ./e2e/` (or `kvgate-lab bench --only ha-replicas`). "+
+		"One fleet: 4 `kvgate-lab enginesim` processes (speed-up %s, %d blocks of %d tokens each), one `kvgate indexer` writing a standalone redis-server "+
 		"index, and 6 `kvgate extproc` processes reading it — 3 sharing load through Redis (shared_load.interval %s; peers' load extrapolated "+
 		"between reads from the replica's own change), 3 with sharing off. The test's gateway (e2e/envoyharness) spreads ext_proc streams "+
 		"round-robin, as Envoy does, over 1 unshared process (the single replica, the baseline), the 3 sharing ones or the 3 unshared ones. "+

@@ -69,7 +69,7 @@ func startHAEngine(t *testing.T, i int, tokDir string) *engine {
 			t.Fatal(err)
 		}
 		e := &engine{endpoint: addr, events: "tcp://" + ev, replay: "tcp://" + rep}
-		e.proc = procs.Start(t, fmt.Sprintf("engine%d", i), kvgateBin, "enginesim",
+		e.proc = procs.Start(t, fmt.Sprintf("engine%d", i), labBin, "enginesim",
 			"--listen", addr, "--model", modelName, "--tokenizer", tokDir,
 			"--block-size", strconv.Itoa(blockSize), "--gpu-blocks", strconv.Itoa(haGPUBlocks), "--speedup", haSpeedup,
 			"--kv-events-endpoint", e.events, "--kv-events-replay", e.replay,

@@ -24,6 +24,7 @@ import (
 	"github.com/kvgate/kvgate/indexer/kvindex"
 	"github.com/kvgate/kvgate/internal/kvfleet"
 	"github.com/kvgate/kvgate/internal/testkit/modelfiles"
+	"github.com/kvgate/kvgate/internal/testkit/poll"
 )
 
 // Cancellation of a disaggregated request (issue 9 item 4; Dynamo #13691:
@@ -150,30 +151,19 @@ func (r *pdRig) send(t *testing.T, maxTokens int) (<-chan *http.Response, contex
 	return out, cancel
 }
 
-func waitUntil(t *testing.T, what string, limit time.Duration, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, limit)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // checkReleased: the prefill worker's blocks and kvgate's accounting
 // (both legs) are released within seconds of the cancel, far inside the
 // hold timeout.
 func (r *pdRig) checkReleased(t *testing.T, canceledAt time.Time, wantCanceled uint64) {
 	t.Helper()
-	waitUntil(t, "prefill worker's blocks freed after the cancel", 10*time.Second, func() bool {
+	poll.True(t, "prefill worker's blocks freed after the cancel", 10*time.Second, func() bool {
 		return r.prefill.Stats().Engine.UsedBlocks == 0
 	})
-	waitUntil(t, "decode worker's blocks freed after the cancel", 10*time.Second, func() bool {
+	poll.True(t, "decode worker's blocks freed after the cancel", 10*time.Second, func() bool {
 		st := r.decode.Stats()
 		return st.Engine.UsedBlocks == 0 && st.Transferring == 0 && st.Engine.Running == 0 && st.Engine.Waiting == 0
 	})
-	waitUntil(t, "kvgate's tickets closed after the cancel", 10*time.Second, func() bool {
+	poll.True(t, "kvgate's tickets closed after the cancel", 10*time.Second, func() bool {
 		return r.router.Load().Stats().Open == r.baseline
 	})
 	t.Logf("prefill blocks and kvgate's load released %v after the cancel (hold timeout %v)", time.Since(canceledAt).Round(time.Millisecond), pdHoldTimeout)
@@ -190,7 +180,7 @@ func TestPDCancelDuringPrefill(t *testing.T) {
 	// A slow prefill (about a second for the prompt).
 	r := startPDRig(t, 0.05, 10, 100)
 	_, cancel := r.send(t, 8)
-	waitUntil(t, "prefill running", 20*time.Second, func() bool { return r.prefill.Stats().Engine.UsedBlocks > 0 })
+	poll.True(t, "prefill running", 20*time.Second, func() bool { return r.prefill.Stats().Engine.UsedBlocks > 0 })
 	at := time.Now()
 	cancel()
 	r.checkReleased(t, at, 2)
@@ -207,7 +197,7 @@ func TestPDCancelDuringKVTransfer(t *testing.T) {
 	// for it for an hour.
 	r := startPDRig(t, 10, 10, 0.001)
 	_, cancel := r.send(t, 8)
-	waitUntil(t, "decoder pulling the KV", 20*time.Second, func() bool { return r.decode.Stats().Transferring > 0 })
+	poll.True(t, "decoder pulling the KV", 20*time.Second, func() bool { return r.decode.Stats().Transferring > 0 })
 	if r.prefill.Stats().Engine.UsedBlocks == 0 {
 		t.Fatal("prefill worker holds no blocks for the decoder's pull")
 	}

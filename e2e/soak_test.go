@@ -309,7 +309,7 @@ func TestSoak(t *testing.T) {
 func writeSoakReport(mdPath, pngPath string, names []string, samples []soakSample, rps int, achieved float64, total, failed, skipped int64, duration time.Duration) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "## Soak: %s at a target of %d requests/s\n\n", duration, rps)
-	fmt.Fprintf(&b, "`KVGATE_SOAK_DURATION=%s KVGATE_SOAK_RPS=%d go test -tags soak -run TestSoak -timeout 0 ./e2e/` — 3 `kvgate enginesim --speedup 1000`, one `kvgate extproc` (memory index), the envoyharness gateway; non-streamed completions of 40 tokens, max_tokens 2.\n\n", duration, rps)
+	fmt.Fprintf(&b, "`KVGATE_SOAK_DURATION=%s KVGATE_SOAK_RPS=%d go test -tags soak -run TestSoak -timeout 0 ./e2e/` — 3 `kvgate-lab enginesim --speedup 1000`, one `kvgate extproc` (memory index), the envoyharness gateway; non-streamed completions of 40 tokens, max_tokens 2.\n\n", duration, rps)
 	fmt.Fprintf(&b, "Requests: %d completed or failed, %d failed, %d due but not sent (clients saturated); achieved %.0f requests/s.\n\n", total, failed, skipped, achieved)
 	b.WriteString("| t (s) | req/s | decision p99 (ms) | open tickets | worker inflight |")
 	for _, n := range names {

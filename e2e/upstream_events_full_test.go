@@ -54,7 +54,7 @@ func startUpstreamEngine(t *testing.T, name, tokDir, salt string, extra ...strin
 			"--block-size", strconv.Itoa(blockSize), "--gpu-blocks", "96", "--speedup", "50",
 			"--kv-events-endpoint", e.events, "--kv-events-replay", e.replay,
 			"--kv-events-skip-live", "2", "--seed", strconv.Itoa(attempt), "--drain", "1s"}, extra...)
-		e.proc = procs.Start(t, name, kvgateBin, args...)
+		e.proc = procs.Start(t, name, labBin, args...)
 		err := e.proc.WaitHTTP(ctx, "http://"+httpAddr+"/health")
 		if err == nil {
 			return e

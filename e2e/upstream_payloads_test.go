@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/e2e/procs"
+	"github.com/kvgate/kvgate/internal/testkit/poll"
 )
 
 // The kvgate binary fed by libzmq (pyzmq, as vLLM's publisher runs) with
@@ -87,20 +88,16 @@ func TestIndexerBinaryTakesUpstreamShapedPayloads(t *testing.T) {
 		}
 		fmt.Fprintf(stdin, "hex %s\n", hex.EncodeToString(b))
 	}
-	deadline := time.Now().Add(20 * time.Second)
 	var m map[string]float64
-	for {
+	poll.Until(t, "the indexer to handle every batch", 20*time.Second, func() error {
 		if m, err = scrape("http://" + idxAt + "/metrics"); err != nil {
 			t.Fatal(err)
 		}
-		if m["kvgate_indexer_batches_total"]+m["kvgate_indexer_decode_errors_total"] >= float64(len(fixtures)) {
-			break
+		if handled := m["kvgate_indexer_batches_total"] + m["kvgate_indexer_decode_errors_total"]; handled < float64(len(fixtures)) {
+			return fmt.Errorf("only %v of %d batches handled; metrics %v", handled, len(fixtures), m)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("only %v of %d batches handled; metrics %v", m["kvgate_indexer_batches_total"], len(fixtures), m)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 	if m["kvgate_indexer_decode_errors_total"] != 0 || m["kvgate_indexer_apply_errors_total"] != 0 || m["kvgate_indexer_worker_resets_total"] != 0 {
 		t.Fatalf("decode errors %v, apply errors %v, resets %v: want none", m["kvgate_indexer_decode_errors_total"],
 			m["kvgate_indexer_apply_errors_total"], m["kvgate_indexer_worker_resets_total"])

@@ -106,7 +106,7 @@ func DefaultConfig() Config {
 // the kvgate policy departs from Dynamo only where a term has evidence: a
 // measured rate, a reported KV capacity, or a crowd of equally good workers.
 //
-// Measured on `kvgate bench --only capacity` (BENCHMARKS.md, capacity):
+// Measured on `kvgate-lab bench --only capacity` (BENCHMARKS.md, capacity):
 // term (d) at weight 8 with no wait bound raised SLA capacity and the hit
 // ratio under overload on every mix and fleet size tried, and term (a) is
 // off: extproc measures a worker's prefill rate from time to first byte,

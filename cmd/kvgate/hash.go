@@ -9,12 +9,13 @@ import (
 	"io"
 
 	"github.com/kvgate/kvgate/indexer/blockhash"
+	"github.com/kvgate/kvgate/internal/cli"
 )
 
 func init() {
-	register("hash", command{
-		summary: "hash token blocks as Dynamo does: JSON {tokens,block_size,lora?,namespace?} on stdin",
-		run:     runHash,
+	register("hash", cli.Command{
+		Summary: "hash token blocks as Dynamo does: JSON {tokens,block_size,lora?,namespace?} on stdin",
+		Run:     runHash,
 	})
 }
 
@@ -31,7 +32,7 @@ func runHash(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			"example:\n  echo '{\"tokens\":[1,2,3,4],\"block_size\":2}' | kvgate hash\n")
 	}
 	if err := fs.Parse(args); err != nil {
-		return flagExit(err)
+		return cli.FlagExit(err)
 	}
 	if fs.NArg() != 0 {
 		fmt.Fprintf(stderr, "kvgate hash: takes no arguments, got %q\n", fs.Args())

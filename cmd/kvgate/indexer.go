@@ -14,12 +14,14 @@ import (
 
 	"github.com/kvgate/kvgate/config"
 	"github.com/kvgate/kvgate/indexer"
+	"github.com/kvgate/kvgate/internal/adminhttp"
+	"github.com/kvgate/kvgate/internal/cli"
 )
 
 func init() {
-	register("indexer", command{
-		summary: "subscribe to engines' KV events and keep the fleet KV index (--config FILE)",
-		run:     runIndexer,
+	register("indexer", cli.Command{
+		Summary: "subscribe to engines' KV events and keep the fleet KV index (--config FILE)",
+		Run:     runIndexer,
 	})
 }
 
@@ -30,7 +32,7 @@ func runIndexer(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	logFmt := fs.String("log-format", "", "log lines as json or text, library lines included (default: the config's log.format, else json)")
 	listen := fs.String("listen", "", "override indexer.listen (host:port for /metrics, /healthz, /readyz, /status)")
 	if err := fs.Parse(args); err != nil {
-		return flagExit(err)
+		return cli.FlagExit(err)
 	}
 	cfg := config.Default()
 	if *cfgPath != "" {
@@ -47,7 +49,7 @@ func runIndexer(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 			return 2
 		}
 	}
-	log, err := newProcessLogger(stderr, logFormat(*logFmt, cfg.Log.Format))
+	log, err := cli.NewProcessLogger(stderr, cli.LogFormat(*logFmt, cfg.Log.Format))
 	if err != nil {
 		fmt.Fprintf(stderr, "kvgate indexer: --log-format: %v\n", err)
 		return 2
@@ -80,7 +82,7 @@ func serveIndexer(ctx context.Context, cfg config.Config, log *slog.Logger, list
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Indexer.Listen, err)
 	}
-	srv := newHTTPServer(withAdminAuth(svc.Handler(), "indexer.listen", cfg.Indexer.Listen, cfg.Indexer.AdminAuth, log))
+	srv := adminhttp.NewServer(adminhttp.WithAdminAuth(svc.Handler(), "indexer.listen", cfg.Indexer.Listen, cfg.Indexer.AdminAuth, log))
 	go func() {
 		if err := srv.Serve(ln); err != nil && err != http.ErrServerClosed {
 			log.Error("http server", "err", err)
@@ -95,8 +97,4 @@ func serveIndexer(ctx context.Context, cfg config.Config, log *slog.Logger, list
 	_ = srv.Shutdown(shutdownCtx)
 	log.Info("indexer stopped")
 	return runErr
-}
-
-func newHTTPServer(h http.Handler) *http.Server {
-	return &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 }

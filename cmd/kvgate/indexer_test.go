@@ -18,6 +18,7 @@ import (
 	"github.com/kvgate/kvgate/indexer"
 	"github.com/kvgate/kvgate/indexer/kvevents"
 	"github.com/kvgate/kvgate/indexer/kvstream"
+	"github.com/kvgate/kvgate/internal/testkit/poll"
 )
 
 type syncBuffer struct {
@@ -69,14 +70,14 @@ engines:
 
 	addrRe := regexp.MustCompile(`http://(\S+)`)
 	var base string
-	for deadline := time.Now().Add(10 * time.Second); base == ""; time.Sleep(10 * time.Millisecond) {
-		if m := addrRe.FindStringSubmatch(stdout.String()); m != nil {
-			base = "http://" + m[1]
+	poll.Until(t, "the indexer to announce its address", 10*time.Second, func() error {
+		m := addrRe.FindStringSubmatch(stdout.String())
+		if m == nil {
+			return fmt.Errorf("stderr: %s", stderr.String())
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("indexer never announced its address; stderr: %s", stderr.String())
-		}
-	}
+		base = "http://" + m[1]
+		return nil
+	})
 	waitHTTP(t, base+"/readyz", http.StatusOK)
 	payload, err := kvevents.Encode(kvevents.Batch{TS: 1, Events: []kvevents.Event{{Kind: kvevents.BlockStored, BlockHashes: []uint64{7}, TokenIDs: []uint32{1, 2, 3, 4}, BlockSize: 4}}}, kvevents.EncodingArray)
 	if err != nil {
@@ -85,18 +86,16 @@ engines:
 	if _, err := pub.Publish(payload); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	poll.Until(t, "the event to be indexed", 10*time.Second, func() error {
 		var st indexer.Status
 		if err := json.Unmarshal([]byte(waitHTTP(t, base+"/status", http.StatusOK)), &st); err != nil {
 			t.Fatal(err)
 		}
 		if st.Index.Entries == 1 && st.Workers[0].Ingest.Batches == 1 {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("event never indexed: %+v", st)
-		}
-	}
+		return fmt.Errorf("status %+v", st)
+	})
 	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -122,19 +121,22 @@ func TestIndexerCommandRejectsBadConfig(t *testing.T) {
 	}
 }
 
+// waitHTTP polls GET url until it answers want and returns the body.
 func waitHTTP(t *testing.T, url string, want int) string {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	var body string
+	poll.Until(t, fmt.Sprintf("GET %s to answer %d", url, want), 10*time.Second, func() error {
 		resp, err := http.Get(url)
-		if err == nil {
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == want {
-				return string(b)
-			}
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("GET %s never answered %d (last error %v)", url, want, err)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			return fmt.Errorf("status %d", resp.StatusCode)
 		}
-	}
+		body = string(b)
+		return nil
+	})
+	return body
 }

@@ -12,14 +12,16 @@ import (
 	"syscall"
 
 	"github.com/kvgate/kvgate/config"
+	"github.com/kvgate/kvgate/internal/adminhttp"
+	"github.com/kvgate/kvgate/internal/cli"
 	"github.com/kvgate/kvgate/kvagent"
 	"github.com/kvgate/kvgate/kvagent/agentconfig"
 )
 
 func init() {
-	register("kvagent", command{
-		summary: "node-local KV tiers (host memory, disk) for engines, with residency KV events (--config FILE)",
-		run:     runKvagent,
+	register("kvagent", cli.Command{
+		Summary: "node-local KV tiers (host memory, disk) for engines, with residency KV events (--config FILE)",
+		Run:     runKvagent,
 	})
 }
 
@@ -30,7 +32,7 @@ func runKvagent(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	advertise := fs.String("advertise-host", "", "host (IP or DNS name) peers dial for this agent's transfer engine; overrides kvagent.peer.advertise_host (a DaemonSet passes its pod IP)")
 	logFmt := fs.String("log-format", "", "log lines as json or text, library lines included (default: the config's log.format, else json)")
 	if err := fs.Parse(args); err != nil {
-		return flagExit(err)
+		return cli.FlagExit(err)
 	}
 	if *cfgPath == "" {
 		fmt.Fprintln(stderr, "kvgate kvagent: --config is required")
@@ -56,7 +58,7 @@ func runKvagent(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		}
 		cfg.Kvagent.Peer.AdvertiseHost = *advertise
 	}
-	log, err := newProcessLogger(stderr, logFormat(*logFmt, cfg.Log.Format))
+	log, err := cli.NewProcessLogger(stderr, cli.LogFormat(*logFmt, cfg.Log.Format))
 	if err != nil {
 		fmt.Fprintf(stderr, "kvgate kvagent: --log-format: %v\n", err)
 		return 2
@@ -77,7 +79,7 @@ func runKvagent(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 // shares; /healthz and /readyz stay open for the kubelet).
 func serveKvagent(ctx context.Context, cfg agentconfig.Config, log *slog.Logger, listening func(admin net.Addr, a *kvagent.Agent)) error {
 	wrapAdmin := func(h http.Handler) http.Handler {
-		return withAdminAuth(h, "kvagent.admin", cfg.Admin, cfg.AdminAuth, log)
+		return adminhttp.WithAdminAuth(h, "kvagent.admin", cfg.Admin, cfg.AdminAuth, log)
 	}
 	return kvagent.Serve(ctx, cfg, log, wrapAdmin, listening)
 }

@@ -112,3 +112,25 @@ func TestMakefileTestDoesItsOwnSetup(t *testing.T) {
 		}
 	}
 }
+
+// TestMakefileBuildsBothBinaries: `make build` builds the production
+// binary and the lab; `make run` (the demo) and `make bench` run the lab,
+// since the production binary has no demo or bench any more.
+func TestMakefileBuildsBothBinaries(t *testing.T) {
+	b, err := os.ReadFile("../../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mk := string(b)
+	for _, want := range []string{"-o $(BIN) ./cmd/kvgate\n", "-o $(LAB) ./cmd/kvgate-lab\n", "\t$(LAB) demo $(ARGS)\n", "\t$(LAB) bench --out BENCHMARKS.md\n"} {
+		if !strings.Contains(mk, want) {
+			t.Errorf("Makefile has no %q", strings.TrimSpace(want))
+		}
+	}
+	for _, v := range [][2]string{{"BIN", "bin/kvgate"}, {"LAB", "bin/kvgate-lab"}} {
+		m := regexp.MustCompile(`(?m)^` + v[0] + `\s*:=\s*(\S+)\s*$`).FindStringSubmatch(mk)
+		if m == nil || m[1] != v[1] {
+			t.Errorf("Makefile %s := %v, want %s", v[0], m, v[1])
+		}
+	}
+}

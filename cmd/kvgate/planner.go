@@ -17,15 +17,17 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/config"
+	"github.com/kvgate/kvgate/internal/adminhttp"
+	"github.com/kvgate/kvgate/internal/cli"
 	planner "github.com/kvgate/kvgate/planner-sidecar"
 	"github.com/kvgate/kvgate/planner-sidecar/journal"
 	"github.com/kvgate/kvgate/planner-sidecar/profiler"
 )
 
 func init() {
-	register("planner", command{
-		summary: "size prefill/decode pools to TTFT/ITL targets (--config FILE [--advisory]); profile, explain, simulate",
-		run:     runPlanner,
+	register("planner", cli.Command{
+		Summary: "size prefill/decode pools to TTFT/ITL targets (--config FILE [--advisory]); profile, explain",
+		Run:     runPlanner,
 	})
 }
 
@@ -36,8 +38,6 @@ func runPlanner(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			return runPlannerProfile(args[1:], stdout, stderr)
 		case "explain":
 			return runPlannerExplain(args[1:], stdout, stderr)
-		case "simulate":
-			return runPlannerSimulate(args[1:], stdin, stdout, stderr)
 		}
 	}
 	fs := flag.NewFlagSet("kvgate planner", flag.ContinueOnError)
@@ -56,11 +56,11 @@ func runPlanner(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "usage: kvgate planner --config FILE [--advisory] [--interval 10s] [--journal FILE]")
 		fmt.Fprintln(stderr, "       kvgate planner profile --engine URL --out profile.json")
 		fmt.Fprintln(stderr, "       kvgate planner explain --journal FILE [--at TIME]")
-		fmt.Fprintln(stderr, "       kvgate planner simulate …")
+		fmt.Fprintln(stderr, "       (simulated fleets in simulated time: kvgate-lab planner-simulate)")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
-		return flagExit(err)
+		return cli.FlagExit(err)
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "kvgate planner: unexpected argument %q\n", fs.Arg(0))
@@ -101,7 +101,7 @@ func runPlanner(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "kvgate planner: --interval and --steps must be >= 0")
 		return 2
 	}
-	log, err := newProcessLogger(stderr, logFormat(*logFmt, cfg.Log.Format))
+	log, err := cli.NewProcessLogger(stderr, cli.LogFormat(*logFmt, cfg.Log.Format))
 	if err != nil {
 		fmt.Fprintf(stderr, "kvgate planner: --log-format: %v\n", err)
 		return 2
@@ -131,7 +131,7 @@ func runPlanner(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 // plannerAdmin is the planner's admin handler behind planner.admin_auth
 // (the bearer-token check every kvgate admin listener shares).
 func plannerAdmin(cfg config.Config, loop *planner.Loop, log *slog.Logger) http.Handler {
-	return withAdminAuth(loop.AdminHandler(), "planner.admin", cfg.Planner.Admin, cfg.Planner.AdminAuth, log)
+	return adminhttp.WithAdminAuth(loop.AdminHandler(), "planner.admin", cfg.Planner.Admin, cfg.Planner.AdminAuth, log)
 }
 
 // servePlanner runs the loop (steps decisions, or until ctx ends) with the
@@ -174,7 +174,7 @@ func runPlannerProfile(args []string, stdout, stderr io.Writer) int {
 	outTokens := fs.Int("output-tokens", 64, "tokens each decode request generates")
 	timeout := fs.Duration("timeout", 5*time.Minute, "bound on one request")
 	if err := fs.Parse(args); err != nil {
-		return flagExit(err)
+		return cli.FlagExit(err)
 	}
 	if *engine == "" || *out == "" {
 		fmt.Fprintln(stderr, "kvgate planner profile: --engine and --out are required")
@@ -235,7 +235,7 @@ func runPlannerExplain(args []string, stdout, stderr io.Writer) int {
 	path := fs.String("journal", "", "the planner's JSONL journal")
 	at := fs.String("at", "", "explain the last decision at or before this time (RFC 3339; default: the last decision)")
 	if err := fs.Parse(args); err != nil {
-		return flagExit(err)
+		return cli.FlagExit(err)
 	}
 	if *path == "" {
 		fmt.Fprintln(stderr, "kvgate planner explain: --journal is required")
@@ -261,20 +261,4 @@ func runPlannerExplain(args []string, stdout, stderr io.Writer) int {
 	}
 	journal.Explain(stdout, e)
 	return 0
-}
-
-// plannerDemoHint is the line `kvgate demo` prints so that the planner
-// can be tried, advisory, against the demo fleet.
-func plannerDemoHint(engines []config.Engine, extprocAdmin string) string {
-	if len(engines) == 0 {
-		return ""
-	}
-	eps := make([]string, len(engines))
-	for i, e := range engines {
-		eps[i] = e.Endpoint
-	}
-	self := selfCommand()
-	return fmt.Sprintf("Planner, advisory (another terminal):\n  %s planner profile --engine http://%s --out /tmp/kvgate-profile.json\n"+
-		"  %s planner --advisory --profile /tmp/kvgate-profile.json --engines %s --extproc %s --interval 5s --journal /tmp/kvgate-planner.jsonl\n\n",
-		self, eps[0], self, strings.Join(eps, ","), extprocAdmin)
 }

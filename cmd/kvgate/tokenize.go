@@ -12,12 +12,13 @@ import (
 	"github.com/kvgate/kvgate/extproc/chattemplate"
 	"github.com/kvgate/kvgate/extproc/openai"
 	"github.com/kvgate/kvgate/extproc/tokenizer"
+	"github.com/kvgate/kvgate/internal/cli"
 )
 
 func init() {
-	register("tokenize", command{
-		summary: "tokenize stdin exactly as the engine does (--tokenizer DIR [--chat])",
-		run:     runTokenize,
+	register("tokenize", cli.Command{
+		Summary: "tokenize stdin exactly as the engine does (--tokenizer DIR [--chat])",
+		Run:     runTokenize,
 	})
 }
 
@@ -28,7 +29,7 @@ func runTokenize(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	chat := fs.Bool("chat", false, "stdin is an OpenAI chat-completions request: render its chat template, then tokenize (prints the prompt too)")
 	now := fs.String("now", "", "RFC 3339 time for templates' strftime_now (default: the current time)")
 	if err := fs.Parse(args); err != nil {
-		return flagExit(err)
+		return cli.FlagExit(err)
 	}
 	fail := func(code int, format string, a ...any) int {
 		fmt.Fprintf(stderr, "kvgate tokenize: "+format+"\n", a...)

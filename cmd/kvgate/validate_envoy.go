@@ -8,12 +8,13 @@ import (
 
 	"github.com/kvgate/kvgate/config"
 	"github.com/kvgate/kvgate/envoy"
+	"github.com/kvgate/kvgate/internal/cli"
 )
 
 func init() {
-	register("validate-envoy", command{
-		summary: "check Envoy bootstraps, Istio EnvoyFilter/DestinationRule and Envoy Gateway policies: [--config kvgate.yaml] FILE...",
-		run:     runValidateEnvoy,
+	register("validate-envoy", cli.Command{
+		Summary: "check Envoy bootstraps, Istio EnvoyFilter/DestinationRule and Envoy Gateway policies: [--config kvgate.yaml] FILE...",
+		Run:     runValidateEnvoy,
 	})
 }
 

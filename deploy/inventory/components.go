@@ -13,9 +13,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/kvgate/kvgate/config"
-	"github.com/kvgate/kvgate/e2e/enginesim"
 	"github.com/kvgate/kvgate/extproc"
 	"github.com/kvgate/kvgate/extproc/enginemetrics"
 	"github.com/kvgate/kvgate/extproc/preprocess"
@@ -42,9 +42,14 @@ const (
 var sglangLabels = []string{"dp_rank", "engine_type", "model_name", "moe_ep_rank", "pp_rank", "tp_rank"}
 
 // Build instantiates every kvgate component's metrics on fresh registries
-// and returns the inventory, plus the engine metrics kvgate scrapes.
-func Build() (*Inventory, error) {
+// and returns the inventory, plus the engine metrics kvgate scrapes. vllm
+// is what a vLLM engine serves on /metrics, gathered by the caller (the
+// tests pass e2e/enginesim's MetricFamilies): this package is deploy
+// tooling and must not import the workshop's simulators itself
+// (internal/importrules).
+func Build(vllm []*dto.MetricFamily) (*Inventory, error) {
 	var all []Family
+	engineFamilies := func() ([]Family, error) { return engineFamilies(vllm) }
 	for _, part := range []func() ([]Family, error){extprocFamilies, indexerFamilies, runtimeFamilies, engineFamilies, kvagentFamilies, plannerFamilies} {
 		fs, err := part()
 		if err != nil {
@@ -122,7 +127,7 @@ func indexerFamilies() ([]Family, error) {
 }
 
 // runtimeFamilies are the Go and process collectors every kvgate process
-// registers next to its own (cmd/kvgate/extproc.go, indexer/http.go).
+// registers next to its own (internal/runextproc/extproc.go, indexer/http.go).
 func runtimeFamilies() ([]Family, error) {
 	rec := newRecorder()
 	if err := firstErr(rec.Register(collectors.NewGoCollector()), rec.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))); err != nil {
@@ -132,14 +137,10 @@ func runtimeFamilies() ([]Family, error) {
 }
 
 // engineFamilies are the engine metrics: vLLM's as the simulator serves
-// them, and SGLang's families that kvgate reads. Every vLLM family kvgate
-// reads must be one the simulator serves, or the demo and the e2e tests
-// would not exercise it.
-func engineFamilies() ([]Family, error) {
-	mfs, err := enginesim.MetricFamilies("m")
-	if err != nil {
-		return nil, fmt.Errorf("enginesim metrics: %w", err)
-	}
+// them (mfs), and SGLang's families that kvgate reads. Every vLLM family
+// kvgate reads must be one the simulator serves, or the demo and the e2e
+// tests would not exercise it.
+func engineFamilies(mfs []*dto.MetricFamily) ([]Family, error) {
 	vllm, err := familiesFromGather(mfs, SourceVLLM)
 	if err != nil {
 		return nil, err

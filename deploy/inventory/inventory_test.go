@@ -2,6 +2,7 @@ package inventory
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -28,7 +29,14 @@ var (
 // kvagent and an engine simulator core; the result does not change).
 func buildInventory(t *testing.T) *Inventory {
 	t.Helper()
-	builtOnce.Do(func() { built, buildErr = Build() })
+	builtOnce.Do(func() {
+		mfs, err := enginesim.MetricFamilies("m")
+		if err != nil {
+			buildErr = fmt.Errorf("enginesim metrics: %w", err)
+			return
+		}
+		built, buildErr = Build(mfs)
+	})
 	if buildErr != nil {
 		t.Fatal(buildErr)
 	}

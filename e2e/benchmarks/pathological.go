@@ -95,7 +95,7 @@ func Pathological(ctx context.Context, w io.Writer, opt PathologicalOptions) err
 		opt.Model = "qwen3"
 	}
 	if opt.Command == "" {
-		opt.Command = "kvgate bench --only pathological"
+		opt.Command = "kvgate-lab bench --only pathological"
 	}
 	dir := filepath.Join(topt.ModelsDir, opt.Model)
 	tok, err := tokenizer.Load(dir)

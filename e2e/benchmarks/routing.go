@@ -2,10 +2,8 @@ package benchmarks
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"path/filepath"
 	"strings"
 	"time"
@@ -18,12 +16,18 @@ import (
 type RoutingOptions struct {
 	// RepoRoot is the repository root; default ".".
 	RepoRoot string
-	// TracePath is the trace; default ../shared/traces/mooncake/
-	// conversation_trace.jsonl relative to RepoRoot, falling back to the
-	// 300-request slice in e2e/replay/testdata (noted in the table).
+	// Trace is the workload, named TraceName in the report (the lab passes
+	// the 1,000-request Mooncake slice embedded in kvgate-lab). Empty:
+	// TracePath is read.
+	Trace     []replay.TraceRequest
+	TraceName string
+	// TracePath is the trace file when Trace is empty; default the
+	// 300-request slice shipped in e2e/replay/testdata, relative to
+	// RepoRoot: the report must come from a trace that is in the
+	// repository, not from a folder beside the checkout.
 	TracePath    string
 	WorkerCounts []int  // default 4, 8, 16
-	Command      string // the command line shown in the report; default "kvgate bench"
+	Command      string // the command line shown in the report; default "kvgate-lab bench"
 	Seed         uint64
 }
 
@@ -38,21 +42,19 @@ func Routing(ctx context.Context, w io.Writer, opt RoutingOptions) error {
 		opt.WorkerCounts = []int{4, 8, 16}
 	}
 	if opt.Command == "" {
-		opt.Command = "kvgate bench"
+		opt.Command = "kvgate-lab bench"
 	}
-	note := ""
-	path := opt.TracePath
-	if path == "" {
-		path = filepath.Join(opt.RepoRoot, "..", "shared", "traces", "mooncake", "conversation_trace.jsonl")
-	}
-	reqs, err := replay.LoadTrace(path, 0)
-	if err != nil && opt.TracePath == "" && errors.Is(err, fs.ErrNotExist) {
-		path = filepath.Join(opt.RepoRoot, "e2e", "replay", "testdata", "conversation_head300.jsonl")
-		note = " The shared trace was not found: these figures are from the repository's 300-request slice, not the full trace."
-		reqs, err = replay.LoadTrace(path, 0)
-	}
-	if err != nil {
-		return fmt.Errorf("routing benchmark: %w", err)
+	reqs, name := opt.Trace, opt.TraceName
+	if len(reqs) == 0 {
+		path := opt.TracePath
+		if path == "" {
+			path = filepath.Join(opt.RepoRoot, "e2e", "replay", "testdata", "conversation_head300.jsonl")
+		}
+		var err error
+		if reqs, err = replay.LoadTrace(path, 0); err != nil {
+			return fmt.Errorf("routing benchmark: %w", err)
+		}
+		name = filepath.Base(path)
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "## Routing (trace replay)\n\n")
@@ -60,10 +62,10 @@ func Routing(ctx context.Context, w io.Writer, opt RoutingOptions) error {
 		"Each policy runs once on a fresh fleet of simulated engines (e2e/enginesim: vLLM-like prefix cache and scheduler, "+
 		"Dynamo mocker timing, 512-token blocks, 2,048 blocks = 1 Mi tokens of KV per engine) in virtual time. "+
 		"Hit ratio = prefix-cached prompt tokens / prompt tokens as the engines report them; ideal = one infinite cache. "+
-		"Command: `%s`; equivalent: `kvgate replay --workers N`.%s\n\n", filepath.Base(path), len(reqs), opt.Command, note)
+		"Command: `%s`; equivalent: `kvgate-lab replay --workers N`.\n\n", name, len(reqs), opt.Command)
 	for _, n := range opt.WorkerCounts {
 		start := time.Now()
-		res, err := replay.Run(ctx, filepath.Base(path), reqs, replay.Options{Workers: n, Seed: opt.Seed})
+		res, err := replay.Run(ctx, name, reqs, replay.Options{Workers: n, Seed: opt.Seed})
 		if err != nil {
 			return fmt.Errorf("routing benchmark, %d workers: %w", n, err)
 		}
@@ -80,6 +82,6 @@ func Routing(ctx context.Context, w io.Writer, opt RoutingOptions) error {
 		}
 		b.WriteString("\n")
 	}
-	_, err = io.WriteString(w, b.String())
+	_, err := io.WriteString(w, b.String())
 	return err
 }

@@ -27,7 +27,7 @@ type TokenizerOptions struct {
 	Models    []string      // default qwen3, llama3_1
 	Phase     time.Duration // minimum length of each warm measurement; default 2s
 	ColdRuns  int           // cold-cache passes over the corpus (each after a cache reset); default 5
-	Command   string        // the command line shown in the report; default "kvgate bench"
+	Command   string        // the command line shown in the report; default "kvgate-lab bench"
 	NoOracle  bool          // skip the Hugging Face binding measurement
 }
 
@@ -60,7 +60,7 @@ func (o *TokenizerOptions) fill() error {
 		o.ColdRuns = 5
 	}
 	if o.Command == "" {
-		o.Command = "kvgate bench"
+		o.Command = "kvgate-lab bench"
 	}
 	switch {
 	case o.Phase < 0 || o.Phase > 10*time.Minute:

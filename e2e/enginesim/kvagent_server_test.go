@@ -15,6 +15,7 @@ import (
 	"github.com/kvgate/kvgate/indexer/blockhash"
 	"github.com/kvgate/kvgate/indexer/kvindex"
 	"github.com/kvgate/kvgate/internal/kvfleet"
+	"github.com/kvgate/kvgate/internal/testkit/poll"
 	"github.com/kvgate/kvgate/kvagent"
 	"github.com/kvgate/kvgate/kvagent/connector"
 )
@@ -110,19 +111,16 @@ engines:
 	chain := blockhash.SequenceHashes(blockhash.LocalHashes(a, 16, seed))
 	w := kvfleet.WorkerID{Endpoint: worker}
 	want := kvfleet.Depths{5, 12, 12, 12} // GPU 0..4; host and disk 5..11
-	var got kvfleet.Depths
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	poll.Until(t, "the index to hold the evicted prompt's host and disk depths", 20*time.Second, func() error {
 		m, err := idx.Match(ctx, chain)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got = m[w]; got == want {
-			break
+		if got := m[w]; got != want {
+			return fmt.Errorf("index depths %v, want %v", got, want)
 		}
-	}
-	if got != want {
-		t.Fatalf("index depths of the evicted prompt: %v, want %v", got, want)
-	}
+		return nil
+	})
 	// Asked again: 5 blocks from the GPU, 7 onboarded from the kvagent
 	// (the 13th holds the last prompt token, always computed).
 	if c := complete(a); c != 12*16 {

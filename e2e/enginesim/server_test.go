@@ -24,6 +24,7 @@ import (
 	"github.com/kvgate/kvgate/indexer/kvstream"
 	"github.com/kvgate/kvgate/internal/kvfleet"
 	"github.com/kvgate/kvgate/internal/testkit/modelfiles"
+	"github.com/kvgate/kvgate/internal/testkit/poll"
 )
 
 const testModel = "Qwen/Qwen3-0.6B"
@@ -635,34 +636,24 @@ func TestClientDisconnectAbortsTheRequest(t *testing.T) {
 				respc <- resp
 			}()
 			// Wait until the request is decoding in the engine.
-			deadline := time.Now().Add(10 * time.Second)
-			for {
-				st := s.Stats().Engine
-				if st.Running == 1 && st.UsedBlocks > 0 && st.GenerationTokens > 0 {
-					break
+			poll.Until(t, "the request to start decoding", 10*time.Second, func() error {
+				if st := s.Stats().Engine; !(st.Running == 1 && st.UsedBlocks > 0 && st.GenerationTokens > 0) {
+					return fmt.Errorf("engine %+v", st)
 				}
-				if time.Now().After(deadline) {
-					t.Fatalf("request never started decoding: %+v", st)
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
+				return nil
+			})
 			cancel()
 			if resp := <-respc; resp != nil {
 				resp.Body.Close()
 			}
-			deadline = time.Now().Add(10 * time.Second)
-			for {
-				st := s.Stats().Engine
-				if st.Running == 0 && st.Waiting == 0 && st.UsedBlocks == 0 && st.Aborted == 1 {
-					if st.Finished != 0 {
-						t.Errorf("the aborted request counted as finished: %+v", st)
-					}
-					break
+			poll.Until(t, "the request to be aborted after the client left", 10*time.Second, func() error {
+				if st := s.Stats().Engine; !(st.Running == 0 && st.Waiting == 0 && st.UsedBlocks == 0 && st.Aborted == 1) {
+					return fmt.Errorf("engine %+v", st)
 				}
-				if time.Now().After(deadline) {
-					t.Fatalf("request not aborted after the client left: %+v", st)
-				}
-				time.Sleep(10 * time.Millisecond)
+				return nil
+			})
+			if st := s.Stats().Engine; st.Finished != 0 {
+				t.Errorf("the aborted request counted as finished: %+v", st)
 			}
 		})
 	}
@@ -719,13 +710,12 @@ func TestPrefillDecodeHandshake(t *testing.T) {
 	}
 
 	// 3. The decoder's read notification frees the prefill worker's blocks.
-	deadline := time.Now().Add(10 * time.Second)
-	for prefill.Stats().Engine.UsedBlocks != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("prefill blocks still held: %+v", prefill.Stats().Engine)
+	poll.Until(t, "the decoder's read notification to free the prefill blocks", 10*time.Second, func() error {
+		if st := prefill.Stats().Engine; st.UsedBlocks != 0 {
+			return fmt.Errorf("prefill engine %+v", st)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 
 	// 4. The transferred blocks are cached on the decoder: the same
 	// prompt, sent plainly, hits.
@@ -745,13 +735,12 @@ func TestPrefillBlocksFreedAfterTimeout(t *testing.T) {
 	if status, out := post(t, prefill.url+"/v1/chat/completions", pre); status != http.StatusOK {
 		t.Fatalf("prefill: %d %s", status, out)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for prefill.Stats().Engine.UsedBlocks != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("blocks no decoder read are never freed: %+v", prefill.Stats().Engine)
+	poll.Until(t, "the blocks no decoder read to be freed", 10*time.Second, func() error {
+		if st := prefill.Stats().Engine; st.UsedBlocks != 0 {
+			return fmt.Errorf("prefill engine %+v", st)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 type wireError struct {

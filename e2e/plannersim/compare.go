@@ -41,6 +41,11 @@ type CompareOptions struct {
 	// Oracle also runs the planner with exact forecasts (NewOraclePlanner),
 	// reported after the planner as OraclePolicy.
 	Oracle bool
+	// OnResult, if set, receives each simulation's result as it finishes
+	// (one call at a time, in finishing order), so a caller can show
+	// progress during a comparison that takes minutes (issue 17); the
+	// Report still orders them.
+	OnResult func(*Result)
 }
 
 // Report is a comparison's outcome.
@@ -67,7 +72,7 @@ func (r *Report) Result(name string) *Result {
 	return nil
 }
 
-// WriteJSON prints the `kvgate planner simulate --json` object:
+// WriteJSON prints the `kvgate-lab planner-simulate --json` object:
 // {"policies":{"<name>":{"sla_attainment":…,"gpu_hours":…,"ttft_p90_ms":…,"itl_p90_ms":…,"scale_events":N}}}.
 func (r *Report) WriteJSON(w io.Writer) error {
 	out := struct {
@@ -119,7 +124,7 @@ func Compare(ctx context.Context, cfg Config, load *Load, opt CompareOptions) (*
 		return nil, err
 	}
 	rep := &Report{Load: load.Name, Requests: len(load.Requests), Profile: profile, TTFTTarget: cfg.TTFT, ITLTarget: cfg.ITL}
-	b := &batch{ctx: ctx, cfg: cfg, load: load, sem: make(chan struct{}, opt.Parallel)}
+	b := &batch{ctx: ctx, cfg: cfg, load: load, sem: make(chan struct{}, opt.Parallel), onResult: opt.OnResult}
 	b.start(planner)
 	var oracle plan.Policy
 	if opt.Oracle {
@@ -288,14 +293,24 @@ func (r renamed) Name() string { return r.name }
 
 // batch runs simulations concurrently, at most cap(sem) at once.
 type batch struct {
-	ctx     context.Context
-	cfg     Config
-	load    *Load
-	sem     chan struct{}
-	wg      sync.WaitGroup
-	mu      sync.Mutex
-	results []*Result
-	err     error
+	ctx      context.Context
+	cfg      Config
+	load     *Load
+	sem      chan struct{}
+	wg       sync.WaitGroup
+	mu       sync.Mutex
+	results  []*Result
+	err      error
+	onResult func(*Result) // called under mu
+}
+
+// record keeps a finished simulation's result and reports it. The caller
+// holds b.mu.
+func (b *batch) record(r *Result) {
+	b.results = append(b.results, r)
+	if b.onResult != nil {
+		b.onResult(r)
+	}
 }
 
 func (b *batch) start(p plan.Policy) {
@@ -314,7 +329,7 @@ func (b *batch) start(p plan.Policy) {
 			return
 		}
 		r.Policy = p.Name()
-		b.results = append(b.results, r)
+		b.record(r)
 	}()
 }
 
@@ -348,7 +363,7 @@ func (b *batch) run(sizes ...map[string]int) ([]*Result, error) {
 			r.Policy = p.Name()
 			out[i] = r
 			b.mu.Lock()
-			b.results = append(b.results, r)
+			b.record(r)
 			b.mu.Unlock()
 		}()
 	}

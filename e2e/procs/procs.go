@@ -47,17 +47,19 @@ func RepoRoot() (string, error) {
 	}
 }
 
-// Build compiles ./cmd/kvgate into outDir and returns the binary's path.
-func Build(outDir string) (string, error) {
+// Build compiles ./cmd/NAME (kvgate, the production processes, or
+// kvgate-lab, the workshop: enginesim, gateway) into outDir and returns the
+// binary's path.
+func Build(outDir, name string) (string, error) {
 	root, err := RepoRoot()
 	if err != nil {
 		return "", err
 	}
-	bin := filepath.Join(outDir, "kvgate")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/kvgate")
+	bin := filepath.Join(outDir, name)
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/"+name)
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/kvgate: %w\n%s", err, out)
+		return "", fmt.Errorf("go build ./cmd/%s: %w\n%s", name, err, out)
 	}
 	return bin, nil
 }

@@ -160,7 +160,7 @@ func (o *Options) arrival(r TraceRequest) time.Duration {
 	return time.Duration(float64(r.Timestamp) * float64(time.Millisecond) / (o.RateScale * o.TimeCompression))
 }
 
-// Result is a replay's outcome. Its JSON form is the `kvgate replay
+// Result is a replay's outcome. Its JSON form is the `kvgate-lab replay
 // --json` schema.
 type Result struct {
 	Trace         string  `json:"trace"`

@@ -68,7 +68,7 @@ type PolicySweep struct {
 	NominalHostHitRatio float64 `json:"nominal_host_hit_ratio,omitempty"`
 }
 
-// SweepResult is a sweep's outcome; its JSON form is `kvgate replay --sweep
+// SweepResult is a sweep's outcome; its JSON form is `kvgate-lab replay --sweep
 // --json`.
 type SweepResult struct {
 	Trace             string        `json:"trace"`

@@ -17,7 +17,6 @@ import (
 	"github.com/kvgate/kvgate/extproc/tokenizer"
 	"github.com/kvgate/kvgate/indexer/blockhash"
 	"github.com/kvgate/kvgate/internal/kvfleet"
-	"github.com/kvgate/kvgate/internal/third_party/jinja"
 )
 
 // Model is one base model's preprocessing state, loaded once.
@@ -207,7 +206,7 @@ func (r *Registry) ChatContext(ctx context.Context, body []byte) (*Result, error
 	prompt, err := res.Model.Chat.RenderContext(ctx, req)
 	if err != nil {
 		var te *chattemplate.TemplateError
-		var ol *jinja.OutputLimitError
+		var ol *chattemplate.OutputLimitError
 		switch {
 		case errors.As(err, &te):
 			// raise_exception in the template: the request is invalid for

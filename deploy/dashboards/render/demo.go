@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// demoProcess is `kvgate demo` (what `make run` starts) running as a
+// demoProcess is `kvgate-lab demo` (what `make run` starts) running as a
 // child process: simulated vLLM engines, the extproc with its in-memory
 // index, a gateway and a trace replay through it.
 type demoProcess struct {
@@ -59,9 +59,9 @@ func startDemo(ctx context.Context, kvgate string, requests int, span time.Durat
 	case d.admin = <-admin:
 		return d, nil
 	case <-d.done:
-		return nil, fmt.Errorf("kvgate demo exited before serving: %v", d.err)
+		return nil, fmt.Errorf("kvgate-lab demo exited before serving: %v", d.err)
 	case <-time.After(2 * time.Minute):
 		cmd.Process.Kill()
-		return nil, fmt.Errorf("kvgate demo printed no admin address within 2 minutes")
+		return nil, fmt.Errorf("kvgate-lab demo printed no admin address within 2 minutes")
 	}
 }

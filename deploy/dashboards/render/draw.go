@@ -189,7 +189,7 @@ func renderDashboard(ctx context.Context, eng *promql.Engine, st *memStore, d *i
 	title := draw.TextStyle{Color: color.Black, Font: plot.DefaultFont, XAlign: draw.XLeft, YAlign: draw.YTop, Handler: plot.DefaultTextHandler}
 	title.Font.Size = vg.Points(15)
 	dc.FillText(title, vg.Point{X: vg.Points(10), Y: dc.Max.Y - vg.Points(8)},
-		fmt.Sprintf("%s — from a `kvgate demo` run: %.0f s of trace replay, scraped every %s", d.Title, w.end.Sub(w.start).Seconds(), w.step))
+		fmt.Sprintf("%s — from a `kvgate-lab demo` run: %.0f s of trace replay, scraped every %s", d.Title, w.end.Sub(w.start).Seconds(), w.step))
 	body := draw.Canvas{Canvas: dc.Canvas, Rectangle: vg.Rectangle{Min: dc.Min, Max: vg.Point{X: dc.Max.X, Y: dc.Max.Y - header}}}
 	tiles := draw.Tiles{Rows: rows, Cols: cols, PadX: vg.Points(12), PadY: vg.Points(14), PadTop: vg.Points(4), PadBottom: vg.Points(6), PadLeft: vg.Points(6), PadRight: vg.Points(10)}
 	canvases := plot.Align(grid, tiles, body)

@@ -1,13 +1,13 @@
 // Command render draws the kvgate Grafana dashboards' panels from a real
 // demo's metrics into PNGs (docs/dashboards/*.png), so that a newcomer sees
-// what each board shows. It runs `kvgate demo` (what `make run` starts:
+// what each board shows. It runs `kvgate-lab demo` (what `make run` starts:
 // simulated vLLM engines, the extproc with its in-memory index, a gateway
 // and a Mooncake trace replay), scrapes the extproc's and every engine's
 // /metrics every second while the replay runs, then evaluates each panel's
 // own PromQL with Prometheus' query engine over those samples and plots
 // the series with gonum/plot.
 //
-//	go run ./deploy/dashboards/render --kvgate bin/kvgate --out docs/dashboards
+//	go run ./deploy/dashboards/render --kvgate-lab bin/kvgate-lab --out docs/dashboards
 package main
 
 import (
@@ -35,7 +35,7 @@ func main() {
 func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("render", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	kvgate := fs.String("kvgate", "bin/kvgate", "the kvgate binary (make build)")
+	kvgate := fs.String("kvgate-lab", "bin/kvgate-lab", "the kvgate-lab binary (make build), whose demo the boards show")
 	dir := fs.String("dashboards", "deploy/dashboards", "folder of Grafana dashboard JSON files")
 	out := fs.String("out", "docs/dashboards", "folder the PNGs are written to")
 	requests := fs.Int("requests", 600, "trace requests the demo replays (1..100000)")
@@ -101,7 +101,7 @@ func render(ctx context.Context, stdout io.Writer, o options) error {
 	}
 	end := time.Now()
 	if demo.err != nil {
-		return fmt.Errorf("kvgate demo failed: %v (see --demo-log)", demo.err)
+		return fmt.Errorf("kvgate-lab demo failed: %v (see --demo-log)", demo.err)
 	}
 	fmt.Fprintf(stdout, "render: %d scrapes of the extproc and %d engines over %s\n", scrapes, engines, end.Sub(start).Round(time.Second))
 

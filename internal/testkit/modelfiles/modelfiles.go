@@ -33,7 +33,7 @@ func (e *MissingError) Error() string {
 // Dirs returns the folders that may hold one directory per model, in the
 // order they are tried: $KVGATE_MODELS_DIR alone when set; else
 // .cache/models of the repository above the working directory, then of
-// the repository above the executable (so `bin/kvgate demo` works from
+// the repository above the executable (so `bin/kvgate-lab demo` works from
 // any directory).
 func Dirs() []string {
 	if d := os.Getenv(EnvDir); d != "" {

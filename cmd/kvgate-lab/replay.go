@@ -1,0 +1,240 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"time"
+
+	"github.com/kvgate/kvgate/e2e/replay"
+	"github.com/kvgate/kvgate/e2e/workload"
+	"github.com/kvgate/kvgate/internal/cli"
+)
+
+func init() {
+	register("replay", cli.Command{
+		Summary: "replay a Mooncake trace on simulated engines, comparing routing policies",
+		Run:     runReplay,
+	})
+}
+
+func runReplay(args []string, _ io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("kvgate-lab replay", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	tracePath := fs.String("trace", "", "Mooncake JSONL trace (timestamp ms, input_length, output_length, hash_ids), or an Azure LLM inference trace .csv (replayed with every prompt unique); default: the first 1000 requests of Mooncake's conversation trace, embedded in the binary")
+	mix := fs.String("mix", "", "replay a generated workload instead of --trace: one of "+strings.Join(append(append([]string(nil), workload.TuningMixes...), workload.HeldOutMixes...), ", ")+" (e2e/workload; --limit requests, default 1500)")
+	workers := fs.Int("workers", 8, "simulated engines in the fleet")
+	blockSize := fs.Int("block-size", replay.TraceBlockSize, "engine KV block size in tokens")
+	gpuBlocks := fs.Int("gpu-blocks", 0, "KV cache capacity per engine in blocks (0: 1 Mi tokens, the Dynamo mocker's 16384×64)")
+	rateScale := fs.Float64("rate-scale", 1, "multiply the trace's arrival rate")
+	hostBlocks := fs.Int("host-blocks", 0, "give each engine a node-local host KV tier of this many blocks (kvagent's store and policies, in process; 0: none)")
+	hostGBps := fs.Float64("host-gbps", 0, "with --host-blocks: host-to-GPU copy bandwidth in GB/s (0: enginesim's default)")
+	compression := fs.Float64("time-compression", 1, "play the trace this many times faster on engines this many times faster")
+	limit := fs.Int("limit", 0, "replay only the first N requests (0: all)")
+	policies := fs.String("policies", strings.Join(replay.AllPolicies, ","), "comma-separated policies to compare")
+	seed := fs.Uint64("seed", 1, "seed for random routing and tie-breaks")
+	speedup := fs.Float64("speedup", 1, "engine speed-up (divides every step's duration)")
+	plotDir := fs.String("plot", "", "write SVG charts (TTFT CDF, hit ratio over time) into this directory")
+	asJSON := fs.Bool("json", false, "print exactly one JSON object instead of a table")
+	gateway := fs.String("gateway", "", "replay live over HTTP through this gateway (e.g. http://127.0.0.1:8080: Envoy with kvgate extproc in front of real engines or kvgate-lab enginesim), wall clock, instead of in-process; reported as the policy \"live\"")
+	model := fs.String("model", "qwen3", "with --gateway: the served model name to request")
+	maxTokens := fs.Int("max-tokens", 0, "with --gateway: cap each request's output tokens (0: the trace's)")
+	sweep := fs.Bool("sweep", false, "find each policy's SLA capacity: the highest --rate-scale with TTFT p90 within --ttft-sla (and ITL p90 within --itl-sla), by bisection; prints figures at 1×, at capacity and at 4/3 of it")
+	ttftSLA := fs.Duration("ttft-sla", 2*time.Second, "with --sweep: the TTFT p90 bound")
+	itlSLA := fs.Duration("itl-sla", 0, "with --sweep: the ITL p90 bound (0: none)")
+	tolerance := fs.Float64("sweep-tolerance", 0.05, "with --sweep: stop bisecting when the bracket's hi/lo is within 1+this")
+	if err := fs.Parse(args); err != nil {
+		return cli.FlagExit(err)
+	}
+	if fs.NArg() != 0 {
+		fmt.Fprintf(stderr, "kvgate-lab replay: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	if *workers < 1 {
+		fmt.Fprintf(stderr, "kvgate-lab replay: --workers %d: want at least 1\n", *workers)
+		return 2
+	}
+	if *limit < 0 {
+		fmt.Fprintf(stderr, "kvgate-lab replay: --limit %d is negative\n", *limit)
+		return 2
+	}
+	opt := replay.Options{
+		Workers: *workers, BlockSize: *blockSize, GPUBlocks: *gpuBlocks,
+		RateScale: *rateScale, TimeCompression: *compression, SpeedUp: *speedup,
+		Seed: *seed, HostBlocks: *hostBlocks, HostToGPUGBps: *hostGBps,
+	}
+	for _, p := range strings.Split(*policies, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			opt.Policies = append(opt.Policies, p)
+		}
+	}
+	if err := opt.Validate(); err != nil {
+		fmt.Fprintf(stderr, "kvgate-lab replay: %v\n", err)
+		return 2
+	}
+	if f, ok := stderr.(*os.File); ok && isTerminal(f) {
+		opt.Progress = progressBar(f)
+	}
+	reqs, traceName, err := loadReplayWorkload(*tracePath, *mix, *limit)
+	if err != nil {
+		fmt.Fprintf(stderr, "kvgate-lab replay: %v\n", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if *sweep {
+		if *gateway != "" || *rateScale != 1 {
+			fmt.Fprintln(stderr, "kvgate-lab replay: --sweep replays in process and sweeps the rate: drop --gateway and --rate-scale")
+			return 2
+		}
+		opt.Progress = nil
+		return runSweep(ctx, traceName, reqs, replay.SweepOptions{Replay: opt, TTFTSLA: *ttftSLA, ITLSLA: *itlSLA, Tolerance: *tolerance},
+			*plotDir, *asJSON, stdout, stderr)
+	}
+	var res *replay.Result
+	if *gateway != "" {
+		res, err = liveResult(ctx, *gateway, traceName, reqs, liveOptions{model: *model, compression: *compression * *rateScale, maxTokens: *maxTokens})
+	} else {
+		res, err = replay.Run(ctx, traceName, reqs, opt)
+	}
+	if opt.Progress != nil {
+		fmt.Fprint(stderr, "\r\033[K")
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "kvgate-lab replay: %v\n", err)
+		return 1
+	}
+	if *plotDir != "" {
+		paths, err := replay.WritePlots(*plotDir, res)
+		if err != nil {
+			fmt.Fprintf(stderr, "kvgate-lab replay: %v\n", err)
+			return 1
+		}
+		for _, p := range paths {
+			fmt.Fprintf(stderr, "wrote %s\n", p)
+		}
+	}
+	if *asJSON {
+		if err := json.NewEncoder(stdout).Encode(res); err != nil {
+			fmt.Fprintf(stderr, "kvgate-lab replay: writing output: %v\n", err)
+			return 1
+		}
+		return 0
+	}
+	if err := replay.WriteTable(stdout, res); err != nil {
+		fmt.Fprintf(stderr, "kvgate-lab replay: writing output: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func isTerminal(f *os.File) bool {
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// progressBar redraws one line on a terminal: the policy and a 40-cell bar.
+func progressBar(w io.Writer) func(policy string, routed, total int) {
+	return func(policy string, routed, total int) {
+		const cells = 40
+		n := 0
+		if total > 0 {
+			n = routed * cells / total
+		}
+		fmt.Fprintf(w, "\r%-14s [%s%s] %d/%d", policy, strings.Repeat("#", n), strings.Repeat(".", cells-n), routed, total)
+	}
+}
+
+// liveResult replays through a gateway and reports it in replay's schema,
+// with the one policy the gateway runs named "live"; workers is the number
+// of workers kvgate reported choosing.
+func liveResult(ctx context.Context, gateway, trace string, reqs []replay.TraceRequest, o liveOptions) (*replay.Result, error) {
+	pr, results, err := liveReplay(ctx, strings.TrimSuffix(gateway, "/"), reqs, o)
+	if err != nil {
+		return nil, err
+	}
+	workers := map[string]bool{}
+	for _, r := range results {
+		if r.err != nil {
+			return nil, fmt.Errorf("request through %s failed: %w", gateway, r.err)
+		}
+		if r.chosen != "" {
+			workers[r.chosen] = true
+		}
+	}
+	return &replay.Result{
+		Trace: trace, Workers: len(workers), Requests: len(reqs),
+		IdealHitRatio: replay.IdealHitRatio(reqs, replay.TraceBlockSize),
+		Policies:      map[string]*replay.PolicyResult{"live": pr}, Order: []string{"live"},
+		WallClock: true,
+	}, nil
+}
+
+// runSweep runs a capacity sweep, printing one progress line per replay on
+// stderr (a sweep is dozens of replays) and where each plot went.
+func runSweep(ctx context.Context, trace string, reqs []replay.TraceRequest, o replay.SweepOptions, plotDir string, asJSON bool, stdout, stderr io.Writer) int {
+	o.Progress = func(line string) { fmt.Fprintln(stderr, line) }
+	res, err := replay.Sweep(ctx, trace, reqs, o)
+	if err != nil {
+		fmt.Fprintf(stderr, "kvgate-lab replay: %v\n", err)
+		if errors.Is(err, context.Canceled) {
+			return 1
+		}
+		return 2
+	}
+	if plotDir != "" {
+		paths, err := replay.WriteSweepPlots(plotDir, "", res)
+		for _, p := range paths {
+			fmt.Fprintf(stderr, "wrote %s\n", p)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "kvgate-lab replay: %v\n", err)
+			return 1
+		}
+	}
+	if asJSON {
+		if err := json.NewEncoder(stdout).Encode(res); err != nil {
+			fmt.Fprintf(stderr, "kvgate-lab replay: writing output: %v\n", err)
+			return 1
+		}
+		return 0
+	}
+	if err := replay.WriteSweepTable(stdout, res); err != nil {
+		fmt.Fprintf(stderr, "kvgate-lab replay: writing output: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// loadReplayWorkload is the requests to replay and their name: a generated
+// mix, an Azure CSV (no prompt content: every block distinct) or a
+// Mooncake trace.
+func loadReplayWorkload(tracePath, mix string, limit int) ([]replay.TraceRequest, string, error) {
+	switch {
+	case mix != "":
+		if limit == 0 {
+			limit = 1500
+		}
+		m, err := workload.Named(mix, limit)
+		if err != nil {
+			return nil, "", err
+		}
+		reqs, err := workload.Generate(m)
+		return reqs, "mix " + mix, err
+	case strings.HasSuffix(tracePath, ".csv"):
+		f, err := os.Open(tracePath)
+		if err != nil {
+			return nil, "", fmt.Errorf("trace: %w", err)
+		}
+		defer f.Close()
+		reqs, err := workload.FromAzure(f, tracePath, limit)
+		return reqs, tracePath, err
+	}
+	return loadTrace(tracePath, limit)
+}
