@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/kvgate/kvgate/internal/confaddr"
 	"github.com/kvgate/kvgate/internal/yamlconf"
 	"github.com/kvgate/kvgate/planner-sidecar/plan"
 )
@@ -359,7 +360,7 @@ func (x *Planner) validate(path string) error {
 			}
 		}
 		for j, e := range p.Endpoints {
-			if err := checkHostPort(e); err != nil {
+			if err := confaddr.CheckHostPort(e); err != nil {
 				return fmt.Errorf("%s.endpoints[%d]: %w", pp, j, err)
 			}
 		}
@@ -382,7 +383,7 @@ func (x *Planner) validate(path string) error {
 		return fmt.Errorf("%s: prometheus.timeout, scrape.timeout and actuator.timeout must be > 0", path)
 	}
 	if x.Scrape.Extproc != "" {
-		if err := checkHostPort(x.Scrape.Extproc); err != nil {
+		if err := confaddr.CheckHostPort(x.Scrape.Extproc); err != nil {
 			return fmt.Errorf("%s.scrape.extproc: %w", path, err)
 		}
 	}
@@ -412,7 +413,7 @@ func (x *Planner) validate(path string) error {
 	default:
 		return fmt.Errorf("%s.actuator.kind: %q is not one of advisory, kubernetes, file, http", path, a.Kind)
 	}
-	if err := checkHostPort(x.Admin); err != nil {
+	if err := confaddr.CheckHostPort(x.Admin); err != nil {
 		return fmt.Errorf("%s.admin: %w", path, err)
 	}
 	if err := x.AdminAuth.Validate(path + ".admin_auth"); err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/kvgate/kvgate/config"
 	"github.com/kvgate/kvgate/e2e/envoyharness"
 	"github.com/kvgate/kvgate/e2e/procs"
+	"github.com/kvgate/kvgate/extproc/extprocconfig"
 	"github.com/kvgate/kvgate/internal/testkit/modelfiles"
 	"github.com/kvgate/kvgate/internal/testkit/tlstest"
 )
@@ -38,13 +39,13 @@ type shippedCase struct {
 }
 
 var shippedCases = []shippedCase{
-	{file: "envoy.yaml", routing: config.RoutingOverrideHost, fallbackWalk: true, servedReported: true},
-	{file: "envoy-mtls.yaml", routing: config.RoutingOverrideHost, fallbackWalk: true, servedReported: true, tls: true},
-	{file: "envoy-buffered-failopen.yaml", routing: config.RoutingOverrideHost, fallbackWalk: true, unobserved: true},
-	{file: "envoy-original-dst.yaml", routing: config.RoutingOriginalDst},
-	{file: "envoy-header-routing.yaml", routing: config.RoutingOriginalDst},
-	{file: "istio/envoyfilter.yaml", routing: config.RoutingOriginalDst},
-	{file: "envoy-gateway/extensionpolicy.yaml", routing: config.RoutingOriginalDst},
+	{file: "envoy.yaml", routing: extprocconfig.RoutingOverrideHost, fallbackWalk: true, servedReported: true},
+	{file: "envoy-mtls.yaml", routing: extprocconfig.RoutingOverrideHost, fallbackWalk: true, servedReported: true, tls: true},
+	{file: "envoy-buffered-failopen.yaml", routing: extprocconfig.RoutingOverrideHost, fallbackWalk: true, unobserved: true},
+	{file: "envoy-original-dst.yaml", routing: extprocconfig.RoutingOriginalDst},
+	{file: "envoy-header-routing.yaml", routing: extprocconfig.RoutingOriginalDst},
+	{file: "istio/envoyfilter.yaml", routing: extprocconfig.RoutingOriginalDst},
+	{file: "envoy-gateway/extensionpolicy.yaml", routing: extprocconfig.RoutingOriginalDst},
 }
 
 // Every shipped Envoy config, end to end with real processes: three
