@@ -141,4 +141,3 @@ func (g GRPC) validate(path string) error {
 	}
 	return nil
 }
-
