@@ -225,11 +225,11 @@ func (c *Config) Validate() error {
 				return fmt.Errorf("%s.topic: %q is also engines[%d]'s", p, e.Topic, j)
 			}
 			bindTopics[e.Topic] = i
-			if _, _, err := ZMQEndpoint(c.Indexer.EventsBind, e.DPRanks-1); err != nil {
+			if _, _, err := confaddr.ZMQEndpoint(c.Indexer.EventsBind, e.DPRanks-1); err != nil {
 				return fmt.Errorf("%s.dp_ranks: indexer.events_bind plus rank %d: %w", p, e.DPRanks-1, err)
 			}
 		} else if e.Events != "" {
-			if _, _, err := ZMQEndpoint(e.Events, 0); err != nil {
+			if _, _, err := confaddr.ZMQEndpoint(e.Events, 0); err != nil {
 				return fmt.Errorf("%s.events: %w", p, err)
 			}
 		} else if e.Replay != "" {
@@ -239,12 +239,12 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("%s.role: %w", p, err)
 		}
 		if e.Replay != "" {
-			if _, _, err := ZMQEndpoint(e.Replay, 0); err != nil {
+			if _, _, err := confaddr.ZMQEndpoint(e.Replay, 0); err != nil {
 				return fmt.Errorf("%s.replay: %w", p, err)
 			}
 		}
 		if e.TierEvents != "" {
-			if _, _, err := ZMQEndpoint(e.TierEvents, e.DPRanks-1); err != nil {
+			if _, _, err := confaddr.ZMQEndpoint(e.TierEvents, e.DPRanks-1); err != nil {
 				return fmt.Errorf("%s.tier_events: %w", p, err)
 			}
 			if e.TierEvents == e.Events {
@@ -254,7 +254,7 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("%s.tier_replay: set without tier_events", p)
 		}
 		if e.TierReplay != "" {
-			if _, _, err := ZMQEndpoint(e.TierReplay, e.DPRanks-1); err != nil {
+			if _, _, err := confaddr.ZMQEndpoint(e.TierReplay, e.DPRanks-1); err != nil {
 				return fmt.Errorf("%s.tier_replay: %w", p, err)
 			}
 		}
@@ -271,6 +271,3 @@ func (c *Config) Model(name string) *Model {
 	}
 	return nil
 }
-
-// ZMQEndpoint is confaddr.ZMQEndpoint (where components' configs find it).
-func ZMQEndpoint(ep string, rank int) (string, int, error) { return confaddr.ZMQEndpoint(ep, rank) }
