@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/kvgate/kvgate/extproc/extprocconfig"
+	"github.com/kvgate/kvgate/internal/secretfiles"
 )
 
 // ext_proc on a non-loopback address without TLS stops the start, naming
@@ -25,7 +26,7 @@ func TestExtprocPlaintextListenRefused(t *testing.T) {
 	_, server, _ := writePKI(t, t.TempDir())
 	c := Default()
 	c.Extproc.Listen = "0.0.0.0:9002"
-	c.Extproc.TLS = ServerTLS{CertFile: server.Cert, KeyFile: server.Key}
+	c.Extproc.TLS = secretfiles.ServerTLS{CertFile: server.Cert, KeyFile: server.Key}
 	if err := c.Validate(); err != nil {
 		t.Fatalf("with TLS: %v", err)
 	}

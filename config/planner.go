@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/internal/confaddr"
+	"github.com/kvgate/kvgate/internal/secretfiles"
 	"github.com/kvgate/kvgate/internal/yamlconf"
 	"github.com/kvgate/kvgate/planner-sidecar/plan"
 )
@@ -60,8 +61,8 @@ type Planner struct {
 	// Admin serves /metrics and /healthz. Beyond loopback it needs
 	// admin_auth (a bearer token on /metrics; /healthz and /readyz stay
 	// open for kubelet probes) or admin_auth.allow_unauthenticated.
-	Admin     string    `yaml:"admin"`
-	AdminAuth AdminAuth `yaml:"admin_auth"`
+	Admin     string                `yaml:"admin"`
+	AdminAuth secretfiles.AdminAuth `yaml:"admin_auth"`
 }
 
 // PlannerTargets are the p90 latency objectives.
@@ -169,8 +170,8 @@ func (x PlannerScrape) Token() (string, error) {
 
 // auth is the token source as admin_auth reads it, so both accept and
 // reject the same tokens.
-func (x PlannerScrape) auth() AdminAuth {
-	return AdminAuth{TokenFile: x.TokenFile, TokenEnv: x.TokenEnv}
+func (x PlannerScrape) auth() secretfiles.AdminAuth {
+	return secretfiles.AdminAuth{TokenFile: x.TokenFile, TokenEnv: x.TokenEnv}
 }
 
 // PlannerActuator says how decisions are applied.

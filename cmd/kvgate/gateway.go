@@ -21,6 +21,7 @@ import (
 	"github.com/kvgate/kvgate/e2e/envoyharness"
 	"github.com/kvgate/kvgate/envoy"
 	"github.com/kvgate/kvgate/extproc/envoyaddr"
+	"github.com/kvgate/kvgate/internal/confaddr"
 )
 
 // kvgate gateway is Envoy's part of the request path without an Envoy:
@@ -134,7 +135,7 @@ func planGateway(f gatewayFlags) (gatewayPlan, error) {
 	} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
 		return p, fmt.Errorf("--listen %q: port %q is not a number in 0..65535", f.listen, port)
 	}
-	p.listen, p.exposed = f.listen, !config.IsLoopback(f.listen)
+	p.listen, p.exposed = f.listen, !confaddr.IsLoopback(f.listen)
 
 	var envoyData []byte
 	var err error
