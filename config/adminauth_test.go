@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/kvgate/kvgate/internal/secretfiles"
 )
 
 // A non-loopback admin address without a token stops the start, and the
@@ -23,11 +25,11 @@ func TestAdminExposureRefusedWithoutAuth(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), `extproc.admin: ":9003" is not a loopback address`) || !strings.Contains(err.Error(), "extproc.admin_auth.allow_unauthenticated: true") {
 		t.Fatalf("exposed admin without a token: got %v", err)
 	}
-	c.Extproc.AdminAuth = AdminAuth{AllowUnauthenticated: true}
+	c.Extproc.AdminAuth = secretfiles.AdminAuth{AllowUnauthenticated: true}
 	if err := c.Validate(); err != nil {
 		t.Fatalf("allow_unauthenticated: %v", err)
 	}
-	c.Extproc.AdminAuth = AdminAuth{TokenFile: tokenFile}
+	c.Extproc.AdminAuth = secretfiles.AdminAuth{TokenFile: tokenFile}
 	if err := c.Validate(); err != nil {
 		t.Fatalf("token_file: %v", err)
 	}
@@ -41,7 +43,7 @@ func TestAdminExposureRefusedWithoutAuth(t *testing.T) {
 		t.Fatalf("exposed indexer without a token: got %v", err)
 	}
 	t.Setenv("KVGATE_TEST_ADMIN_TOKEN", token)
-	c.Indexer.AdminAuth = AdminAuth{TokenEnv: "KVGATE_TEST_ADMIN_TOKEN"}
+	c.Indexer.AdminAuth = secretfiles.AdminAuth{TokenEnv: "KVGATE_TEST_ADMIN_TOKEN"}
 	if err := c.Validate(); err != nil {
 		t.Fatalf("token_env: %v", err)
 	}
@@ -63,16 +65,16 @@ func TestAdminAuthErrorsNameTheKeyNotTheToken(t *testing.T) {
 	}
 	t.Setenv("KVGATE_TEST_SHORT", "short-secret")
 	cases := []struct {
-		auth AdminAuth
+		auth secretfiles.AdminAuth
 		want string
 	}{
-		{AdminAuth{TokenFile: short}, "extproc.admin_auth.token_file: token is 15 bytes, want at least 16"},
-		{AdminAuth{TokenFile: spaced}, "extproc.admin_auth.token_file: token byte 8 is a space"},
-		{AdminAuth{TokenFile: filepath.Join(dir, "missing")}, "extproc.admin_auth.token_file: open "},
-		{AdminAuth{TokenEnv: "KVGATE_TEST_SHORT"}, "extproc.admin_auth.token_env: token is 12 bytes"},
-		{AdminAuth{TokenEnv: "KVGATE_TEST_UNSET_VARIABLE"}, "extproc.admin_auth.token_env: environment variable KVGATE_TEST_UNSET_VARIABLE is not set"},
-		{AdminAuth{TokenFile: good, TokenEnv: "KVGATE_TEST_SHORT"}, "extproc.admin_auth: set token_file or token_env, not both"},
-		{AdminAuth{TokenFile: good, AllowUnauthenticated: true}, "extproc.admin_auth.allow_unauthenticated: true contradicts"},
+		{secretfiles.AdminAuth{TokenFile: short}, "extproc.admin_auth.token_file: token is 15 bytes, want at least 16"},
+		{secretfiles.AdminAuth{TokenFile: spaced}, "extproc.admin_auth.token_file: token byte 8 is a space"},
+		{secretfiles.AdminAuth{TokenFile: filepath.Join(dir, "missing")}, "extproc.admin_auth.token_file: open "},
+		{secretfiles.AdminAuth{TokenEnv: "KVGATE_TEST_SHORT"}, "extproc.admin_auth.token_env: token is 12 bytes"},
+		{secretfiles.AdminAuth{TokenEnv: "KVGATE_TEST_UNSET_VARIABLE"}, "extproc.admin_auth.token_env: environment variable KVGATE_TEST_UNSET_VARIABLE is not set"},
+		{secretfiles.AdminAuth{TokenFile: good, TokenEnv: "KVGATE_TEST_SHORT"}, "extproc.admin_auth: set token_file or token_env, not both"},
+		{secretfiles.AdminAuth{TokenFile: good, AllowUnauthenticated: true}, "extproc.admin_auth.allow_unauthenticated: true contradicts"},
 	}
 	for _, tc := range cases {
 		c := Default()

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kvgate/kvgate/internal/confaddr"
 )
 
 const good = `
@@ -38,7 +40,7 @@ func TestParseGood(t *testing.T) {
 	if c.Engines[0].DPRanks != 2 || c.Model("qwen3").BlockSize != 16 || c.Model("qwen3-sql") != nil {
 		t.Fatalf("unexpected %+v", c)
 	}
-	ep, port, err := ZMQEndpoint(c.Engines[0].Events, 1)
+	ep, port, err := confaddr.ZMQEndpoint(c.Engines[0].Events, 1)
 	if err != nil || ep != "tcp://10.0.0.1:5558" || port != 5558 {
 		t.Fatalf("rank 1 endpoint = %q %d %v", ep, port, err)
 	}

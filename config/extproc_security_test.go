@@ -3,6 +3,9 @@ package config
 import (
 	"strings"
 	"testing"
+
+	"github.com/kvgate/kvgate/extproc/extprocconfig"
+	"github.com/kvgate/kvgate/internal/secretfiles"
 )
 
 // ext_proc on a non-loopback address without TLS stops the start, naming
@@ -23,7 +26,7 @@ func TestExtprocPlaintextListenRefused(t *testing.T) {
 	_, server, _ := writePKI(t, t.TempDir())
 	c := Default()
 	c.Extproc.Listen = "0.0.0.0:9002"
-	c.Extproc.TLS = ServerTLS{CertFile: server.Cert, KeyFile: server.Key}
+	c.Extproc.TLS = secretfiles.ServerTLS{CertFile: server.Cert, KeyFile: server.Key}
 	if err := c.Validate(); err != nil {
 		t.Fatalf("with TLS: %v", err)
 	}
@@ -81,7 +84,7 @@ func TestDebugHeaderConfig(t *testing.T) {
 			t.Errorf("%s: got %v\nwant %s", body, err, want)
 		}
 	}
-	d := DebugHeader{TrustedSources: []string{"10.20.0.0/16", "192.0.2.7", "2001:db8::/32", "::ffff:198.51.100.0/120"}}
+	d := extprocconfig.DebugHeader{TrustedSources: []string{"10.20.0.0/16", "192.0.2.7", "2001:db8::/32", "::ffff:198.51.100.0/120"}}
 	src, err := d.Sources("x")
 	if err != nil || len(src) != 4 || !d.Enabled() {
 		t.Fatalf("sources: %v, %v", src, err)

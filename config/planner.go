@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/kvgate/kvgate/internal/confaddr"
+	"github.com/kvgate/kvgate/internal/secretfiles"
 	"github.com/kvgate/kvgate/internal/yamlconf"
 	"github.com/kvgate/kvgate/planner-sidecar/plan"
 )
@@ -59,8 +61,8 @@ type Planner struct {
 	// Admin serves /metrics and /healthz. Beyond loopback it needs
 	// admin_auth (a bearer token on /metrics; /healthz and /readyz stay
 	// open for kubelet probes) or admin_auth.allow_unauthenticated.
-	Admin     string    `yaml:"admin"`
-	AdminAuth AdminAuth `yaml:"admin_auth"`
+	Admin     string                `yaml:"admin"`
+	AdminAuth secretfiles.AdminAuth `yaml:"admin_auth"`
 }
 
 // PlannerTargets are the p90 latency objectives.
@@ -168,8 +170,8 @@ func (x PlannerScrape) Token() (string, error) {
 
 // auth is the token source as admin_auth reads it, so both accept and
 // reject the same tokens.
-func (x PlannerScrape) auth() AdminAuth {
-	return AdminAuth{TokenFile: x.TokenFile, TokenEnv: x.TokenEnv}
+func (x PlannerScrape) auth() secretfiles.AdminAuth {
+	return secretfiles.AdminAuth{TokenFile: x.TokenFile, TokenEnv: x.TokenEnv}
 }
 
 // PlannerActuator says how decisions are applied.
@@ -359,7 +361,7 @@ func (x *Planner) validate(path string) error {
 			}
 		}
 		for j, e := range p.Endpoints {
-			if err := checkHostPort(e); err != nil {
+			if err := confaddr.CheckHostPort(e); err != nil {
 				return fmt.Errorf("%s.endpoints[%d]: %w", pp, j, err)
 			}
 		}
@@ -382,7 +384,7 @@ func (x *Planner) validate(path string) error {
 		return fmt.Errorf("%s: prometheus.timeout, scrape.timeout and actuator.timeout must be > 0", path)
 	}
 	if x.Scrape.Extproc != "" {
-		if err := checkHostPort(x.Scrape.Extproc); err != nil {
+		if err := confaddr.CheckHostPort(x.Scrape.Extproc); err != nil {
 			return fmt.Errorf("%s.scrape.extproc: %w", path, err)
 		}
 	}
@@ -412,7 +414,7 @@ func (x *Planner) validate(path string) error {
 	default:
 		return fmt.Errorf("%s.actuator.kind: %q is not one of advisory, kubernetes, file, http", path, a.Kind)
 	}
-	if err := checkHostPort(x.Admin); err != nil {
+	if err := confaddr.CheckHostPort(x.Admin); err != nil {
 		return fmt.Errorf("%s.admin: %w", path, err)
 	}
 	if err := x.AdminAuth.Validate(path + ".admin_auth"); err != nil {

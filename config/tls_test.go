@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvgate/kvgate/indexer/indexerconfig"
 	"github.com/kvgate/kvgate/internal/secretfiles"
 	"github.com/kvgate/kvgate/internal/testkit/tlstest"
 	"github.com/kvgate/kvgate/internal/yamlconf"
@@ -50,11 +51,11 @@ func TestExtprocTLSErrorsNameTheKey(t *testing.T) {
 	dir := t.TempDir()
 	caFile, server, client := writePKI(t, dir)
 	c := Default()
-	c.Extproc.TLS = ServerTLS{CertFile: server.Cert, KeyFile: client.Key}
+	c.Extproc.TLS = secretfiles.ServerTLS{CertFile: server.Cert, KeyFile: client.Key}
 	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "extproc.tls.cert_file: certificate") {
 		t.Fatalf("mismatched key: %v, want extproc.tls.cert_file named", err)
 	}
-	c.Extproc.TLS = ServerTLS{CertFile: server.Cert, KeyFile: server.Key, ClientCAFile: caFile, RequireClientCert: true, MinVersion: "1.3"}
+	c.Extproc.TLS = secretfiles.ServerTLS{CertFile: server.Cert, KeyFile: server.Key, ClientCAFile: caFile, RequireClientCert: true, MinVersion: "1.3"}
 	if err := c.Validate(); err != nil {
 		t.Fatalf("valid TLS section refused: %v", err)
 	}
@@ -102,17 +103,17 @@ func TestRedisAuthErrors(t *testing.T) {
 	}
 	t.Setenv("KVGATE_TEST_REDIS_PW", "hunter2-hunter2")
 	cases := []struct {
-		redis RedisIndex
+		redis indexerconfig.RedisIndex
 		want  string
 	}{
-		{RedisIndex{PasswordEnv: "KVGATE_TEST_REDIS_PW", PasswordFile: empty}, "index.redis: set password_env or password_file, not both"},
-		{RedisIndex{PasswordFile: empty}, "index.redis.password_file: " + empty + " is empty"},
-		{RedisIndex{PasswordFile: filepath.Join(dir, "missing")}, "index.redis.password_file: open "},
-		{RedisIndex{Username: "kv gate", PasswordEnv: "KVGATE_TEST_REDIS_PW"}, "index.redis.username: byte 2"},
-		{RedisIndex{Username: "kvgate"}, "index.redis.username: an ACL user needs a password"},
-		{RedisIndex{TLS: ClientTLS{CAFile: empty}}, "index.redis.tls.ca_file: set but index.redis.tls.enabled is false"},
-		{RedisIndex{TLS: ClientTLS{Enabled: true, CAFile: empty}}, "index.redis.tls.ca_file: CA bundle"},
-		{RedisIndex{TLS: ClientTLS{Enabled: true, KeyFile: empty}}, "index.redis.tls.cert_file: required with index.redis.tls.key_file"},
+		{indexerconfig.RedisIndex{PasswordEnv: "KVGATE_TEST_REDIS_PW", PasswordFile: empty}, "index.redis: set password_env or password_file, not both"},
+		{indexerconfig.RedisIndex{PasswordFile: empty}, "index.redis.password_file: " + empty + " is empty"},
+		{indexerconfig.RedisIndex{PasswordFile: filepath.Join(dir, "missing")}, "index.redis.password_file: open "},
+		{indexerconfig.RedisIndex{Username: "kv gate", PasswordEnv: "KVGATE_TEST_REDIS_PW"}, "index.redis.username: byte 2"},
+		{indexerconfig.RedisIndex{Username: "kvgate"}, "index.redis.username: an ACL user needs a password"},
+		{indexerconfig.RedisIndex{TLS: secretfiles.ClientTLS{CAFile: empty}}, "index.redis.tls.ca_file: set but index.redis.tls.enabled is false"},
+		{indexerconfig.RedisIndex{TLS: secretfiles.ClientTLS{Enabled: true, CAFile: empty}}, "index.redis.tls.ca_file: CA bundle"},
+		{indexerconfig.RedisIndex{TLS: secretfiles.ClientTLS{Enabled: true, KeyFile: empty}}, "index.redis.tls.cert_file: required with index.redis.tls.key_file"},
 	}
 	for _, tc := range cases {
 		c := Default()

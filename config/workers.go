@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 
+	"github.com/kvgate/kvgate/internal/confaddr"
 	"github.com/kvgate/kvgate/internal/kvfleet"
 )
 
@@ -13,7 +14,7 @@ import (
 // result, as they take Kubernetes discovery's.
 //
 // Rank r's KV events, replay and kvagent endpoints are rank 0's port + r,
-// as vLLM offsets its data-parallel ranks (ZMQEndpoint); a bind-mode
+// as vLLM offsets its data-parallel ranks (confaddr.ZMQEndpoint); a bind-mode
 // engine's events stay EventsBindMode (it dials the indexer, whose bound
 // port is offset instead). Call it on a validated Config (Parse, Load,
 // Default): it relies on Validate for roles, models and rank bounds, and
@@ -54,11 +55,11 @@ func (c *Config) Workers() ([]kvfleet.Worker, error) {
 	return out, nil
 }
 
-// rankEndpoint is ZMQEndpoint for an optional endpoint ("" stays "").
+// rankEndpoint is confaddr.ZMQEndpoint for an optional endpoint ("" stays "").
 func rankEndpoint(ep string, rank int) (string, error) {
 	if ep == "" {
 		return "", nil
 	}
-	s, _, err := ZMQEndpoint(ep, rank)
+	s, _, err := confaddr.ZMQEndpoint(ep, rank)
 	return s, err
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/kvgate/kvgate/config"
 	"github.com/kvgate/kvgate/envoy"
+	"github.com/kvgate/kvgate/internal/confaddr"
 )
 
 const (
@@ -147,7 +148,7 @@ func TestAdminAuthWiring(t *testing.T) {
 				sec, _ := cfg[l.section].(map[string]any)
 				addr, _ := sec[l.addrKey].(string)
 				spec, c, rendered := componentSpec(objs, l.component)
-				if !rendered || addr == "" || config.IsLoopback(addr) {
+				if !rendered || addr == "" || confaddr.IsLoopback(addr) {
 					if rendered && addr != "" && slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == "admin-token" }) {
 						t.Errorf("%s: admin on loopback but the token is mounted (least privilege)", l.component)
 					}
@@ -285,7 +286,7 @@ func TestExtprocTLSWiring(t *testing.T) {
 		if tc, err := x.Load(); err != nil || tc == nil {
 			t.Errorf("mTLS %v: extproc.tls does not load: %v", mtls, err)
 		}
-		if config.IsLoopback(cfg.Extproc.Admin) || !cfg.Extproc.AdminAuth.Configured() {
+		if confaddr.IsLoopback(cfg.Extproc.Admin) || !cfg.Extproc.AdminAuth.Configured() {
 			t.Errorf("mTLS %v: admin %q auth %+v: want the pod IP (probes) with the token", mtls, cfg.Extproc.Admin, cfg.Extproc.AdminAuth)
 		}
 		raw := rawConfig(t, objs)["extproc"].(map[string]any)["tls"].(map[string]any)

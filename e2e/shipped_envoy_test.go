@@ -13,9 +13,10 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
-	"github.com/kvgate/kvgate/config"
 	"github.com/kvgate/kvgate/e2e/envoyharness"
 	"github.com/kvgate/kvgate/e2e/procs"
+	"github.com/kvgate/kvgate/extproc/extprocconfig"
+	"github.com/kvgate/kvgate/internal/secretfiles"
 	"github.com/kvgate/kvgate/internal/testkit/modelfiles"
 	"github.com/kvgate/kvgate/internal/testkit/tlstest"
 )
@@ -38,13 +39,13 @@ type shippedCase struct {
 }
 
 var shippedCases = []shippedCase{
-	{file: "envoy.yaml", routing: config.RoutingOverrideHost, fallbackWalk: true, servedReported: true},
-	{file: "envoy-mtls.yaml", routing: config.RoutingOverrideHost, fallbackWalk: true, servedReported: true, tls: true},
-	{file: "envoy-buffered-failopen.yaml", routing: config.RoutingOverrideHost, fallbackWalk: true, unobserved: true},
-	{file: "envoy-original-dst.yaml", routing: config.RoutingOriginalDst},
-	{file: "envoy-header-routing.yaml", routing: config.RoutingOriginalDst},
-	{file: "istio/envoyfilter.yaml", routing: config.RoutingOriginalDst},
-	{file: "envoy-gateway/extensionpolicy.yaml", routing: config.RoutingOriginalDst},
+	{file: "envoy.yaml", routing: extprocconfig.RoutingOverrideHost, fallbackWalk: true, servedReported: true},
+	{file: "envoy-mtls.yaml", routing: extprocconfig.RoutingOverrideHost, fallbackWalk: true, servedReported: true, tls: true},
+	{file: "envoy-buffered-failopen.yaml", routing: extprocconfig.RoutingOverrideHost, fallbackWalk: true, unobserved: true},
+	{file: "envoy-original-dst.yaml", routing: extprocconfig.RoutingOriginalDst},
+	{file: "envoy-header-routing.yaml", routing: extprocconfig.RoutingOriginalDst},
+	{file: "istio/envoyfilter.yaml", routing: extprocconfig.RoutingOriginalDst},
+	{file: "envoy-gateway/extensionpolicy.yaml", routing: extprocconfig.RoutingOriginalDst},
 }
 
 // Every shipped Envoy config, end to end with real processes: three
@@ -102,7 +103,7 @@ func TestShippedEnvoyConfigsEndToEnd(t *testing.T) {
 			dial := []grpc.DialOption(nil)
 			if c.tls {
 				extproc["tls"] = map[string]any{"cert_file": serverCert.Cert, "key_file": serverCert.Key, "client_ca_file": caFile, "require_client_cert": true}
-				ct := config.ClientTLS{Enabled: true, CAFile: caFile, CertFile: envoyCert.Cert, KeyFile: envoyCert.Key, ServerName: "127.0.0.1"}
+				ct := secretfiles.ClientTLS{Enabled: true, CAFile: caFile, CertFile: envoyCert.Cert, KeyFile: envoyCert.Key, ServerName: "127.0.0.1"}
 				clientTLS, err := ct.Load()
 				if err != nil {
 					t.Fatal(err)

@@ -15,9 +15,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
-	"github.com/kvgate/kvgate/config"
 	"github.com/kvgate/kvgate/e2e/envoyharness"
 	"github.com/kvgate/kvgate/e2e/procs"
+	"github.com/kvgate/kvgate/internal/secretfiles"
 	"github.com/kvgate/kvgate/internal/testkit/modelfiles"
 	"github.com/kvgate/kvgate/internal/testkit/redistest"
 	"github.com/kvgate/kvgate/internal/testkit/tlstest"
@@ -146,7 +146,7 @@ func TestTransportSecurityProcesses(t *testing.T) {
 		}
 	}
 
-	route := func(c config.ClientTLS) (*envoyharness.Exchange, error) {
+	route := func(c secretfiles.ClientTLS) (*envoyharness.Exchange, error) {
 		c.Enabled = true
 		tc, err := c.Load()
 		if err != nil {
@@ -170,7 +170,7 @@ func TestTransportSecurityProcesses(t *testing.T) {
 		defer x.Close(ctx)
 		return x, nil
 	}
-	x, err := route(config.ClientTLS{CAFile: caFile, CertFile: envoy.Cert, KeyFile: envoy.Key})
+	x, err := route(secretfiles.ClientTLS{CAFile: caFile, CertFile: envoy.Cert, KeyFile: envoy.Key})
 	if err != nil || x.Forward == nil || x.Forward.RouteErr != nil {
 		t.Fatalf("mTLS with the right certificates: err %v, exchange %+v", err, x)
 	}
@@ -181,10 +181,10 @@ func TestTransportSecurityProcesses(t *testing.T) {
 	// The refusal reaches the client as the server's TLS alert or, when a
 	// TLS 1.3 client finished its half of the handshake first, as the
 	// connection closing under its first write: Unavailable either way.
-	if _, err := route(config.ClientTLS{CAFile: caFile, CertFile: intruder.Cert, KeyFile: intruder.Key}); err == nil || !strings.Contains(err.Error(), "code = Unavailable") {
+	if _, err := route(secretfiles.ClientTLS{CAFile: caFile, CertFile: intruder.Cert, KeyFile: intruder.Key}); err == nil || !strings.Contains(err.Error(), "code = Unavailable") {
 		t.Fatalf("client certificate of another CA: %v, want the stream refused", err)
 	}
-	if _, err := route(config.ClientTLS{CAFile: filepath.Join(dir, "other.crt"), CertFile: envoy.Cert, KeyFile: envoy.Key}); err == nil || !strings.Contains(err.Error(), "certificate signed by unknown authority") {
+	if _, err := route(secretfiles.ClientTLS{CAFile: filepath.Join(dir, "other.crt"), CertFile: envoy.Cert, KeyFile: envoy.Key}); err == nil || !strings.Contains(err.Error(), "certificate signed by unknown authority") {
 		t.Fatalf("client trusting another CA: %v, want a verification failure", err)
 	}
 	if after := requestsTotal(t, ctx, "http://127.0.0.1:"+adminPort+"/metrics", extprocToken); routed != 1 || after != routed {

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 
-	"github.com/kvgate/kvgate/config"
+	"github.com/kvgate/kvgate/extproc/extprocconfig"
 	"github.com/kvgate/kvgate/extproc/server"
 )
 
@@ -19,7 +19,7 @@ type debugAccess struct {
 	sources      []netip.Prefix
 }
 
-func newDebugAccess(c config.DebugHeader) (debugAccess, error) {
+func newDebugAccess(c extprocconfig.DebugHeader) (debugAccess, error) {
 	src, err := c.Sources("extproc.debug_header")
 	if err != nil {
 		return debugAccess{}, fmt.Errorf("extproc: %w", err)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/kvgate/kvgate/config"
 	"github.com/kvgate/kvgate/e2e/envoyharness"
+	"github.com/kvgate/kvgate/extproc/extprocconfig"
 )
 
 // debugHeaderFor sends one chat request asking for x-kvgate-debug through
@@ -40,7 +41,7 @@ var debugMetadata = map[string]*structpb.Struct{"kvgate": {Fields: map[string]*s
 
 // grant sets extproc.debug_header on a running rig (loading a rig's
 // tokenizer takes seconds; the policy is all that differs).
-func grant(t *testing.T, r *rig, c config.DebugHeader) {
+func grant(t *testing.T, r *rig, c extprocconfig.DebugHeader) {
 	t.Helper()
 	a, err := newDebugAccess(c)
 	if err != nil {
@@ -64,7 +65,7 @@ func TestDebugHeaderGrants(t *testing.T) {
 		}
 	}
 
-	grant(t, r, config.DebugHeader{TrustedSources: []string{"10.20.0.0/16", "2001:db8::/32"}})
+	grant(t, r, extprocconfig.DebugHeader{TrustedSources: []string{"10.20.0.0/16", "2001:db8::/32"}})
 	for src, want := range map[string]bool{
 		"10.20.0.5:4000": true, "[2001:db8::7]:4000": true, "[::ffff:10.20.1.1]:80": true,
 		// "": Envoy without request_attributes: source.address sends no
@@ -76,7 +77,7 @@ func TestDebugHeaderGrants(t *testing.T) {
 		}
 	}
 
-	grant(t, r, config.DebugHeader{FromEnvoyMetadata: true})
+	grant(t, r, extprocconfig.DebugHeader{FromEnvoyMetadata: true})
 	if h := debugHeaderFor(t, r, askDebug("198.51.100.1:1", debugMetadata)); h == "" {
 		t.Fatal("from_envoy_metadata: a listener's kvgate.debug_header metadata did not grant the header")
 	}
@@ -84,7 +85,7 @@ func TestDebugHeaderGrants(t *testing.T) {
 		t.Fatalf("from_envoy_metadata: granted without the metadata: %q", h)
 	}
 
-	grant(t, r, config.DebugHeader{AllowAnyClient: true})
+	grant(t, r, extprocconfig.DebugHeader{AllowAnyClient: true})
 	if h := debugHeaderFor(t, r, askDebug("", nil)); h == "" {
 		t.Fatal("allow_any_client: no header")
 	}

@@ -8,9 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kvgate/kvgate/extproc/extprocconfig"
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/kvgate/kvgate/config"
 )
 
 // healthChecker probes every engine's health endpoint (vLLM: GET /health)
@@ -19,7 +18,7 @@ import (
 // Interval × UnhealthyAfter even when nothing else tells kvgate it died. One
 // success makes it healthy again.
 type healthChecker struct {
-	cfg    config.HealthCheck
+	cfg    extprocconfig.HealthCheck
 	client *http.Client
 
 	mu      sync.Mutex
@@ -36,7 +35,7 @@ type healthState struct {
 	unhealthy atomic.Bool
 }
 
-func newHealthChecker(cfg config.HealthCheck) *healthChecker {
+func newHealthChecker(cfg extprocconfig.HealthCheck) *healthChecker {
 	return &healthChecker{
 		cfg:     cfg,
 		client:  &http.Client{Timeout: cfg.Timeout.D()},

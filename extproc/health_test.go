@@ -12,6 +12,7 @@ import (
 
 	"github.com/kvgate/kvgate/config"
 	"github.com/kvgate/kvgate/extproc/enginemetrics"
+	"github.com/kvgate/kvgate/extproc/extprocconfig"
 	"github.com/kvgate/kvgate/internal/kvfleet"
 	"github.com/kvgate/kvgate/internal/testkit/poll"
 	"github.com/kvgate/kvgate/internal/yamlconf"
@@ -33,7 +34,7 @@ func TestUnhealthyWorkerGetsNoRequests(t *testing.T) {
 	defer other.Close()
 	flaky, healthy := strings.TrimPrefix(engine.URL, "http://"), strings.TrimPrefix(other.URL, "http://")
 
-	h := newHealthChecker(config.HealthCheck{Interval: yamlconf.Duration(10 * time.Millisecond), Timeout: yamlconf.Duration(time.Second), UnhealthyAfter: 2, Path: "/health"})
+	h := newHealthChecker(extprocconfig.HealthCheck{Interval: yamlconf.Duration(10 * time.Millisecond), Timeout: yamlconf.Duration(time.Second), UnhealthyAfter: 2, Path: "/health"})
 	h.setTargets([]string{flaky, healthy})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -63,7 +64,7 @@ func TestUnhealthyWorkerGetsNoRequests(t *testing.T) {
 // Through the router: candidates from an ejected engine are ineligible.
 func TestRouterSkipsUnhealthyWorkers(t *testing.T) {
 	r := newRig(t, func(c *config.Config) {
-		c.Extproc.HealthCheck = config.HealthCheck{Interval: yamlconf.Duration(time.Hour), Timeout: yamlconf.Duration(100 * time.Millisecond), UnhealthyAfter: 1, Path: "/health"}
+		c.Extproc.HealthCheck = extprocconfig.HealthCheck{Interval: yamlconf.Duration(time.Hour), Timeout: yamlconf.Duration(100 * time.Millisecond), UnhealthyAfter: 1, Path: "/health"}
 	}, defaultHarnessConfig())
 	// Only one of the three workers answers its health probe.
 	ok := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) }))

@@ -4,9 +4,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kvgate/kvgate/extproc/extprocconfig"
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/kvgate/kvgate/config"
 )
 
 // outlierDetector is passive health checking from the responses the
@@ -35,7 +34,7 @@ import (
 // Ejection is per endpoint (ip:port, Envoy's host), so all data-parallel
 // ranks behind one endpoint go together. Time is passed in.
 type outlierDetector struct {
-	cfg config.Outlier
+	cfg extprocconfig.Outlier
 
 	mu       sync.Mutex
 	hosts    map[string]*outlierHost // by endpoint
@@ -62,7 +61,7 @@ const (
 	outlierLocalOrigin    = "local_origin_failure"
 )
 
-func newOutlierDetector(cfg config.Outlier) *outlierDetector {
+func newOutlierDetector(cfg extprocconfig.Outlier) *outlierDetector {
 	d := &outlierDetector{
 		cfg: cfg, hosts: map[string]*outlierHost{}, poolOf: map[string]string{}, poolSize: map[string]int{},
 		ejections: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvgate_extproc_outlier_ejections_total",

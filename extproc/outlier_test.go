@@ -12,11 +12,12 @@ import (
 
 	"github.com/kvgate/kvgate/config"
 	"github.com/kvgate/kvgate/e2e/envoyharness"
+	"github.com/kvgate/kvgate/extproc/extprocconfig"
 	"github.com/kvgate/kvgate/internal/yamlconf"
 )
 
-func outlierConfig() config.Outlier {
-	c := config.Outlier{}
+func outlierConfig() extprocconfig.Outlier {
+	c := extprocconfig.Outlier{}
 	c.Consecutive5xx = 3
 	c.ConsecutiveGatewayFailure = 2
 	c.BaseEjectionTime = yamlconf.Duration(10 * time.Second)
@@ -27,7 +28,7 @@ func outlierConfig() config.Outlier {
 	return c
 }
 
-func fourHostDetector(cfg config.Outlier) *outlierDetector {
+func fourHostDetector(cfg extprocconfig.Outlier) *outlierDetector {
 	d := newOutlierDetector(cfg)
 	d.setTargets(map[string]string{"a:1": "m", "b:1": "m", "c:1": "m", "d:1": "m"})
 	return d

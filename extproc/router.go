@@ -27,6 +27,7 @@ import (
 
 	"github.com/kvgate/kvgate/config"
 	"github.com/kvgate/kvgate/extproc/enginemetrics"
+	"github.com/kvgate/kvgate/extproc/extprocconfig"
 	"github.com/kvgate/kvgate/extproc/loadview"
 	"github.com/kvgate/kvgate/extproc/preprocess"
 	"github.com/kvgate/kvgate/extproc/server"
@@ -57,7 +58,7 @@ type fleet struct {
 // itself (route.go lists who locks what), the worker set is swapped whole,
 // and each request draws from its own random source.
 type Router struct {
-	cfg        config.Extproc
+	cfg        extprocconfig.Config
 	reg        *preprocess.Registry
 	idx        kvindex.Index
 	load       *loadview.View

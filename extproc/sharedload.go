@@ -16,13 +16,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/kvgate/kvgate/config"
+	"github.com/kvgate/kvgate/extproc/extprocconfig"
 	"github.com/kvgate/kvgate/extproc/loadview"
 	"github.com/kvgate/kvgate/internal/kvfleet"
 	"github.com/kvgate/kvgate/picker"
 )
 
-// Shared load between extproc replicas (config.SharedLoad).
+// Shared load between extproc replicas (extprocconfig.SharedLoad).
 //
 // Each replica counts only the requests it routed itself (loadview). Behind
 // one Envoy with several replicas, a burst of requests for the same prefix
@@ -196,7 +196,7 @@ func defaultReplicaID() string {
 // maxOwnSamples bounds the own-load history kept for extrapolation.
 const maxOwnSamples = 256
 
-func newSharedLoad(client redis.UniversalClient, prefix string, cfg config.SharedLoad, own func() map[kvfleet.WorkerID]picker.Load, routed func() uint64, log *slog.Logger) *sharedLoad {
+func newSharedLoad(client redis.UniversalClient, prefix string, cfg extprocconfig.SharedLoad, own func() map[kvfleet.WorkerID]picker.Load, routed func() uint64, log *slog.Logger) *sharedLoad {
 	replica := cfg.ReplicaID
 	if replica == "" {
 		replica = defaultReplicaID()

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/kvgate/kvgate/config"
+	"github.com/kvgate/kvgate/extproc/extprocconfig"
 	"github.com/kvgate/kvgate/extproc/openai"
 	"github.com/kvgate/kvgate/extproc/preprocess"
 	"github.com/kvgate/kvgate/indexer"
@@ -115,8 +116,8 @@ func FuzzDecodeLoadSnapshot(f *testing.F) {
 
 func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-func sharedCfg(replica string, ttl time.Duration) config.SharedLoad {
-	return config.SharedLoad{Interval: yamlconf.Duration(20 * time.Millisecond), TTL: yamlconf.Duration(ttl), ReplicaID: replica}
+func sharedCfg(replica string, ttl time.Duration) extprocconfig.SharedLoad {
+	return extprocconfig.SharedLoad{Interval: yamlconf.Duration(20 * time.Millisecond), TTL: yamlconf.Duration(ttl), ReplicaID: replica}
 }
 
 // Two replicas exchange their loads through a real Redis (standalone and

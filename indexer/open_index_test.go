@@ -10,9 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvgate/kvgate/config"
+	"github.com/kvgate/kvgate/indexer/indexerconfig"
 	"github.com/kvgate/kvgate/indexer/kvindex"
 	"github.com/kvgate/kvgate/internal/kvfleet"
+	"github.com/kvgate/kvgate/internal/secretfiles"
 	"github.com/kvgate/kvgate/internal/testkit/redistest"
 	"github.com/kvgate/kvgate/internal/testkit/tlstest"
 	"github.com/kvgate/kvgate/internal/yamlconf"
@@ -80,8 +81,8 @@ func tlsPort(t *testing.T, s *redistest.Server) string {
 	return "127.0.0.1:" + v["tls-port"]
 }
 
-func redisIndexConfig(addr string) config.Index {
-	return config.Index{Backend: "redis", Redis: config.RedisIndex{
+func redisIndexConfig(addr string) indexerconfig.Index {
+	return indexerconfig.Index{Backend: "redis", Redis: indexerconfig.RedisIndex{
 		Addrs: []string{addr}, Prefix: "tls-test:", BlockTTL: yamlconf.Duration(time.Hour), WorkerTTL: yamlconf.Duration(30 * time.Second)}}
 }
 
@@ -159,7 +160,7 @@ func TestOpenIndexRedisACLUser(t *testing.T) {
 	}
 
 	// A rotated password file is what the next connection authenticates with.
-	opts, err := redisOptions(config.RedisIndex{Username: aclUser, PasswordFile: pwFile})
+	opts, err := redisOptions(indexerconfig.RedisIndex{Username: aclUser, PasswordFile: pwFile})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,12 +207,12 @@ func TestOpenIndexRedisTLS(t *testing.T) {
 	t.Setenv("KVGATE_TEST_REDIS_PASSWORD", aclPassword)
 	ctx := context.Background()
 
-	open := func(tls config.ClientTLS) (kvindex.Index, error) {
+	open := func(tls secretfiles.ClientTLS) (kvindex.Index, error) {
 		c := redisIndexConfig(addr)
 		c.Redis.Username, c.Redis.PasswordEnv, c.Redis.TLS = aclUser, "KVGATE_TEST_REDIS_PASSWORD", tls
 		return OpenIndex(ctx, c)
 	}
-	idx, err := open(config.ClientTLS{Enabled: true, CAFile: caFile, CertFile: cli.Cert, KeyFile: cli.Key})
+	idx, err := open(secretfiles.ClientTLS{Enabled: true, CAFile: caFile, CertFile: cli.Cert, KeyFile: cli.Key})
 	if err != nil {
 		t.Fatalf("TLS with the right CA and client certificate: %v", err)
 	}
@@ -220,13 +221,13 @@ func TestOpenIndexRedisTLS(t *testing.T) {
 
 	for _, tc := range []struct {
 		name string
-		tls  config.ClientTLS
+		tls  secretfiles.ClientTLS
 		want string
 	}{
-		{"client trusts another CA", config.ClientTLS{Enabled: true, CAFile: otherFile, CertFile: cli.Cert, KeyFile: cli.Key}, "certificate"},
-		{"client certificate of another CA", config.ClientTLS{Enabled: true, CAFile: caFile, CertFile: bad.Cert, KeyFile: bad.Key}, ""},
-		{"no client certificate", config.ClientTLS{Enabled: true, CAFile: caFile}, ""},
-		{"server name mismatch", config.ClientTLS{Enabled: true, CAFile: caFile, CertFile: cli.Cert, KeyFile: cli.Key, ServerName: "redis.example"}, "redis.example"},
+		{"client trusts another CA", secretfiles.ClientTLS{Enabled: true, CAFile: otherFile, CertFile: cli.Cert, KeyFile: cli.Key}, "certificate"},
+		{"client certificate of another CA", secretfiles.ClientTLS{Enabled: true, CAFile: caFile, CertFile: bad.Cert, KeyFile: bad.Key}, ""},
+		{"no client certificate", secretfiles.ClientTLS{Enabled: true, CAFile: caFile}, ""},
+		{"server name mismatch", secretfiles.ClientTLS{Enabled: true, CAFile: caFile, CertFile: cli.Cert, KeyFile: cli.Key, ServerName: "redis.example"}, "redis.example"},
 	} {
 		idx, err := open(tc.tls)
 		if err == nil {
@@ -239,7 +240,7 @@ func TestOpenIndexRedisTLS(t *testing.T) {
 		}
 	}
 	// Plain text to the TLS port fails too (no silent downgrade).
-	if idx, err := open(config.ClientTLS{}); err == nil {
+	if idx, err := open(secretfiles.ClientTLS{}); err == nil {
 		idx.Close()
 		t.Error("plain-text client opened the TLS port")
 	}

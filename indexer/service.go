@@ -23,6 +23,7 @@ import (
 	"github.com/kvgate/kvgate/indexer/kvevents"
 	"github.com/kvgate/kvgate/indexer/kvindex"
 	"github.com/kvgate/kvgate/indexer/kvstream"
+	"github.com/kvgate/kvgate/internal/confaddr"
 	"github.com/kvgate/kvgate/internal/kvfleet"
 )
 
@@ -217,7 +218,7 @@ func (s *Service) listener(rank int) (*kvstream.Listener, error) {
 	if l := s.listeners[rank]; l != nil {
 		return l, nil
 	}
-	ep, _, err := config.ZMQEndpoint(s.cfg.Indexer.EventsBind, rank)
+	ep, _, err := confaddr.ZMQEndpoint(s.cfg.Indexer.EventsBind, rank)
 	if err != nil {
 		return nil, fmt.Errorf("indexer.events_bind rank %d: %w", rank, err)
 	}

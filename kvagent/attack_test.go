@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvgate/kvgate/config"
+	"github.com/kvgate/kvgate/internal/secretfiles"
 	"github.com/kvgate/kvgate/internal/testkit/poll"
 	"github.com/kvgate/kvgate/internal/testkit/tlstest"
 	"github.com/kvgate/kvgate/kvagent/connector"
@@ -98,7 +98,7 @@ func startVictim(t *testing.T, withTLS bool, namespaces string) *victimNode {
 func creds(t *testing.T, dir string, issuer *tlstest.CA, caFile, cn string) *tls.Config {
 	t.Helper()
 	f := tlstest.MustWrite(t, dir)(issuer.Peer(cn, "127.0.0.1"))
-	c, err := (&config.PeerTLS{CertFile: f.Cert, KeyFile: f.Key, CAFile: caFile}).Load()
+	c, err := (&secretfiles.PeerTLS{CertFile: f.Cert, KeyFile: f.Key, CAFile: caFile}).Load()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/kvgate/kvgate/envoy"
 	"github.com/kvgate/kvgate/extproc/envoyaddr"
 	"github.com/kvgate/kvgate/internal/cli"
+	"github.com/kvgate/kvgate/internal/confaddr"
 )
 
 // kvgate-lab gateway is Envoy's part of the request path without an Envoy:
@@ -135,7 +136,7 @@ func planGateway(f gatewayFlags) (gatewayPlan, error) {
 	} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
 		return p, fmt.Errorf("--listen %q: port %q is not a number in 0..65535", f.listen, port)
 	}
-	p.listen, p.exposed = f.listen, !config.IsLoopback(f.listen)
+	p.listen, p.exposed = f.listen, !confaddr.IsLoopback(f.listen)
 
 	var envoyData []byte
 	var err error

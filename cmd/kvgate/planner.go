@@ -19,6 +19,7 @@ import (
 	"github.com/kvgate/kvgate/config"
 	"github.com/kvgate/kvgate/internal/adminhttp"
 	"github.com/kvgate/kvgate/internal/cli"
+	"github.com/kvgate/kvgate/internal/confaddr"
 	planner "github.com/kvgate/kvgate/planner-sidecar"
 	"github.com/kvgate/kvgate/planner-sidecar/journal"
 	"github.com/kvgate/kvgate/planner-sidecar/profiler"
@@ -92,7 +93,7 @@ func runPlanner(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		// The file's address passed validation; the flag's must meet the
 		// same rule (no token, beyond loopback: refused unless allowed).
 		auth := cfg.Planner.AdminAuth
-		if !config.IsLoopback(*admin) && !auth.Configured() && !auth.AllowUnauthenticated {
+		if !confaddr.IsLoopback(*admin) && !auth.Configured() && !auth.AllowUnauthenticated {
 			fmt.Fprintf(stderr, "kvgate planner: --admin %q is not a loopback address and planner.admin_auth has no token: set planner.admin_auth.token_file or token_env, or planner.admin_auth.allow_unauthenticated: true\n", *admin)
 			return 2
 		}

@@ -10,6 +10,7 @@ import (
 
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/kvgate/kvgate/extproc/extprocconfig"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
@@ -75,19 +76,19 @@ type Config struct {
 const SmallRequestBytes = 256 << 10
 
 // DefaultConfig matches the GIE reference deployment: full-duplex streamed
-// bodies both ways, 8 MiB bodies (extproc/openai's default limit), and the
-// stream bounds of config.StreamLimits' defaults.
+// bodies both ways, extproc.max_body_bytes' default, and the stream bounds
+// of extprocconfig.StreamLimits' defaults (declared there, once).
 var DefaultConfig = Config{
-	MaxBodyBytes:            8 << 20,
+	MaxBodyBytes:            extprocconfig.DefaultMaxBodyBytes,
 	MaxHeaderCount:          128,
 	MaxHeaderBytes:          64 << 10,
 	AssumedRequestBodyMode:  filterv3.ProcessingMode_FULL_DUPLEX_STREAMED,
 	AssumedResponseBodyMode: filterv3.ProcessingMode_FULL_DUPLEX_STREAMED,
-	BufferBudgetBytes:       64 << 20,
-	MaxOpenStreams:          4096,
-	RequestIdleTimeout:      30 * time.Second,
-	RequestTimeout:          2 * time.Minute,
-	MaxStreamDuration:       time.Hour,
+	BufferBudgetBytes:       extprocconfig.DefaultBufferBudgetBytes,
+	MaxOpenStreams:          extprocconfig.DefaultMaxOpenStreams,
+	RequestIdleTimeout:      extprocconfig.DefaultRequestIdleTimeout,
+	RequestTimeout:          extprocconfig.DefaultRequestTimeout,
+	MaxStreamDuration:       extprocconfig.DefaultMaxStreamDuration,
 }
 
 // Server implements envoy.service.ext_proc.v3.ExternalProcessor and the

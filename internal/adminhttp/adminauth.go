@@ -10,7 +10,7 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/kvgate/kvgate/config"
+	"github.com/kvgate/kvgate/internal/confaddr"
 	"github.com/kvgate/kvgate/internal/secretfiles"
 )
 
@@ -32,9 +32,9 @@ const maxAuthorizationBytes = len("Bearer ") + secretfiles.MaxAdminTokenBytes
 // Secret applies at once); otherwise the handler is returned as is:
 // config validation has already refused a non-loopback address without a
 // token unless allow_unauthenticated was set, which is logged here.
-func WithAdminAuth(h http.Handler, addrKey, addr string, auth config.AdminAuth, log *slog.Logger) http.Handler {
+func WithAdminAuth(h http.Handler, addrKey, addr string, auth secretfiles.AdminAuth, log *slog.Logger) http.Handler {
 	if !auth.Configured() {
-		if !config.IsLoopback(addr) {
+		if !confaddr.IsLoopback(addr) {
 			log.Warn("admin endpoints exposed without authentication (admin_auth.allow_unauthenticated)", "key", addrKey, "addr", addr)
 		}
 		return h

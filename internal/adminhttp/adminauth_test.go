@@ -11,7 +11,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvgate/kvgate/config"
 	"github.com/kvgate/kvgate/internal/secretfiles"
 )
 
@@ -42,7 +41,7 @@ func TestAdminAuthBearerToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logs bytes.Buffer
-	h := WithAdminAuth(adminMux(), "extproc.admin", "0.0.0.0:9003", config.AdminAuth{TokenFile: tokenFile}, slog.New(slog.NewJSONHandler(&logs, nil)))
+	h := WithAdminAuth(adminMux(), "extproc.admin", "0.0.0.0:9003", secretfiles.AdminAuth{TokenFile: tokenFile}, slog.New(slog.NewJSONHandler(&logs, nil)))
 
 	for _, path := range []string{"/metrics", "/debug/decisions", "/status"} {
 		for _, auth := range []string{"", "Bearer", "Bearer ", "Basic " + token, "Bearer wrong-token-wrong-token-1", "Bearer " + token + "x", "Bearer " + token[:len(token)-1], token, "Bearer " + strings.Repeat("a", 10000)} {
@@ -95,7 +94,7 @@ func TestAdminAuthBearerToken(t *testing.T) {
 func TestAdminAuthTokenFromEnv(t *testing.T) {
 	const token = "env-token-0123456789abcdef"
 	t.Setenv("KVGATE_TEST_ADMIN_TOKEN", token)
-	h := WithAdminAuth(adminMux(), "indexer.listen", "10.0.0.5:9400", config.AdminAuth{TokenEnv: "KVGATE_TEST_ADMIN_TOKEN"}, slog.New(slog.DiscardHandler))
+	h := WithAdminAuth(adminMux(), "indexer.listen", "10.0.0.5:9400", secretfiles.AdminAuth{TokenEnv: "KVGATE_TEST_ADMIN_TOKEN"}, slog.New(slog.DiscardHandler))
 	if code, _ := get(t, h, "/status", ""); code != http.StatusUnauthorized {
 		t.Errorf("no token: %d, want 401", code)
 	}
@@ -110,14 +109,14 @@ func TestAdminAuthTokenFromEnv(t *testing.T) {
 func TestAdminAuthOffWithoutToken(t *testing.T) {
 	var logs bytes.Buffer
 	log := slog.New(slog.NewJSONHandler(&logs, nil))
-	h := WithAdminAuth(adminMux(), "extproc.admin", "127.0.0.1:9003", config.AdminAuth{}, log)
+	h := WithAdminAuth(adminMux(), "extproc.admin", "127.0.0.1:9003", secretfiles.AdminAuth{}, log)
 	if code, _ := get(t, h, "/metrics", ""); code != http.StatusOK {
 		t.Errorf("loopback without a token: %d, want 200", code)
 	}
 	if logs.Len() != 0 {
 		t.Errorf("loopback: unexpected log %s", logs.String())
 	}
-	h = WithAdminAuth(adminMux(), "extproc.admin", ":9003", config.AdminAuth{AllowUnauthenticated: true}, log)
+	h = WithAdminAuth(adminMux(), "extproc.admin", ":9003", secretfiles.AdminAuth{AllowUnauthenticated: true}, log)
 	if code, _ := get(t, h, "/metrics", ""); code != http.StatusOK {
 		t.Errorf("allow_unauthenticated: %d, want 200", code)
 	}

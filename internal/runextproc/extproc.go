@@ -29,6 +29,7 @@ import (
 
 	"github.com/kvgate/kvgate/config"
 	"github.com/kvgate/kvgate/extproc"
+	"github.com/kvgate/kvgate/extproc/extprocconfig"
 	"github.com/kvgate/kvgate/extproc/preprocess"
 	"github.com/kvgate/kvgate/extproc/server"
 	"github.com/kvgate/kvgate/indexer"
@@ -127,7 +128,7 @@ type Options struct {
 const grpcHeadroom = 1 << 20
 
 // extprocGRPCOptions bounds the ext_proc gRPC server.
-func extprocGRPCOptions(x config.Extproc) []grpc.ServerOption {
+func extprocGRPCOptions(x extprocconfig.Config) []grpc.ServerOption {
 	return []grpc.ServerOption{
 		// Envoy sends a BUFFERED body as one message (ext_proc.cc
 		// handleDataBufferedMode); with grpc-go's 4 MiB default a body
@@ -150,10 +151,10 @@ func extprocGRPCOptions(x config.Extproc) []grpc.ServerOption {
 
 // extprocServerConfig maps the extproc configuration onto the ext_proc
 // server's bounds.
-func extprocServerConfig(x config.Extproc, onDecision func(time.Duration), log *slog.Logger) server.Config {
+func extprocServerConfig(x extprocconfig.Config, onDecision func(time.Duration), log *slog.Logger) server.Config {
 	return server.Config{
 		MaxBodyBytes:       x.MaxBodyBytes,
-		SingleDestination:  x.EnvoyRouting == config.RoutingOriginalDst,
+		SingleDestination:  x.EnvoyRouting == extprocconfig.RoutingOriginalDst,
 		BufferBudgetBytes:  x.Streams.BufferBudgetBytes,
 		MaxOpenStreams:     x.Streams.MaxOpen,
 		RequestIdleTimeout: x.Streams.RequestIdleTimeout.D(),

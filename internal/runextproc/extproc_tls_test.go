@@ -21,6 +21,7 @@ import (
 
 	"github.com/kvgate/kvgate/config"
 	"github.com/kvgate/kvgate/e2e/envoyharness"
+	"github.com/kvgate/kvgate/internal/secretfiles"
 	"github.com/kvgate/kvgate/internal/testkit/modelfiles"
 	"github.com/kvgate/kvgate/internal/testkit/redistest"
 	"github.com/kvgate/kvgate/internal/testkit/tlstest"
@@ -81,8 +82,8 @@ func TestExtprocMutualTLS(t *testing.T) {
 	cfg.Engines = []config.Engine{{Endpoint: "127.0.0.1:18001", Model: "qwen3", DPRanks: 1, Role: "both"}, {Endpoint: "127.0.0.1:18002", Model: "qwen3", DPRanks: 1, Role: "both"}}
 	cfg.Extproc.HealthCheck.Disabled, cfg.Extproc.EngineMetrics.Disabled = true, true
 	cfg.Extproc.Listen, cfg.Extproc.Admin = "127.0.0.1:0", "127.0.0.1:0"
-	cfg.Extproc.TLS = config.ServerTLS{CertFile: server.Cert, KeyFile: server.Key, ClientCAFile: caFile, RequireClientCert: true}
-	cfg.Extproc.AdminAuth = config.AdminAuth{TokenFile: tokenFile}
+	cfg.Extproc.TLS = secretfiles.ServerTLS{CertFile: server.Cert, KeyFile: server.Key, ClientCAFile: caFile, RequireClientCert: true}
+	cfg.Extproc.AdminAuth = secretfiles.AdminAuth{TokenFile: tokenFile}
 	cfg.Index.Backend = "redis"
 	cfg.Index.Redis.Addrs, cfg.Index.Redis.Username, cfg.Index.Redis.PasswordFile = []string{rs.Addr()}, "kvgate", pwFile
 	if err := cfg.Validate(); err != nil {
@@ -134,7 +135,7 @@ func TestExtprocMutualTLS(t *testing.T) {
 		}
 	}
 
-	clientTLS := func(c config.ClientTLS) credentials.TransportCredentials {
+	clientTLS := func(c secretfiles.ClientTLS) credentials.TransportCredentials {
 		t.Helper()
 		c.Enabled = true
 		tc, err := c.Load()
@@ -167,7 +168,7 @@ func TestExtprocMutualTLS(t *testing.T) {
 	}
 
 	before := requests()
-	x, err := route(clientTLS(config.ClientTLS{CAFile: caFile, CertFile: envoy.Cert, KeyFile: envoy.Key}))
+	x, err := route(clientTLS(secretfiles.ClientTLS{CAFile: caFile, CertFile: envoy.Cert, KeyFile: envoy.Key}))
 	if err != nil {
 		t.Fatalf("right CA and client certificate: %v", err)
 	}
@@ -184,12 +185,12 @@ func TestExtprocMutualTLS(t *testing.T) {
 
 	for _, tc := range []struct {
 		name    string
-		creds   config.ClientTLS
+		creds   secretfiles.ClientTLS
 		wantMsg string
 	}{
-		{"client trusts another CA", config.ClientTLS{CAFile: otherFile, CertFile: envoy.Cert, KeyFile: envoy.Key}, "certificate signed by unknown authority"},
-		{"client certificate of another CA", config.ClientTLS{CAFile: caFile, CertFile: intruder.Cert, KeyFile: intruder.Key}, ""},
-		{"no client certificate", config.ClientTLS{CAFile: caFile}, ""},
+		{"client trusts another CA", secretfiles.ClientTLS{CAFile: otherFile, CertFile: envoy.Cert, KeyFile: envoy.Key}, "certificate signed by unknown authority"},
+		{"client certificate of another CA", secretfiles.ClientTLS{CAFile: caFile, CertFile: intruder.Cert, KeyFile: intruder.Key}, ""},
+		{"no client certificate", secretfiles.ClientTLS{CAFile: caFile}, ""},
 	} {
 		x, err := route(clientTLS(tc.creds))
 		if err == nil && x.Local == nil {
@@ -228,7 +229,7 @@ func TestExtprocMutualTLS(t *testing.T) {
 	if _, err := next.Write(dir, "extproc"); err != nil {
 		t.Fatal(err)
 	}
-	envoyTLS, err := (&config.ClientTLS{Enabled: true, CAFile: caFile, CertFile: envoy.Cert, KeyFile: envoy.Key}).Load()
+	envoyTLS, err := (&secretfiles.ClientTLS{Enabled: true, CAFile: caFile, CertFile: envoy.Cert, KeyFile: envoy.Key}).Load()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,7 +242,7 @@ func TestExtprocMutualTLS(t *testing.T) {
 		t.Errorf("after rotating the files the server presents %q, want extproc-rotated", cn)
 	}
 	tc.Close()
-	if x, err := route(clientTLS(config.ClientTLS{CAFile: caFile, CertFile: envoy.Cert, KeyFile: envoy.Key})); err != nil || x.Forward == nil {
+	if x, err := route(clientTLS(secretfiles.ClientTLS{CAFile: caFile, CertFile: envoy.Cert, KeyFile: envoy.Key})); err != nil || x.Forward == nil {
 		t.Errorf("routing after rotation: %v", err)
 	}
 

@@ -1,11 +1,8 @@
-package config
+package extprocconfig
 
 import (
-	"bytes"
 	"fmt"
 	"time"
-
-	"gopkg.in/yaml.v3"
 
 	"github.com/kvgate/kvgate/internal/yamlconf"
 )
@@ -52,28 +49,40 @@ type StreamLimits struct {
 	MaxDuration yamlconf.Duration `yaml:"max_duration"`
 }
 
+// Defaults for StreamLimits, also extproc/server's DefaultConfig (the
+// server applies them to a Config built in code).
+const (
+	DefaultBufferBudgetBytes  = 64 << 20
+	DefaultMaxOpenStreams     = 4096
+	DefaultRequestIdleTimeout = 30 * time.Second
+	DefaultRequestTimeout     = 2 * time.Minute
+	DefaultMaxStreamDuration  = time.Hour
+)
+
 func (s *StreamLimits) applyDefaults() {
 	if s.BufferBudgetBytes == 0 {
-		s.BufferBudgetBytes = 64 << 20
+		s.BufferBudgetBytes = DefaultBufferBudgetBytes
 	}
 	if s.MaxOpen == 0 {
-		s.MaxOpen = 4096
+		s.MaxOpen = DefaultMaxOpenStreams
 	}
 	if s.RequestIdleTimeout == 0 {
-		s.RequestIdleTimeout = yamlconf.Duration(30 * time.Second)
+		s.RequestIdleTimeout = yamlconf.Duration(DefaultRequestIdleTimeout)
 	}
 	if s.RequestTimeout == 0 {
-		s.RequestTimeout = yamlconf.Duration(2 * time.Minute)
+		s.RequestTimeout = yamlconf.Duration(DefaultRequestTimeout)
 	}
 	if s.MaxDuration == 0 {
-		s.MaxDuration = yamlconf.Duration(time.Hour)
+		s.MaxDuration = yamlconf.Duration(DefaultMaxStreamDuration)
 	}
 }
 
-func (s StreamLimits) validate(path string, maxBody int) error {
+// validate reports the first invalid bound; path is the section's key
+// path, maxBodyKey the key maxBody was read from.
+func (s StreamLimits) validate(path, maxBodyKey string, maxBody int) error {
 	switch {
 	case s.BufferBudgetBytes < int64(maxBody):
-		return fmt.Errorf("%s.buffer_budget_bytes: %d is below extproc.max_body_bytes %d: no body that large could ever be buffered", path, s.BufferBudgetBytes, maxBody)
+		return fmt.Errorf("%s.buffer_budget_bytes: %d is below %s %d: no body that large could ever be buffered", path, s.BufferBudgetBytes, maxBodyKey, maxBody)
 	case s.BufferBudgetBytes > 64<<30:
 		return fmt.Errorf("%s.buffer_budget_bytes: must be at most 64 GiB", path)
 	case s.MaxOpen < 1 || s.MaxOpen > 1<<20:
@@ -88,8 +97,8 @@ func (s StreamLimits) validate(path string, maxBody int) error {
 	return nil
 }
 
-// ExtprocGRPC bounds the ext_proc gRPC server's connections.
-type ExtprocGRPC struct {
+// GRPC bounds the ext_proc gRPC server's connections.
+type GRPC struct {
 	// MaxConcurrentStreams is advertised per connection
 	// (SETTINGS_MAX_CONCURRENT_STREAMS); Envoy's HTTP/2 pool opens another
 	// connection when one is full.
@@ -104,7 +113,7 @@ type ExtprocGRPC struct {
 	KeepaliveTimeout yamlconf.Duration `yaml:"keepalive_timeout"`
 }
 
-func (g *ExtprocGRPC) applyDefaults() {
+func (g *GRPC) applyDefaults() {
 	if g.MaxConcurrentStreams == 0 {
 		g.MaxConcurrentStreams = 1000
 	}
@@ -119,7 +128,7 @@ func (g *ExtprocGRPC) applyDefaults() {
 	}
 }
 
-func (g ExtprocGRPC) validate(path string) error {
+func (g GRPC) validate(path string) error {
 	switch {
 	case g.MaxConcurrentStreams > 1<<20:
 		return fmt.Errorf("%s.max_concurrent_streams: must be at most %d", path, 1<<20)
@@ -131,20 +140,4 @@ func (g ExtprocGRPC) validate(path string) error {
 		return fmt.Errorf("%s.keepalive_timeout: must be at least 100ms", path)
 	}
 	return nil
-}
-
-// fallbacksSet reports whether the document sets extproc.fallbacks, so
-// that an explicit 0 survives applyDefaults. The document has already
-// been decoded strictly; this second look only asks whether a key is
-// there.
-func fallbacksSet(data []byte) bool {
-	var doc struct {
-		Extproc struct {
-			Fallbacks *int `yaml:"fallbacks"`
-		} `yaml:"extproc"`
-	}
-	if err := yaml.NewDecoder(bytes.NewReader(data)).Decode(&doc); err != nil {
-		return false
-	}
-	return doc.Extproc.Fallbacks != nil
 }

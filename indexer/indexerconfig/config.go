@@ -1,0 +1,237 @@
+// Package indexerconfig is the `index:` and `indexer:` sections of
+// kvgate's configuration file: which KV index backend every process opens
+// (Index) and the `kvgate indexer` process's own keys (Config), their
+// defaults (declared once, here) and their validation.
+//
+// It is a package of its own, not part of indexer, because config composes
+// it and indexer still reads the whole file (config.Config): config
+// importing indexer would cycle (issue 18).
+package indexerconfig
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/kvgate/kvgate/internal/confaddr"
+	"github.com/kvgate/kvgate/internal/secretfiles"
+	"github.com/kvgate/kvgate/internal/yamlconf"
+)
+
+// Index selects and tunes the fleet KV index backend.
+type Index struct {
+	// Backend is "memory" (default, embedded) or "redis".
+	Backend string      `yaml:"backend"`
+	Memory  MemoryIndex `yaml:"memory"`
+	Redis   RedisIndex  `yaml:"redis"`
+}
+
+// MemoryIndex tunes the embedded index.
+type MemoryIndex struct {
+	// MaxEntries bounds (block, worker, tier) entries; least recently used
+	// blocks are evicted beyond it.
+	MaxEntries int64 `yaml:"max_entries"`
+	Shards     int   `yaml:"shards"`
+}
+
+// RedisIndex points at a standalone Redis or a Redis Cluster.
+type RedisIndex struct {
+	// Addrs: one address = standalone unless Cluster is set; several = Cluster seeds.
+	Addrs   []string `yaml:"addrs"`
+	Cluster bool     `yaml:"cluster"`
+	// PasswordEnv names the environment variable holding the password, so
+	// that secrets stay out of the file.
+	PasswordEnv string `yaml:"password_env"`
+	// PasswordFile is a file holding the password (a mounted Secret),
+	// re-read for every new connection so a rotated password applies
+	// without a restart. At most one of password_env, password_file.
+	PasswordFile string `yaml:"password_file"`
+	// Username is the Redis 6+ ACL user (AUTH username password); empty
+	// authenticates as the default user.
+	Username string `yaml:"username"`
+	// TLS encrypts the connections to Redis (and Cluster nodes).
+	TLS       secretfiles.ClientTLS `yaml:"tls"`
+	DB        int                   `yaml:"db"`
+	Prefix    string                `yaml:"prefix"`
+	BlockTTL  yamlconf.Duration     `yaml:"block_ttl"`
+	WorkerTTL yamlconf.Duration     `yaml:"worker_ttl"`
+}
+
+// Config configures the `kvgate indexer` process (the indexer: section).
+type Config struct {
+	// Listen is the HTTP address for /metrics, /healthz and /readyz.
+	Listen        string            `yaml:"listen"`
+	ReplayTimeout yamlconf.Duration `yaml:"replay_timeout"`
+	// EngineDeadAfter: an engine whose event socket stays unreachable this
+	// long has its entries dropped from the index (rebuilt when it returns).
+	EngineDeadAfter yamlconf.Duration `yaml:"engine_dead_after"`
+	// AdminAuth protects the listener when it is not on loopback.
+	AdminAuth secretfiles.AdminAuth `yaml:"admin_auth"`
+	// EventsBind turns on bind mode: the indexer binds this ZMQ endpoint
+	// (tcp://host:port; rank r binds port+r) and engines whose events is
+	// "bind" connect their PUB sockets to it, as vLLM does with an endpoint
+	// without a wildcard and llm-d deploys its indexer. Each such engine is
+	// told apart by its topic.
+	EventsBind string `yaml:"events_bind"`
+	// EventsBindAllow lists the networks (CIDR or single IP) whose engines
+	// may connect to EventsBind besides loopback; required when EventsBind
+	// is not a loopback address.
+	EventsBindAllow []string `yaml:"events_bind_allow"`
+}
+
+// Defaults for Index and Config.
+const (
+	DefaultBackend          = "memory"
+	DefaultMemoryMaxEntries = 1 << 24
+	DefaultRedisPrefix      = "kvgate:"
+	DefaultRedisBlockTTL    = time.Hour
+	DefaultRedisWorkerTTL   = 30 * time.Second
+	DefaultListen           = "127.0.0.1:9400"
+	DefaultReplayTimeout    = 2 * time.Second
+	DefaultEngineDeadAfter  = 10 * time.Second
+)
+
+// ApplyDefaults fills every unset key of the index: section.
+func (x *Index) ApplyDefaults() {
+	if x.Backend == "" {
+		x.Backend = DefaultBackend
+	}
+	if x.Memory.MaxEntries == 0 {
+		x.Memory.MaxEntries = DefaultMemoryMaxEntries
+	}
+	if x.Redis.Prefix == "" {
+		x.Redis.Prefix = DefaultRedisPrefix
+	}
+	if x.Redis.BlockTTL == 0 {
+		x.Redis.BlockTTL = yamlconf.Duration(DefaultRedisBlockTTL)
+	}
+	if x.Redis.WorkerTTL == 0 {
+		x.Redis.WorkerTTL = yamlconf.Duration(DefaultRedisWorkerTTL)
+	}
+}
+
+// Validate reports the first invalid value of the index: section, naming
+// its key path (path is the section's, "index" in the file). A Redis
+// password file or variable is read once here, so that a missing one
+// stops the process at start.
+func (x *Index) Validate(path string) error {
+	switch x.Backend {
+	case "memory":
+		if x.Memory.MaxEntries < 0 {
+			return errors.New(path + ".memory.max_entries: must be positive")
+		}
+		if x.Memory.Shards < 0 || x.Memory.Shards > 4096 {
+			return errors.New(path + ".memory.shards: must be in 0..4096 (0 = default)")
+		}
+	case "redis":
+		r := x.Redis
+		rp := path + ".redis"
+		if len(r.Addrs) == 0 {
+			return errors.New(rp + ".addrs: at least one host:port is required with backend redis")
+		}
+		for i, a := range r.Addrs {
+			if err := confaddr.CheckHostPort(a); err != nil {
+				return fmt.Errorf("%s.addrs[%d]: %w", rp, i, err)
+			}
+		}
+		if r.WorkerTTL.D() < time.Second {
+			return errors.New(rp + ".worker_ttl: must be at least 1s")
+		}
+		if r.PasswordEnv != "" {
+			if _, ok := os.LookupEnv(r.PasswordEnv); !ok {
+				return fmt.Errorf("%s.password_env: environment variable %s is not set", rp, r.PasswordEnv)
+			}
+		}
+		if err := r.validateAuth(rp); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("%s.backend: %q is not one of memory, redis", path, x.Backend)
+	}
+	return nil
+}
+
+// ApplyDefaults fills every unset key of the indexer: section.
+func (x *Config) ApplyDefaults() {
+	if x.Listen == "" {
+		x.Listen = DefaultListen
+	}
+	if x.ReplayTimeout == 0 {
+		x.ReplayTimeout = yamlconf.Duration(DefaultReplayTimeout)
+	}
+	if x.EngineDeadAfter == 0 {
+		x.EngineDeadAfter = yamlconf.Duration(DefaultEngineDeadAfter)
+	}
+}
+
+// Validate reports the first invalid value of the indexer: section,
+// naming its key path (path is the section's, "indexer" in the file).
+func (x *Config) Validate(path string) error {
+	if err := confaddr.CheckHostPort(x.Listen); err != nil {
+		return fmt.Errorf("%s.listen: %w", path, err)
+	}
+	if err := x.AdminAuth.Validate(path + ".admin_auth"); err != nil {
+		return err
+	}
+	if err := x.AdminAuth.CheckExposure(path+".listen", x.Listen, path+".admin_auth"); err != nil {
+		return err
+	}
+	return x.validateEventsBind(path)
+}
+
+// EventsBindAllowPrefixes parses indexer.events_bind_allow (validated).
+func (x Config) EventsBindAllowPrefixes() ([]netip.Prefix, error) {
+	return x.eventsBindAllowPrefixes("indexer")
+}
+
+func (x Config) eventsBindAllowPrefixes(path string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for i, s := range x.EventsBindAllow {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			a, aerr := netip.ParseAddr(s)
+			if aerr != nil {
+				return nil, fmt.Errorf("%s.events_bind_allow[%d]: %q is neither a CIDR nor an IP address", path, i, s)
+			}
+			p = netip.PrefixFrom(a, a.BitLen())
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
+}
+
+func (x Config) validateEventsBind(path string) error {
+	if x.EventsBind == "" {
+		if len(x.EventsBindAllow) > 0 {
+			return fmt.Errorf("%[1]s.events_bind_allow: set without %[1]s.events_bind", path)
+		}
+		return nil
+	}
+	u, err := url.Parse(x.EventsBind)
+	if err != nil || u.Scheme != "tcp" || u.Host == "" || u.Path != "" {
+		return fmt.Errorf("%s.events_bind: %q: want tcp://host:port", path, x.EventsBind)
+	}
+	host, port, err := net.SplitHostPort(u.Host)
+	if err != nil {
+		return fmt.Errorf("%s.events_bind: %q: %v", path, x.EventsBind, err)
+	}
+	if p, err := strconv.Atoi(port); err != nil || p <= 0 || p > 65535 {
+		return fmt.Errorf("%s.events_bind: %q: bad port", path, x.EventsBind)
+	}
+	if _, err := x.eventsBindAllowPrefixes(path); err != nil {
+		return err
+	}
+	loopback := host == "localhost"
+	if a, err := netip.ParseAddr(host); err == nil {
+		loopback = a.IsLoopback()
+	}
+	if !loopback && len(x.EventsBindAllow) == 0 {
+		return fmt.Errorf("%[1]s.events_bind: %[2]q listens beyond loopback; list the engines' networks in %[1]s.events_bind_allow (anyone reaching the port could otherwise write routing state)", path, x.EventsBind)
+	}
+	return nil
+}
