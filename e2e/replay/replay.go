@@ -20,7 +20,7 @@ const (
 	PolicyDynamo       = "dynamo"
 	// PolicyKvgate is what extproc runs: the kvgate picker on the index's
 	// match deepened by pending-prefix credit (loadview.Pending, as
-	// extproc/router.go Router.match does): a worker is also credited, for
+	// extproc/match.go, Router.match, does): a worker is also credited, for
 	// PendingPrefixTTL, with the prefixes of requests routed to it whose
 	// KV events have not arrived yet.
 	PolicyKvgate = "kvgate"

@@ -271,7 +271,7 @@ func (s *simulation) route(i int, toks []uint32, at time.Duration) error {
 				m = s.pending.Merge(m, chain, now)
 			}
 		}
-		// Candidates as extproc's Router.candidates builds them: index
+		// Candidates as extproc's gatherer (extproc/gather.go) builds them: index
 		// depths, kvgate's own load accounting and the measured prefill rate.
 		s.cands = s.cands[:0]
 		for j, wk := range s.workers {
@@ -289,7 +289,7 @@ func (s *simulation) route(i int, toks []uint32, at time.Duration) error {
 		depths = s.cands[w].Depths
 	}
 	id := s.workers[w].ID
-	// Load accounting as extproc's Router.Route does it.
+	// Load accounting as extproc's book stage (extproc/book.go) does it.
 	uncached := int64(len(toks) - depths[kvfleet.TierDevice]*bs)
 	decodeBlocks := int64((len(toks) + expected + bs - 1) / bs)
 	s.flights[i] = flight{ticket: s.load.Begin(id, uncached, decodeBlocks, now), worker: w, uncached: uncached, arrival: at}

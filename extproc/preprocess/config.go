@@ -8,7 +8,7 @@ import (
 )
 
 // Config is the extproc.preprocess section of the configuration file,
-// declared, defaulted and validated here and composed by config.Extproc.
+// declared, defaulted and validated here and composed by extprocconfig.Config.
 // It bounds what one request may cost extproc before it is routed
 // (render the chat template, tokenize, hash). Every byte of a request is a
 // client's, and some inputs cost far more CPU per byte than others: an

@@ -74,7 +74,7 @@ type Memory struct {
 var _ Index = (*Memory)(nil)
 
 // NewMemory returns an empty index. Out-of-range settings fall back to the
-// defaults; config.Index validation reports them to the user first.
+// defaults; indexerconfig validation (the index: section) reports them to the user first.
 func NewMemory(cfg MemoryConfig) *Memory {
 	maxEntries := cfg.MaxEntries
 	if maxEntries <= 0 {
