@@ -23,7 +23,7 @@ const (
 // Config tunes a Scraper. Zero (or negative) fields take the defaults.
 //
 // Its tagged fields are the configuration file's extproc.engine_metrics
-// section, declared here and composed by config.Extproc: scrape each
+// section, declared here and composed by extprocconfig.Config: scrape each
 // engine's /metrics (vLLM and SGLang names) as extra load signals for the
 // picker, queue depths and KV usage, which also count traffic other routers
 // sent. The untagged ones are set in code.
