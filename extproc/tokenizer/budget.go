@@ -2,7 +2,6 @@ package tokenizer
 
 import (
 	"context"
-	"errors"
 	"fmt"
 )
 
@@ -121,12 +120,4 @@ func (b *budget) alive() bool {
 func (b *budget) result(dstLen int) error {
 	b.ids(dstLen)
 	return b.err
-}
-
-// IsLimit reports whether err is one of the encode limits (as opposed to
-// the context ending).
-func IsLimit(err error) bool {
-	var tm *TooManyTokensError
-	var wl *WordTooLongError
-	return errors.As(err, &tm) || errors.As(err, &wl)
 }

@@ -147,3 +147,13 @@ func TestEncodeBoundedWithoutLimitsIsEncode(t *testing.T) {
 		t.Fatalf("got %v, %v; want %v", got, err, want)
 	}
 }
+
+// IsLimit lives here because only these tests tell the encode limits apart
+// from the context ending; production callers match the typed errors directly.
+// IsLimit reports whether err is one of the encode limits (as opposed to
+// the context ending).
+func IsLimit(err error) bool {
+	var tm *TooManyTokensError
+	var wl *WordTooLongError
+	return errors.As(err, &tm) || errors.As(err, &wl)
+}

@@ -515,14 +515,3 @@ func tierToPB(t store.Tier) pb.Tier {
 	}
 	return pb.Tier_TIER_UNSPECIFIED
 }
-
-// TierFromPB maps the wire tier back to the store's.
-func TierFromPB(t pb.Tier) (store.Tier, bool) {
-	switch t {
-	case pb.Tier_TIER_HOST:
-		return store.TierHost, true
-	case pb.Tier_TIER_DISK:
-		return store.TierDisk, true
-	}
-	return 0, false
-}
