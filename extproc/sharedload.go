@@ -230,15 +230,6 @@ func (s *sharedLoad) collectors() []prometheus.Collector {
 	return []prometheus.Collector{s.staleness, s.peersSeen, s.shareSum, s.errors, s.rounds}
 }
 
-// peerLoad is what the other replicas had in flight on w at their last
-// publish.
-func (s *sharedLoad) peerLoad(w kvfleet.WorkerID) picker.Load {
-	if s == nil {
-		return picker.Load{}
-	}
-	return s.peers.Load().PublishedLoad(w)
-}
-
 // peerEstimate is the other replicas' likely load on w now: their last
 // publish, moved by this replica's own change on w since (own is this
 // replica's load on w now), scaled by their share of the traffic.

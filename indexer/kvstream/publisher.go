@@ -164,20 +164,6 @@ func (p *Publisher) PublishSkippingLive(payload []byte) (uint64, error) {
 	return p.publish(payload, false)
 }
 
-// PublishRawFrames sends frames live as one message, bypassing seq and
-// replay buffer. A test hook for malformed input.
-func (p *Publisher) PublishRawFrames(frames ...[]byte) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return errors.New("kvstream publisher: closed")
-	}
-	if len(frames) == 0 {
-		return errors.New("kvstream publisher: no frames")
-	}
-	return p.pub.Send(zmq4.NewMsgFrom(frames...))
-}
-
 func (p *Publisher) publish(payload []byte, live bool) (uint64, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
