@@ -57,7 +57,7 @@ func cloneMeta(m Meta) Meta {
 
 // Config configures a Store.
 type Config struct {
-	BlockBytes int    // bytes of KV per block (all tiers); see BlockBytesFor
+	BlockBytes int    // bytes of KV per block (all tiers): layers × kv_heads × head_dim × 2 (K, V) × dtype bytes × tokens per block
 	HostBlocks int    // host arena capacity in blocks (0 = no host tier)
 	ShmPath    string // arena file; created/truncated at Open, removed at Close; default /dev/shm/kvgate-kvagent-<pid>
 	DiskBlocks int    // disk capacity in blocks (0 = no disk tier)

@@ -15,21 +15,6 @@ import (
 	"github.com/kvgate/kvgate/indexer/kvevents"
 )
 
-func TestBlockBytesFor(t *testing.T) {
-	// Llama-3.1-8B: 32 layers, 8 KV heads, head dim 128, bf16, 16 tokens per block
-	// → 32·8·128·2·2·16 = 2 MiB.
-	got, err := BlockBytesFor(32, 8, 128, 2, 16)
-	if err != nil || got != 2<<20 {
-		t.Fatalf("BlockBytesFor(llama-8b) = %d, %v; want %d", got, err, 2<<20)
-	}
-	if _, err := BlockBytesFor(32, 0, 128, 2, 16); err == nil || !strings.Contains(err.Error(), "kv_heads") {
-		t.Errorf("zero kv heads: %v", err)
-	}
-	if _, err := BlockBytesFor(1<<20, 1<<20, 1<<20, 8, 1<<20); err == nil {
-		t.Error("overflowing product accepted")
-	}
-}
-
 func TestConfigErrors(t *testing.T) {
 	base := testConfig(t, t.TempDir())
 	cases := []struct {
