@@ -53,29 +53,3 @@ func rewriteEndpoint(ep string, tcpAddr func(host string, port int) (string, err
 		return "", fmt.Errorf("endpoint %q: unsupported transport %q (want tcp or ipc)", ep, scheme)
 	}
 }
-
-// OffsetEndpointPort returns the endpoint a data-parallel rank publishes
-// on: vLLM's ZmqEventPublisher.offset_endpoint_port adds the rank to the
-// TCP port (rank 0 keeps the endpoint as configured). vLLM refuses other
-// transports for ranks above 0, and so does this.
-func OffsetEndpointPort(endpoint string, dpRank int) (string, error) {
-	if dpRank < 0 {
-		return "", fmt.Errorf("endpoint %q: negative data-parallel rank %d", endpoint, dpRank)
-	}
-	if endpoint == "" || dpRank == 0 {
-		return endpoint, nil
-	}
-	scheme, addr, ok := strings.Cut(endpoint, "://")
-	if !ok || scheme != "tcp" {
-		return "", fmt.Errorf("endpoint %q: only tcp endpoints can be offset by data-parallel rank %d", endpoint, dpRank)
-	}
-	i := strings.LastIndexByte(addr, ':')
-	if i < 0 {
-		return "", fmt.Errorf("endpoint %q: no port to offset", endpoint)
-	}
-	port, err := strconv.Atoi(addr[i+1:])
-	if err != nil || port < 0 || port+dpRank > 65535 {
-		return "", fmt.Errorf("endpoint %q: port %q plus rank %d is not a valid port", endpoint, addr[i+1:], dpRank)
-	}
-	return "tcp://" + addr[:i+1] + strconv.Itoa(port+dpRank), nil
-}

@@ -35,8 +35,13 @@ func CheckHostPort(s string) error {
 }
 
 // ZMQEndpoint validates a tcp://host:port endpoint and returns it with the
-// port offset by rank (vLLM offsets data-parallel ranks' ports by dp_rank).
+// port offset by rank: vLLM's ZmqEventPublisher.offset_endpoint_port
+// (vllm/distributed/kv_events.py) adds the data-parallel rank to the TCP
+// port, rank 0 keeping the endpoint as configured.
 func ZMQEndpoint(ep string, rank int) (string, int, error) {
+	if rank < 0 {
+		return "", 0, fmt.Errorf("%q: negative data-parallel rank %d", ep, rank)
+	}
 	u, err := url.Parse(ep)
 	if err != nil || u.Scheme != "tcp" || u.Host == "" || u.Path != "" {
 		return "", 0, fmt.Errorf("%q: want tcp://host:port", ep)
