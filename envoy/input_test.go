@@ -41,7 +41,7 @@ func TestOversizedInputRejected(t *testing.T) {
 	if err := os.WriteFile(path, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, err = ValidateFile(path)
+	_, err = ValidateFile(path, nil)
 	assertProblem(t, err, "", "more than the 4194304 allowed")
 }
 
@@ -67,7 +67,7 @@ func TestDefinedEnumNumberAccepted(t *testing.T) {
 }
 
 func TestUnreadableFileIsNotAConfigError(t *testing.T) {
-	_, err := ValidateFile(filepath.Join(t.TempDir(), "missing.yaml"))
+	_, err := ValidateFile(filepath.Join(t.TempDir(), "missing.yaml"), nil)
 	var verr *Error
 	if err == nil || errors.As(err, &verr) {
 		t.Fatalf("got %v (%T), want a plain read error", err, err)
@@ -75,7 +75,7 @@ func TestUnreadableFileIsNotAConfigError(t *testing.T) {
 	if !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("got %v, want a not-exist error", err)
 	}
-	_, err = ValidateFile(t.TempDir())
+	_, err = ValidateFile(t.TempDir(), nil)
 	if err == nil || errors.As(err, &verr) || !strings.Contains(err.Error(), "is a directory") {
 		t.Fatalf("directory: got %v, want a plain 'is a directory' error", err)
 	}

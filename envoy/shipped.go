@@ -4,8 +4,6 @@ import (
 	"embed"
 	"encoding/json"
 	"fmt"
-	"io/fs"
-	"sort"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -25,19 +23,6 @@ func Shipped(name string) ([]byte, error) {
 		return nil, fmt.Errorf("envoy/%s: not a shipped config: %w", name, err)
 	}
 	return data, nil
-}
-
-// ShippedNames lists the shipped configs, sorted.
-func ShippedNames() []string {
-	var names []string
-	_ = fs.WalkDir(shipped, ".", func(path string, d fs.DirEntry, err error) error {
-		if err == nil && !d.IsDir() {
-			names = append(names, path)
-		}
-		return nil
-	})
-	sort.Strings(names)
-	return names
 }
 
 // Document is one YAML document of a config file, as JSON values.

@@ -29,14 +29,11 @@ var kubernetesKinds = map[Kind]string{
 	KindClientTrafficPolicy:  "gateway.envoyproxy.io",
 }
 
-// ValidateFile reads and validates one config file. A read failure is
-// returned as is (not as *Error), so callers can tell "cannot read" from
-// "invalid".
-func ValidateFile(path string) ([]Kind, error) { return ValidateFileWith(path, nil) }
-
-// ValidateFileWith is ValidateFile, also holding the file to what the
-// kvgate configuration k sends (nil: no such check).
-func ValidateFileWith(path string, k *Kvgate) ([]Kind, error) {
+// ValidateFile reads and validates one config file (ValidateWith), also
+// holding it to what the kvgate configuration k sends (nil: no such
+// check). A read failure is returned as is (not as *Error), so callers can
+// tell "cannot read" from "invalid".
+func ValidateFile(path string, k *Kvgate) ([]Kind, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err

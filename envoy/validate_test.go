@@ -29,7 +29,7 @@ func TestShippedConfigsValidate(t *testing.T) {
 	envoyBin, _ := exec.LookPath("envoy")
 	for name, wantKinds := range shippedConfigs {
 		t.Run(name, func(t *testing.T) {
-			kinds, err := ValidateFile(name)
+			kinds, err := ValidateFile(name, nil)
 			if err != nil {
 				t.Fatalf("shipped config rejected:\n%v", err)
 			}

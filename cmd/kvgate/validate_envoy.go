@@ -53,7 +53,7 @@ func runValidateEnvoy(args []string, _ io.Reader, stdout, stderr io.Writer) int 
 	}
 	unreadable, invalid := false, false
 	for _, file := range fs.Args() {
-		_, err := envoy.ValidateFileWith(file, k)
+		_, err := envoy.ValidateFile(file, k)
 		var verr *envoy.Error
 		switch {
 		case err == nil:

@@ -2,14 +2,16 @@ package envoyharness
 
 import (
 	"context"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
 	"testing"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-
-	"github.com/kvgate/kvgate/envoy"
 )
 
 // Every shipped config parses into what the harness plays, with the
@@ -29,7 +31,7 @@ func TestShippedConfigsParse(t *testing.T) {
 		"istio/envoyfilter.yaml":             {odst: true, respHeaders: true, reqMode: filterv3.ProcessingMode_FULL_DUPLEX_STREAMED, hc: true},
 		"envoy-gateway/extensionpolicy.yaml": {odst: true, respHeaders: true, reqMode: filterv3.ProcessingMode_FULL_DUPLEX_STREAMED, hc: true},
 	}
-	for _, name := range envoy.ShippedNames() {
+	for _, name := range shippedFiles(t) {
 		if name == "istio/destinationrule.yaml" {
 			continue // TLS only: no filter or route of its own
 		}
@@ -62,6 +64,29 @@ func TestShippedConfigsParse(t *testing.T) {
 			t.Errorf("%s: ext_proc cluster TLS %v, worker cluster TLS %v", name, c.ExtProc.TLS, c.Route.Cluster.TLS)
 		}
 	}
+}
+
+// shippedFiles lists the YAML files in the repository's envoy/ folder: what
+// users are told to deploy. Each must also be embedded (envoy.Shipped, which
+// the test reads), so a file the embed pattern misses fails the test.
+func shippedFiles(t *testing.T) []string {
+	t.Helper()
+	root := filepath.Join("..", "..", "envoy")
+	var names []string
+	err := fs.WalkDir(os.DirFS(root), ".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() && filepath.Ext(path) == ".yaml" {
+			names = append(names, path)
+		}
+		return nil
+	})
+	if err != nil || len(names) == 0 {
+		t.Fatalf("listing %s: %v (%d files)", root, err, len(names))
+	}
+	sort.Strings(names)
+	return names
 }
 
 // onGrpcClose: a processor closing cleanly (status OK) without a reply lets
