@@ -47,9 +47,22 @@ const (
 	maxTokens    = 1 << 50
 )
 
-var wanted = map[string]bool{
-	vllmWaiting: true, vllmRunning: true, vllmKVUsage: true, vllmGPUUsage: true, vllmCacheConfig: true,
-	sglangWaiting: true, sglangRunning: true, sglangUsage: true, sglangMaxTokens: true,
+// scrapedFamilies is the one list of the engine families the scraper reads:
+// the parser keeps only their lines (wanted), and deploy/inventory checks
+// dashboards and alerts against it (ScrapedMetricNames).
+var scrapedFamilies = []string{
+	vllmWaiting, vllmRunning, vllmKVUsage, vllmGPUUsage, vllmCacheConfig,
+	sglangWaiting, sglangRunning, sglangUsage, sglangMaxTokens,
+}
+
+var wanted = familySet(ScrapedMetricNames())
+
+func familySet(names []string) map[string]bool {
+	set := make(map[string]bool, len(names))
+	for _, n := range names {
+		set[n] = true
+	}
+	return set
 }
 
 var errMissing = errors.New("no series")
@@ -268,13 +281,10 @@ func (pg page) capacity(sel selector, s *Sample) error {
 }
 
 // ScrapedMetricNames lists the engine metric families kvgate reads (vLLM's
-// and SGLang's), sorted, so that deploy/inventory can check dashboards and
-// alerts against what kvgate really depends on.
+// and SGLang's), sorted: the set the parser keeps, and what deploy/inventory
+// checks dashboards and alerts against.
 func ScrapedMetricNames() []string {
-	names := make([]string, 0, len(wanted))
-	for n := range wanted {
-		names = append(names, n)
-	}
+	names := slices.Clone(scrapedFamilies)
 	slices.Sort(names)
 	return names
 }
