@@ -409,7 +409,7 @@ type indexFeed struct {
 }
 
 func (f *indexFeed) HandleBatch(ctx context.Context, _ uint64, payload []byte) error {
-	b, err := kvevents.Decode(payload)
+	b, err := kvevents.NewDecoder(kvevents.Limits{}).Decode(payload)
 	if err == nil {
 		err = f.w.Apply(ctx, b)
 	}

@@ -22,7 +22,7 @@ func applyFixture(t *testing.T, wk *Worker, name string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := kvevents.Decode(payload)
+	b, err := kvevents.NewDecoder(kvevents.Limits{}).Decode(payload)
 	if err != nil {
 		t.Fatalf("%s: %v", name, err)
 	}

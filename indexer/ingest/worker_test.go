@@ -315,7 +315,7 @@ func TestFixturesEndToEnd(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, err := kvevents.Decode(raw)
+		b, err := kvevents.NewDecoder(kvevents.Limits{}).Decode(raw)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -35,11 +35,6 @@ func NewDecoder(lim Limits) *Decoder {
 	return dec
 }
 
-// Decode decodes one payload with DefaultLimits.
-func Decode(payload []byte) (Batch, error) {
-	return NewDecoder(Limits{}).Decode(payload)
-}
-
 var errTruncated = errors.New("input ends in the middle of a value")
 
 // Decode decodes one batch payload; the result does not alias payload.

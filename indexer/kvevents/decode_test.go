@@ -186,7 +186,7 @@ func TestDecodeRejectsMalformed(t *testing.T) {
 func TestDecodeTruncatedFixtures(t *testing.T) {
 	for _, fx := range loadFixtures(t) {
 		for n := 0; n < len(fx.payload); n++ {
-			if b, err := Decode(fx.payload[:n]); err == nil {
+			if b, err := decodeFresh(fx.payload[:n]); err == nil {
 				t.Fatalf("%s: prefix of %d/%d bytes decoded to %+v", fx.name, n, len(fx.payload), b)
 			}
 		}
@@ -213,7 +213,7 @@ func TestDecodeHashForms(t *testing.T) {
 		{"str bytes", "\x01\x02", 0x0102},
 	}
 	for _, tc := range cases {
-		b, err := Decode(pack(t, []any{0, []any{[]any{"BlockRemoved", []any{tc.wire}}}}))
+		b, err := decodeFresh(pack(t, []any{0, []any{[]any{"BlockRemoved", []any{tc.wire}}}}))
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
@@ -244,7 +244,7 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := Decode(payload)
+		got, err := decodeFresh(payload)
 		if err != nil {
 			t.Fatalf("encoding %d: %v", enc, err)
 		}
@@ -276,4 +276,9 @@ func TestDecoderReuse(t *testing.T) {
 			}
 		}
 	}
+}
+
+// decodeFresh decodes one payload with DefaultLimits, on a fresh Decoder.
+func decodeFresh(payload []byte) (Batch, error) {
+	return NewDecoder(Limits{}).Decode(payload)
 }

@@ -104,7 +104,7 @@ func loadFixtures(t testing.TB) []fixture {
 func TestDecodeFixtures(t *testing.T) {
 	for _, fx := range loadFixtures(t) {
 		t.Run(fx.name, func(t *testing.T) {
-			got, err := Decode(fx.payload)
+			got, err := decodeFresh(fx.payload)
 			if err != nil {
 				t.Fatalf("Decode: %v", err)
 			}
