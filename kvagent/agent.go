@@ -82,7 +82,7 @@ func Start(cfg agentconfig.Config, reg prometheus.Registerer, log *slog.Logger) 
 		}
 	}()
 	if cfg.Events != "" {
-		if a.pub, err = residency.New(residency.Config{Endpoint: cfg.Events, ReplayEndpoint: cfg.Replay, Logger: log.With("part", "residency")}); err != nil {
+		if a.pub, err = residency.New(residency.Config{Endpoint: cfg.Events, ReplayEndpoint: cfg.Replay, Logger: log.With("part", "residency"), Registerer: reg}); err != nil {
 			return nil, err
 		}
 	}
@@ -138,7 +138,7 @@ func Start(cfg agentconfig.Config, reg prometheus.Registerer, log *slog.Logger) 
 		}
 	}
 	log.Info("kvagent serving", "socket", cfg.Socket, "shm", a.st.ShmPath(), "block_bytes", a.st.BlockBytes(),
-		"host_blocks", cfg.HostBlocks, "disk_blocks", cfg.Disk.Blocks, "events", a.EventsEndpoint(), "peer", a.PeerAddr())
+		"host_blocks", cfg.HostBlocks, "disk_blocks", cfg.Disk.Blocks, "events", a.EventsEndpoint(), "replay", a.ReplayEndpoint(), "peer", a.PeerAddr())
 	return a, nil
 }
 
@@ -240,9 +240,6 @@ func (a *Agent) startPeer(reg prometheus.Registerer, m *connector.Metrics, limit
 	return nil
 }
 
-// Store is the agent's block store.
-func (a *Agent) Store() *store.Store { return a.st }
-
 // SocketPath is the connector's Unix socket.
 func (a *Agent) SocketPath() string { return a.cfg.Socket }
 
@@ -269,9 +266,6 @@ func (a *Agent) PeerAddr() string {
 	}
 	return a.peerL.Addr().String()
 }
-
-// Pinned reports the slots engine clients hold (reserved, acquired).
-func (a *Agent) Pinned() (reserved, acquired int) { return a.conn.Pinned() }
 
 // Ready reports whether the agent serves: the store is open and the
 // connector accepts connections.

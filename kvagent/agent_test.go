@@ -259,7 +259,7 @@ func TestFetchAChainFromAPeersHostAndDiskTiers(t *testing.T) {
 	}
 	waitTiers(t, cb, onDisk.hashes, []pb.Tier{pb.Tier_TIER_HOST, pb.Tier_TIER_HOST})
 	// Wait for the write-through to disk before evicting from host.
-	poll.True(t, "the blocks to reach b's disk", 20*time.Second, func() bool { return b.Store().Stats().Disk.Blocks >= 2 })
+	poll.True(t, "the blocks to reach b's disk", 20*time.Second, func() bool { return b.st.Stats().Disk.Blocks >= 2 })
 	if err := cb.Offload(ctx, "m", onHost.blocks); err != nil {
 		t.Fatal(err)
 	}
@@ -268,7 +268,7 @@ func TestFetchAChainFromAPeersHostAndDiskTiers(t *testing.T) {
 	// promotes it to b's host tier, evicting host blocks, and a block
 	// evicted before its copy reached the disk is gone (the write-through
 	// is asynchronous). CI on a loaded machine hit that race.
-	poll.True(t, "the host chain to reach b's disk", 20*time.Second, func() bool { return b.Store().Stats().Disk.Blocks >= 6 })
+	poll.True(t, "the host chain to reach b's disk", 20*time.Second, func() bool { return b.st.Stats().Disk.Blocks >= 6 })
 
 	if err := a.AddPeer("b", b.PeerAddr()); err != nil {
 		t.Fatal(err)
@@ -280,7 +280,7 @@ func TestFetchAChainFromAPeersHostAndDiskTiers(t *testing.T) {
 		}
 		buf := make([]byte, testBlockBytes)
 		for i, h := range ch.hashes {
-			tier, m, err := a.Store().Get(store.Key{Namespace: "m", Hash: h}, buf)
+			tier, m, err := a.st.Get(store.Key{Namespace: "m", Hash: h}, buf)
 			if err != nil || tier != store.TierHost || !bytes.Equal(buf, ch.blocks[i].Data) {
 				t.Fatalf("fetched block %d: tier %v, err %v, bytes equal %v", h, tier, err, bytes.Equal(buf, ch.blocks[i].Data))
 			}

@@ -202,7 +202,7 @@ func (n *victimNode) stillServes(t *testing.T, c *connector.Client, base uint64,
 	}
 	buf := make([]byte, testBlockBytes)
 	for i, h := range ch.hashes {
-		if _, _, err := fetcher.Store().Get(store.Key{Namespace: "m", Hash: h}, buf); err != nil || !bytes.Equal(buf, ch.blocks[i].Data) {
+		if _, _, err := fetcher.st.Get(store.Key{Namespace: "m", Hash: h}, buf); err != nil || !bytes.Equal(buf, ch.blocks[i].Data) {
 			t.Fatalf("a legitimate peer fetched other bytes for block %d: %v", i, err)
 		}
 	}

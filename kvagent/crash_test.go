@@ -383,7 +383,7 @@ func TestFetchFromAPeerDaemonProcess(t *testing.T) {
 	}
 	buf := make([]byte, testBlockBytes)
 	for i, h := range ch.hashes {
-		if _, _, err := a.Store().Get(store.Key{Namespace: "m", Hash: h}, buf); err != nil || !bytes.Equal(buf, ch.blocks[i].Data) {
+		if _, _, err := a.st.Get(store.Key{Namespace: "m", Hash: h}, buf); err != nil || !bytes.Equal(buf, ch.blocks[i].Data) {
 			t.Fatalf("block %d fetched from the peer process: err %v, bytes equal %v", h, err, bytes.Equal(buf, ch.blocks[i].Data))
 		}
 	}

@@ -80,7 +80,7 @@ func TestPeerFetchOverMutualTLS(t *testing.T) {
 	}
 	buf := make([]byte, testBlockBytes)
 	for i, h := range ch.hashes {
-		tier, _, err := a.Store().Get(store.Key{Namespace: "m", Hash: h}, buf)
+		tier, _, err := a.st.Get(store.Key{Namespace: "m", Hash: h}, buf)
 		if err != nil || tier != store.TierHost || !bytes.Equal(buf, ch.blocks[i].Data) {
 			t.Fatalf("block %d after a TLS fetch: tier %v, err %v, bytes equal %v", h, tier, err, bytes.Equal(buf, ch.blocks[i].Data))
 		}
@@ -96,7 +96,7 @@ func TestPeerFetchOverMutualTLS(t *testing.T) {
 		if err == nil || n != 0 {
 			t.Errorf("%s: fetch from a TLS peer gave %d blocks, err %v; want refused", name, n, err)
 		}
-		if _, _, err := c.Store().Get(store.Key{Namespace: "m", Hash: ch.hashes[0]}, buf); err == nil {
+		if _, _, err := c.st.Get(store.Key{Namespace: "m", Hash: ch.hashes[0]}, buf); err == nil {
 			t.Errorf("%s: holds a block it should never have received", name)
 		}
 	}

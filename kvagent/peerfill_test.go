@@ -123,7 +123,7 @@ func TestEngineOnboardIsFilledFromAPeer(t *testing.T) {
 	}
 	buf := make([]byte, testBlockBytes)
 	for _, h := range direct.hashes {
-		if tier, _, err := a.Store().Get(store.Key{Namespace: "m", Hash: h}, buf); err != nil || tier != store.TierHost {
+		if tier, _, err := a.st.Get(store.Key{Namespace: "m", Hash: h}, buf); err != nil || tier != store.TierHost {
 			t.Fatalf("block %d after the fill: tier %v, err %v; want a host block", h, tier, err)
 		}
 	}
@@ -275,7 +275,7 @@ func TestPeerFillKeepsNamespacesApart(t *testing.T) {
 		}
 		buf := make([]byte, testBlockBytes)
 		for _, ns := range []string{"tenant-a", "tenant-b"} {
-			if _, _, err := a.Store().Get(store.Key{Namespace: ns, Hash: ch.hashes[0]}, buf); err == nil {
+			if _, _, err := a.st.Get(store.Key{Namespace: ns, Hash: ch.hashes[0]}, buf); err == nil {
 				t.Fatalf("a holds a %s block it should never have fetched", ns)
 			}
 		}

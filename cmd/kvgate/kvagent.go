@@ -66,7 +66,9 @@ func runKvagent(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if err := serveKvagent(ctx, cfg.Kvagent, log, func(admin net.Addr, a *kvagent.Agent) {
-		fmt.Fprintf(stdout, "kvgate kvagent: connector on %s, events on %s, admin on http://%s\n", a.SocketPath(), a.EventsEndpoint(), admin)
+		// The events and replay endpoints are what an engine's
+		// engines[].tier_events / tier_replay name in the indexer's config.
+		fmt.Fprintf(stdout, "kvgate kvagent: connector on %s, events on %s (replay %s), admin on http://%s\n", a.SocketPath(), a.EventsEndpoint(), a.ReplayEndpoint(), admin)
 	}); err != nil {
 		fmt.Fprintf(stderr, "kvgate kvagent: %v\n", err)
 		return 1

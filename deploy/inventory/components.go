@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -165,8 +166,7 @@ func engineFamilies(mfs []*dto.MetricFamily) ([]Family, error) {
 var _ prometheus.Registerer = (*recorder)(nil)
 
 // kvagentFamilies starts a real kvagent (store with host and disk tiers,
-// engine connector on a Unix socket, peer transfers; residency events
-// have no metrics of their own) on
+// engine connector on a Unix socket, peer transfers, residency events) on
 // temporary paths and loopback ports, as `kvgate kvagent` does
 // (kvagent.Serve), and describes what it registered.
 func kvagentFamilies() ([]Family, error) {
@@ -185,6 +185,13 @@ func kvagentFamilies() ([]Family, error) {
 	k.Disk.Blocks = 4
 	k.Peer.Listen = "127.0.0.1:0"
 	k.Peer.TransferListen = "127.0.0.1:0"
+	// The events endpoint must name a port (config validation); a free
+	// loopback one, taken from the kernel and released just before.
+	events, err := freeLoopbackPort()
+	if err != nil {
+		return nil, err
+	}
+	k.Events = fmt.Sprintf("tcp://127.0.0.1:%d", events)
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("kvagent inventory config: %w", err)
 	}
@@ -211,4 +218,13 @@ func plannerFamilies() ([]Family, error) {
 		}
 	}
 	return rec.describe(SourcePlanner)
+}
+
+func freeLoopbackPort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
 }

@@ -166,9 +166,9 @@ func (c *Client) Commit(ctx context.Context, ns string, blocks []Block, slots []
 	return c.CommitSummed(ctx, ns, blocks, slots, nil)
 }
 
-// CommitSummed is Commit with each slot's checksum (store.BlockSum of the
-// bytes written, parallel to blocks) computed by the engine while it
-// copied them in (store.CopySum), sparing the agent a pass over every
+// CommitSummed is Commit with each slot's checksum (the store's chunked
+// XXH3 of the bytes written, parallel to blocks) computed by the engine
+// while it copied them in (store.CopySum), sparing the agent a pass over every
 // slot. nil sums: the agent computes them.
 func (c *Client) CommitSummed(ctx context.Context, ns string, blocks []Block, slots []int32, sums []uint64) error {
 	req := &pb.CommitRequest{Namespace: ns, Slots: slots, Blocks: make([]*pb.BlockMeta, len(blocks)), Sums: sums}

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/kvgate/kvgate/internal/testkit/poll"
 
 	"github.com/kvgate/kvgate/indexer/blockhash"
@@ -131,3 +133,38 @@ func (h *applyHandler) HandleBatch(ctx context.Context, _ uint64, payload []byte
 }
 
 func (h *applyHandler) Reset(ctx context.Context, _ string) error { return h.ing.Reset(ctx) }
+
+// The publisher's counters reach Prometheus: a published batch counts its
+// events, and Close unregisters them.
+func TestPublisherCountersAreExported(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	p, err := New(Config{Endpoint: "tcp://127.0.0.1:0", Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.OnChange(store.Change{Kind: kvevents.BlockStored, Tier: store.TierHost, Hashes: []uint64{10, 11}, Metas: []store.Meta{meta(0, false, 10), meta(10, true, 20)}})
+	p.OnChange(store.Change{Kind: kvevents.BlockRemoved, Tier: store.TierHost, Hashes: []uint64{11}})
+	poll.Until(t, "two events published", 10*time.Second, func() error {
+		if _, e, f := p.Stats(); e != 2 || f != 0 {
+			return fmt.Errorf("stats: events %d, failures %d", e, f)
+		}
+		return nil
+	})
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	vals := map[string]float64{}
+	for _, mf := range fams {
+		vals[mf.GetName()] = mf.GetMetric()[0].GetCounter().GetValue()
+	}
+	if vals["kvgate_kvagent_residency_events_total"] != 2 || vals["kvgate_kvagent_residency_publish_failures_total"] != 0 || vals["kvgate_kvagent_residency_batches_total"] < 1 {
+		t.Errorf("exported %v", vals)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if fams, _ := reg.Gather(); len(fams) != 0 {
+		t.Errorf("%d families left after Close", len(fams))
+	}
+}

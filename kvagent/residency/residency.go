@@ -23,6 +23,7 @@ import (
 	"github.com/kvgate/kvgate/indexer/kvevents"
 	"github.com/kvgate/kvgate/indexer/kvstream"
 	"github.com/kvgate/kvgate/kvagent/store"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Medium names, as Dynamo's StorageTier::from_kv_medium reads them.
@@ -54,6 +55,9 @@ type Config struct {
 	// MaxBatchEvents bounds the events coalesced into one batch (default 512).
 	MaxBatchEvents int
 	Logger         *slog.Logger
+	// Registerer, when set, exports the publisher's counters
+	// (kvgate_kvagent_residency_*, metrics.go); Close unregisters them.
+	Registerer prometheus.Registerer
 }
 
 // Publisher turns store changes into published KV-event batches.
@@ -69,6 +73,7 @@ type Publisher struct {
 	closed    bool
 
 	batches, events, failures atomic.Uint64
+	collector                 *collector // nil without Config.Registerer
 }
 
 // New binds the sockets and starts publishing.
@@ -90,6 +95,13 @@ func New(cfg Config) (*Publisher, error) {
 		return nil, fmt.Errorf("residency: %w", err)
 	}
 	p := &Publisher{cfg: cfg, pub: pub, log: cfg.Logger, q: make(chan store.Change, cfg.Queue), done: make(chan struct{})}
+	if cfg.Registerer != nil {
+		p.collector = newCollector(p)
+		if err := cfg.Registerer.Register(p.collector); err != nil {
+			_ = pub.Close()
+			return nil, fmt.Errorf("residency: metrics: %w", err)
+		}
+	}
 	go p.run()
 	return p, nil
 }
@@ -116,7 +128,8 @@ func (p *Publisher) OnChange(c store.Change) {
 	p.q <- c
 }
 
-// Stats: batches and events published, failed publishes.
+// Stats: batches and events published, failed publishes (the
+// kvgate_kvagent_residency_* counters).
 func (p *Publisher) Stats() (batches, events, failures uint64) {
 	return p.batches.Load(), p.events.Load(), p.failures.Load()
 }
@@ -131,6 +144,9 @@ func (p *Publisher) Close() error {
 		p.mu.Unlock()
 		<-p.done
 		err = p.pub.Close()
+		if p.collector != nil {
+			p.cfg.Registerer.Unregister(p.collector)
+		}
 	})
 	return err
 }

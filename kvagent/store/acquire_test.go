@@ -172,8 +172,8 @@ func TestCommitSummed(t *testing.T) {
 	sums := make([]uint64, 3)
 	for i, sl := range slots {
 		sums[i] = CopySum(s.arena.slot(int32(sl)), blockData(ks[i], s.BlockBytes()))
-		if want := BlockSum(blockData(ks[i], s.BlockBytes())); sums[i] != want {
-			t.Fatalf("CopySum of block %d = %#x, BlockSum = %#x", i, sums[i], want)
+		if want := blockSum(blockData(ks[i], s.BlockBytes())); sums[i] != want {
+			t.Fatalf("CopySum of block %d = %#x, blockSum = %#x", i, sums[i], want)
 		}
 	}
 	sums[2] ^= 1 // the writer got block 2's sum wrong

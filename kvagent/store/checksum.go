@@ -62,12 +62,8 @@ func copySumChunked(dst, src []byte) uint64 {
 	return xxh3.Hash(sums)
 }
 
-// BlockSum is the checksum the store keeps for a block's bytes (see
-// blockSum), for writers that hand it to CommitSummed.
-func BlockSum(b []byte) uint64 { return blockSum(b) }
-
-// CopySum copies src into dst (same length) and returns BlockSum of the
-// bytes, in about the time of the copy alone for blocks under 1 MiB (each
+// CopySum copies src into dst (same length) and returns the checksum the
+// store keeps for the bytes (blockSum), in about the time of the copy alone for blocks under 1 MiB (each
 // chunk is hashed from cache right after it is copied): the way for an
 // engine to fill a reserved slot and learn its sum for CommitSummed in
 // one pass over the bytes.

@@ -45,7 +45,7 @@ func (s *Store) Commit(ks []Key, metas []Meta, slots []Slot) error {
 	return s.commit(ks, metas, slots, nil)
 }
 
-// CommitSummed is Commit with each block's checksum (BlockSum) given by
+// CommitSummed is Commit with each block's checksum (blockSum) given by
 // the writer, which computed it while copying the block into its slot
 // (CopySum), so the store does not read every slot again — a second pass
 // over the bytes that cost more than the copy itself on the offload path

@@ -231,24 +231,11 @@ func unexpectedEOF(err error) error {
 	return err
 }
 
-// frame is a whole frame, for small control frames, tests and fuzzing.
+// frame is a whole frame: small control frames kept whole (tcp_stream.go),
+// tests and fuzzing.
 type frame struct {
 	frameHeader
 	payload []byte
-}
-
-// readFrame reads one whole frame whose payload is at most maxPayload.
-func readFrame(r io.Reader, maxPayload int) (frame, error) {
-	fr := newFrameReader(r, maxPayload)
-	h, err := fr.next()
-	if err != nil {
-		return frame{}, err
-	}
-	p, err := fr.payload(h)
-	if err != nil {
-		return frame{}, err
-	}
-	return frame{h, p}, nil
 }
 
 // frameWriter writes frames to a connection: small frames through a

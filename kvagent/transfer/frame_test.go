@@ -201,3 +201,18 @@ func TestFrameWriterQueueFailureRunsCallbacks(t *testing.T) {
 		t.Fatalf("%d callbacks after the failed send (want 3), %d bytes still buffered", runs, fw.buffered())
 	}
 }
+
+// readFrame reads one whole frame whose payload is at most maxPayload,
+// through the frameReader the connections use.
+func readFrame(r io.Reader, maxPayload int) (frame, error) {
+	fr := newFrameReader(r, maxPayload)
+	h, err := fr.next()
+	if err != nil {
+		return frame{}, err
+	}
+	p, err := fr.payload(h)
+	if err != nil {
+		return frame{}, err
+	}
+	return frame{h, p}, nil
+}

@@ -488,7 +488,7 @@ type CommitRequest struct {
 	Blocks    []*BlockMeta           `protobuf:"bytes,2,rep,name=blocks,proto3" json:"blocks,omitempty"`
 	Slots     []int32                `protobuf:"varint,3,rep,packed,name=slots,proto3" json:"slots,omitempty"` // parallel to blocks; from Reserve
 	// sums, when set, is parallel to blocks: each block's checksum as the
-	// engine wrote it (chunked XXH3-64, kvagent/store BlockSum), computed
+	// engine wrote it (chunked XXH3-64, kvagent/store CopySum), computed
 	// while copying it into its slot, so the agent need not read every slot
 	// again. Empty: the agent computes them. A wrong sum only makes that
 	// block fail verification, where blocks are verified, and be dropped.
@@ -1125,7 +1125,7 @@ func (*PeerInfoRequest) Descriptor() ([]byte, []int) {
 type PeerInfoResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	// transfer_metadata is the transfer agent's LocalMetadata (name,
+	// transfer_metadata is the transfer endpoint's LocalMetadata (name,
 	// address, registered regions); region is the arena's handle in it.
 	TransferMetadata []byte `protobuf:"bytes,2,opt,name=transfer_metadata,json=transferMetadata,proto3" json:"transfer_metadata,omitempty"`
 	Region           uint32 `protobuf:"varint,3,opt,name=region,proto3" json:"region,omitempty"`
