@@ -155,7 +155,7 @@ func TestTunedRulesShowInDecisions(t *testing.T) {
 }
 
 // trend_damping reaches holt: the rate forecast in a decision's terms is
-// what forecast.NewDampedHolt (or NewHolt, undamped) predicts on the same
+// what forecast.NewHolt (damped, or with tau 0 undamped) predicts on the same
 // series at the horizon.
 func TestTrendDampingReachesTheForecaster(t *testing.T) {
 	t0 := time.Unix(2_000_000, 0)
@@ -174,15 +174,15 @@ func TestTrendDampingReachesTheForecaster(t *testing.T) {
 		return d.Terms["aggregated.forecast_request_rate"], oracle.Predict(horizon)
 	}
 	a, b := forecast.DefaultParams.Alpha, forecast.DefaultParams.Beta
-	damped, wantDamped := run("", forecast.NewDampedHolt(a, b, plan.DefaultTrendDamping))
+	damped, wantDamped := run("", forecast.NewHolt(a, b, plan.DefaultTrendDamping))
 	if math.Abs(damped-wantDamped) > 1e-9 {
 		t.Fatalf("default: forecast %v, damped holt (10m) predicts %v", damped, wantDamped)
 	}
-	set, wantSet := run("  forecaster: {kind: holt, trend_damping: 1m}\n", forecast.NewDampedHolt(a, b, time.Minute))
+	set, wantSet := run("  forecaster: {kind: holt, trend_damping: 1m}\n", forecast.NewHolt(a, b, time.Minute))
 	if math.Abs(set-wantSet) > 1e-9 {
 		t.Fatalf("trend_damping 1m: forecast %v, damped holt predicts %v", set, wantSet)
 	}
-	undamped, wantUndamped := run("  forecaster: {kind: holt, trend_damping: 0s}\n", forecast.NewHolt(a, b))
+	undamped, wantUndamped := run("  forecaster: {kind: holt, trend_damping: 0s}\n", forecast.NewHolt(a, b, 0))
 	if math.Abs(undamped-wantUndamped) > 1e-9 {
 		t.Fatalf("trend_damping 0: forecast %v, holt predicts %v", undamped, wantUndamped)
 	}

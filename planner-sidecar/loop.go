@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"slices"
 	"sync"
 	"time"
 
@@ -150,11 +149,4 @@ func (l *Loop) log() *slog.Logger {
 		return slog.Default()
 	}
 	return l.Log
-}
-
-// Draining lists the replicas the loop has had drained and not yet removed.
-func (l *Loop) Draining() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return slices.Sorted(maps.Keys(l.draining))
 }

@@ -3,6 +3,7 @@ package planner
 import (
 	"context"
 	"errors"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -10,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kvgate/kvgate/internal/testkit/profiletest"
 
 	dto "github.com/prometheus/client_model/go"
 
@@ -48,7 +51,7 @@ func (f *scriptedFleet) Collect(_ context.Context, now time.Time, draining map[s
 }
 
 func testModel() *perfmodel.Model {
-	return perfmodel.MustNew(perfmodel.Profile{
+	return profiletest.Model(perfmodel.Profile{
 		Prefill: []perfmodel.PrefillPoint{{InputTokens: 1000, Concurrency: 1, TTFTSeconds: 0.1, TokensPerSecond: 10000}},
 		Decode:  []perfmodel.DecodePoint{{ContextTokens: 1000, Batch: 8, ITLSeconds: 0.02, TokensPerSecond: 400}},
 	})
@@ -56,7 +59,7 @@ func testModel() *perfmodel.Model {
 
 func gauge(t *testing.T, m *Metrics, name string, labels ...string) float64 {
 	t.Helper()
-	fams, err := m.Registry().Gather()
+	fams, err := m.reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,14 +132,14 @@ func TestLoopAppliesDrainsAndRemoves(t *testing.T) {
 	now = now.Add(10 * time.Second)
 	fleet.ready, fleet.rate = []string{"a:1", "b:1", "c:1"}, 10
 	e, _ = l.Step(ctx)
-	if !slices.Equal(e.Decision.Drain[plan.PoolPrefill], []string{"b:1", "c:1"}) || !slices.Equal(l.Draining(), []string{"b:1", "c:1"}) {
-		t.Fatalf("drain: %+v %v", e.Decision, l.Draining())
+	if !slices.Equal(e.Decision.Drain[plan.PoolPrefill], []string{"b:1", "c:1"}) || !slices.Equal(draining(l), []string{"b:1", "c:1"}) {
+		t.Fatalf("drain: %+v %v", e.Decision, draining(l))
 	}
 	// They are idle now (the fleet sees the draining set): removed.
 	now = now.Add(10 * time.Second)
 	e, _ = l.Step(ctx)
 	if fleet.sawDrain["b:1"] != plan.PoolPrefill || !slices.Equal(e.Decision.Remove[plan.PoolPrefill], []string{"b:1", "c:1"}) ||
-		e.Decision.Desired[plan.PoolPrefill] != 1 || len(l.Draining()) != 0 {
+		e.Decision.Desired[plan.PoolPrefill] != 1 || len(draining(l)) != 0 {
 		t.Fatalf("remove: %+v", e.Decision)
 	}
 	if gauge(t, l.Metrics, "kvgate_planner_desired_replicas", "pool", "prefill") != 1 ||
@@ -201,4 +204,11 @@ func TestLoopCountsErrorsAndAdvisoryAppliesNothing(t *testing.T) {
 	if err := (&Loop{Interval: time.Second}).Healthy(time.Now()); err == nil {
 		t.Error("loop without decisions reported healthy")
 	}
+}
+
+// draining lists the replicas the loop has had drained and not yet removed.
+func draining(l *Loop) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Sorted(maps.Keys(l.draining))
 }

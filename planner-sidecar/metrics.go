@@ -59,9 +59,6 @@ func (m *Metrics) Collectors() []prometheus.Collector {
 // Handler serves the registry.
 func (m *Metrics) Handler() http.Handler { return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}) }
 
-// Registry is the underlying registry (for tests and extra collectors).
-func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
-
 func (m *Metrics) collectError(source string) {
 	if m != nil {
 		m.collectErrs.WithLabelValues(source).Inc()

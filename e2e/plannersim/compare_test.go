@@ -4,13 +4,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvgate/kvgate/internal/testkit/profiletest"
+
 	"github.com/kvgate/kvgate/planner-sidecar/forecast"
 	"github.com/kvgate/kvgate/planner-sidecar/perfmodel"
 	"github.com/kvgate/kvgate/planner-sidecar/plan"
 )
 
 func TestNewPlannerDefaultsAndOff(t *testing.T) {
-	model := perfmodel.MustNew(perfmodel.Profile{
+	model := profiletest.Model(perfmodel.Profile{
 		Prefill: []perfmodel.PrefillPoint{{InputTokens: 1000, Concurrency: 1, TTFTSeconds: 0.1, TokensPerSecond: 10000}},
 		Decode:  []perfmodel.DecodePoint{{ContextTokens: 1000, Batch: 8, ITLSeconds: 0.02, TokensPerSecond: 400}},
 	})

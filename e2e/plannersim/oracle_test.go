@@ -1,6 +1,8 @@
 package plannersim
 
 import (
+	"github.com/kvgate/kvgate/internal/testkit/profiletest"
+
 	"math"
 	"testing"
 	"time"
@@ -45,7 +47,7 @@ func TestOracleForecastsTheLoadsOwnFuture(t *testing.T) {
 
 func TestOraclePlannerRunsUnderItsOwnName(t *testing.T) {
 	l := steady(t, 6, 3*time.Minute, 1000, 100)
-	model := perfmodel.MustNew(perfmodel.Profile{
+	model := profiletest.Model(perfmodel.Profile{
 		Prefill: []perfmodel.PrefillPoint{{InputTokens: 1000, Concurrency: 1, TTFTSeconds: 0.1, TokensPerSecond: 10000}},
 		Decode:  []perfmodel.DecodePoint{{ContextTokens: 1000, Batch: 8, ITLSeconds: 0.02, TokensPerSecond: 400}},
 	})

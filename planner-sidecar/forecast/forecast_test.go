@@ -57,7 +57,7 @@ func TestRampTrendForecastersConvergeToTheLine(t *testing.T) {
 
 func TestRampIrregularIntervalsHolt(t *testing.T) {
 	// The trend is per second, so uneven steps still land on the line.
-	f := NewHolt(0.5, 0.3)
+	f := NewHolt(0.5, 0.3, 0)
 	sec := 0.0
 	for i := 0; i < 400; i++ {
 		sec += []float64{1, 2.5, 0.5}[i%3]
@@ -119,7 +119,7 @@ func TestBacktestNaiveOnRamp(t *testing.T) {
 	}
 	// Holt learns the trend: after warm-up its errors vanish, so its MAE is
 	// well under the naive one.
-	hmae, _ := Backtest(s, NewHolt(0.5, 0.3), 3*time.Second)
+	hmae, _ := Backtest(s, NewHolt(0.5, 0.3, 0), 3*time.Second)
 	if hmae >= mae/2 {
 		t.Errorf("holt mae %v not under half the naive %v", hmae, mae)
 	}
@@ -152,7 +152,7 @@ func TestDampedHoltLevelsOffAtTauTimesTheTrend(t *testing.T) {
 	// check is on the forecast's shape, from its own level and trend:
 	// Predict(h) − level = trend × τ(1 − e^{−h/τ}), which tends to trend × τ.
 	tau := 60 * time.Second
-	h := NewDampedHolt(0.5, 0.3, tau)
+	h := NewHolt(0.5, 0.3, tau)
 	for _, sec := range []float64{0, 10, 20} {
 		h.Observe(t0.Add(time.Duration(sec*float64(time.Second))), line(sec))
 	}
@@ -167,7 +167,7 @@ func TestDampedHoltLevelsOffAtTauTimesTheTrend(t *testing.T) {
 		t.Fatalf("an hour out the trend adds %v, want about τ × trend = %v", far, h.trend*tau.Seconds())
 	}
 	// Undamped, the same samples give the line itself (level 30, trend 2).
-	u := NewHolt(0.5, 0.3)
+	u := NewHolt(0.5, 0.3, 0)
 	for _, sec := range []float64{0, 10, 20} {
 		u.Observe(t0.Add(time.Duration(sec*float64(time.Second))), line(sec))
 	}

@@ -68,7 +68,7 @@ func New(kind string, p Params) (Forecaster, error) {
 	case "ewma":
 		return NewEWMA(p.Alpha), nil
 	case "holt":
-		return NewDampedHolt(p.Alpha, p.Beta, p.TrendDamping), nil
+		return NewHolt(p.Alpha, p.Beta, p.TrendDamping), nil
 	case "kalman":
 		return NewKalman(p.NoiseRatio), nil
 	}

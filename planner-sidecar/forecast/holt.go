@@ -23,12 +23,9 @@ type Holt struct {
 	n            int
 }
 
-// NewHolt smooths the level with alpha and the trend with beta.
-func NewHolt(alpha, beta float64) *Holt { return &Holt{alpha: alpha, beta: beta} }
-
-// NewDampedHolt is Holt with its trend damped with time constant tau
-// (tau <= 0: undamped).
-func NewDampedHolt(alpha, beta float64, tau time.Duration) *Holt {
+// NewHolt smooths the level with alpha and the trend with beta, and damps
+// the trend with time constant tau (tau <= 0: undamped).
+func NewHolt(alpha, beta float64, tau time.Duration) *Holt {
 	return &Holt{alpha: alpha, beta: beta, damping: max(tau.Seconds(), 0)}
 }
 

@@ -14,7 +14,6 @@ import (
 	"io"
 	"math"
 	"os"
-	"reflect"
 	"sync"
 	"time"
 
@@ -133,39 +132,4 @@ func ReadFile(path string) ([]Entry, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return out, nil
-}
-
-// Replay feeds the entries' observations, in order, through p (which must
-// start in the state the journaled policy started in: freshly built from
-// the same configuration) and reports the first entry whose decision
-// differs from the journaled one.
-func Replay(entries []Entry, p plan.Policy) error {
-	for i, e := range entries {
-		got := p.Decide(e.Observation)
-		// Compare as the journal stores it (JSON), so that empty and nil
-		// maps, and the terms the writer drops, compare equal.
-		a, err := normal(got)
-		if err != nil {
-			return err
-		}
-		b, err := normal(e.Decision)
-		if err != nil {
-			return err
-		}
-		if !reflect.DeepEqual(a, b) {
-			return fmt.Errorf("journal entry %d (%s): replay decided %q, journal has %q", i+1, e.Time.Format(time.RFC3339), got.Reason, e.Decision.Reason)
-		}
-	}
-	return nil
-}
-
-func normal(d plan.Decision) (any, error) {
-	d.Terms = finite(d.Terms)
-	b, err := json.Marshal(d)
-	if err != nil {
-		return nil, err
-	}
-	var v any
-	err = json.Unmarshal(b, &v)
-	return v, err
 }

@@ -2,13 +2,18 @@ package journal
 
 import (
 	"bytes"
+	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kvgate/kvgate/internal/testkit/profiletest"
 
 	"github.com/kvgate/kvgate/planner-sidecar/forecast"
 	"github.com/kvgate/kvgate/planner-sidecar/perfmodel"
@@ -18,7 +23,7 @@ import (
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 func newPolicy() *plan.SLA {
-	m := perfmodel.MustNew(perfmodel.Profile{
+	m := profiletest.Model(perfmodel.Profile{
 		Prefill: []perfmodel.PrefillPoint{
 			{InputTokens: 500, Concurrency: 1, TTFTSeconds: 0.05, TokensPerSecond: 9000},
 			{InputTokens: 500, Concurrency: 8, TTFTSeconds: 0.6, TokensPerSecond: 30000},
@@ -83,10 +88,6 @@ func run(t *testing.T, w *Writer, p plan.Policy) {
 	}
 }
 
-func itoa(i int) string {
-	return strings.TrimSpace(strings.Repeat(" ", 0) + string(rune('0'+i/10)) + string(rune('0'+i%10)))
-}
-
 func without(s, drop []string) []string {
 	var out []string
 	for _, x := range s {
@@ -129,12 +130,12 @@ func TestReplayReproducesDecisions(t *testing.T) {
 	if ups == 0 || downs == 0 || drains == 0 || removes == 0 {
 		t.Fatalf("run too tame: %d ups, %d downs, %d drains, %d removes", ups, downs, drains, removes)
 	}
-	if err := Replay(entries, newPolicy()); err != nil {
+	if err := replay(entries, newPolicy()); err != nil {
 		t.Fatal(err)
 	}
 	// A changed observation must be caught.
 	entries[25].Observation.Pools[plan.PoolPrefill] = plan.PoolObservation{Replicas: 1, RequestRate: 500, MeanInputTokens: 4000}
-	if err := Replay(entries, newPolicy()); err == nil || !strings.Contains(err.Error(), "entry 26") {
+	if err := replay(entries, newPolicy()); err == nil || !strings.Contains(err.Error(), "entry 26") {
 		t.Fatalf("tampered journal replayed: %v", err)
 	}
 }
@@ -218,4 +219,39 @@ func FuzzRead(f *testing.F) {
 			return nil
 		})
 	})
+}
+
+// replay feeds the entries' observations, in order, through p (which must
+// start in the state the journaled policy started in: freshly built from
+// the same configuration) and reports the first entry whose decision
+// differs from the journaled one.
+func replay(entries []Entry, p plan.Policy) error {
+	for i, e := range entries {
+		got := p.Decide(e.Observation)
+		// Compare as the journal stores it (JSON), so that empty and nil
+		// maps, and the terms the writer drops, compare equal.
+		a, err := normal(got)
+		if err != nil {
+			return err
+		}
+		b, err := normal(e.Decision)
+		if err != nil {
+			return err
+		}
+		if !reflect.DeepEqual(a, b) {
+			return fmt.Errorf("journal entry %d (%s): replay decided %q, journal has %q", i+1, e.Time.Format(time.RFC3339), got.Reason, e.Decision.Reason)
+		}
+	}
+	return nil
+}
+
+func normal(d plan.Decision) (any, error) {
+	d.Terms = finite(d.Terms)
+	b, err := json.Marshal(d)
+	if err != nil {
+		return nil, err
+	}
+	var v any
+	err = json.Unmarshal(b, &v)
+	return v, err
 }

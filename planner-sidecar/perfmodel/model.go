@@ -52,15 +52,6 @@ func New(p Profile) (*Model, error) {
 	return m, nil
 }
 
-// MustNew is New for profiles known to be valid (tests, built-in profiles).
-func MustNew(p Profile) *Model {
-	m, err := New(p)
-	if err != nil {
-		panic(err)
-	}
-	return m
-}
-
 func curves(by map[int][]loadPoint, kind, loadName string) ([]curveAt, error) {
 	out := make([]curveAt, 0, len(by))
 	for l, pts := range by {

@@ -28,7 +28,7 @@ func handProfile() Profile {
 func near(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(1, math.Abs(b)) }
 
 func TestPrefillThroughput(t *testing.T) {
-	m := MustNew(handProfile())
+	m := mustNew(t, handProfile())
 	cases := []struct {
 		input float64
 		ttft  time.Duration
@@ -52,7 +52,7 @@ func TestPrefillThroughput(t *testing.T) {
 }
 
 func TestDecodeThroughput(t *testing.T) {
-	m := MustNew(handProfile())
+	m := mustNew(t, handProfile())
 	// ITL 30 ms is halfway between batch 8 (20 ms, 400/s) and 32 (40 ms, 800/s).
 	if got := m.DecodeThroughput(1000, 30*time.Millisecond); !near(got, 600) {
 		t.Errorf("got %v, want 600", got)
@@ -63,7 +63,7 @@ func TestDecodeThroughput(t *testing.T) {
 }
 
 func TestExpectedLatencies(t *testing.T) {
-	m := MustNew(handProfile())
+	m := mustNew(t, handProfile())
 	cases := []struct {
 		thr  float64
 		want time.Duration
@@ -81,7 +81,7 @@ func TestExpectedLatencies(t *testing.T) {
 		t.Errorf("ExpectedITL = %s, want 30ms", got)
 	}
 	// One point per length: latency grows in proportion past it.
-	one := MustNew(Profile{
+	one := mustNew(t, Profile{
 		Prefill: []PrefillPoint{{InputTokens: 100, Concurrency: 1, TTFTSeconds: 0.1, TokensPerSecond: 1000}},
 		Decode:  []DecodePoint{{ContextTokens: 100, Batch: 1, ITLSeconds: 0.01, TokensPerSecond: 100}},
 	})
@@ -169,4 +169,13 @@ func FuzzReadProfile(f *testing.F) {
 			_ = m.ExpectedITL(x, x)
 		}
 	})
+}
+
+func mustNew(t *testing.T, p Profile) *Model {
+	t.Helper()
+	m, err := New(p)
+	if err != nil {
+		t.Fatalf("fixture profile: %v", err)
+	}
+	return m
 }

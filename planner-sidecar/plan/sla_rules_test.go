@@ -88,7 +88,7 @@ func TestSeasonalForecastTakesOverOnARepeatingLoad(t *testing.T) {
 		cfg := baseConfig(map[string]PoolLimits{PoolPrefill: {Max: 100}})
 		cfg.Horizon = 150 * time.Second
 		cfg.ErrorHeadroom = 2
-		s := NewSLA(cfg, flatModel(), func() forecast.Forecaster { return forecast.NewHolt(0.5, 0.3) })
+		s := NewSLA(cfg, flatModel(), func() forecast.Forecaster { return forecast.NewHolt(0.5, 0.3, 0) })
 		var d Decision
 		for i := range 100 { // 50 minutes
 			sec := float64(i * 30)

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvgate/kvgate/internal/testkit/profiletest"
+
 	"github.com/kvgate/kvgate/planner-sidecar/forecast"
 	"github.com/kvgate/kvgate/planner-sidecar/perfmodel"
 )
@@ -18,7 +20,7 @@ var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 // a replica prefills 10000 tokens/s (TTFT 0.1 s unloaded) and decodes 400
 // tokens/s (ITL 20 ms).
 func flatModel() *perfmodel.Model {
-	return perfmodel.MustNew(perfmodel.Profile{
+	return profiletest.Model(perfmodel.Profile{
 		Prefill: []perfmodel.PrefillPoint{{InputTokens: 1000, Concurrency: 1, TTFTSeconds: 0.1, TokensPerSecond: 10000}},
 		Decode:  []perfmodel.DecodePoint{{ContextTokens: 1000, Batch: 8, ITLSeconds: 0.02, TokensPerSecond: 400}},
 	})
@@ -272,7 +274,7 @@ func TestScaleDownWithoutNames(t *testing.T) {
 
 func TestCorrectionTightensTarget(t *testing.T) {
 	// Two prefill points: c=1 (0.1 s, 10000/s), c=4 (0.4 s, 20000/s).
-	m := perfmodel.MustNew(perfmodel.Profile{
+	m := profiletest.Model(perfmodel.Profile{
 		Prefill: []perfmodel.PrefillPoint{
 			{InputTokens: 1000, Concurrency: 1, TTFTSeconds: 0.1, TokensPerSecond: 10000},
 			{InputTokens: 1000, Concurrency: 4, TTFTSeconds: 0.4, TokensPerSecond: 20000},
@@ -308,7 +310,7 @@ func TestForecastDrivesSizing(t *testing.T) {
 	// the exact line (the first difference starts it there).
 	cfg := baseConfig(map[string]PoolLimits{PoolPrefill: {Max: 100}})
 	cfg.Horizon = 20 * time.Second
-	s := NewSLA(cfg, flatModel(), func() forecast.Forecaster { return forecast.NewHolt(0.5, 0.3) })
+	s := NewSLA(cfg, flatModel(), func() forecast.Forecaster { return forecast.NewHolt(0.5, 0.3, 0) })
 	var d Decision
 	for i, r := range []float64{10, 20, 30} {
 		d = s.Decide(Observation{Time: t0.Add(time.Duration(i) * 10 * time.Second), Pools: map[string]PoolObservation{PoolPrefill: load(r, 1000, 100, 0, 1)}})
@@ -405,7 +407,7 @@ func TestScaleDownNeverBelowTheCurrentLevelWhenTheTrendFalls(t *testing.T) {
 	cfg := baseConfig(map[string]PoolLimits{PoolPrefill: {Min: 1, Max: 100}})
 	cfg.Horizon = 20 * time.Second
 	cfg.DownUtilization = 0.75
-	s := NewSLA(cfg, flatModel(), func() forecast.Forecaster { return forecast.NewHolt(0.5, 0.3) })
+	s := NewSLA(cfg, flatModel(), func() forecast.Forecaster { return forecast.NewHolt(0.5, 0.3, 0) })
 	var d Decision
 	for i, r := range []float64{50, 40, 30} {
 		d = s.Decide(Observation{Time: t0.Add(time.Duration(i) * 10 * time.Second), Pools: map[string]PoolObservation{PoolPrefill: load(r, 1000, 100, 0, 6)}})
