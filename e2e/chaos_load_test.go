@@ -81,13 +81,6 @@ func startChaosLoad(t *testing.T, f *chaosFleet, seed uint64) *chaosLoad {
 	return l
 }
 
-// inFlight is how many requests are open now.
-func (l *chaosLoad) inFlight() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.inflight)
-}
-
 // finish stops the clients and waits for their last requests.
 func (l *chaosLoad) finish() {
 	l.stop()

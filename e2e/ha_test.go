@@ -462,14 +462,8 @@ func burstWorkload(groups, perGroup, prefixTokens, suffixTokens int, spread time
 	return warm, burst
 }
 
-// run sends the workload through the fleet's gateway on its schedule and
-// measures what clients and engines saw.
-func (f *haFleet) run(t *testing.T, label string, reqs []haReq) haResult {
-	t.Helper()
-	return f.runVia(t, f.gateway, label, reqs)
-}
-
-// runVia is run through the gateway at base.
+// runVia sends the workload through the gateway at base on its schedule
+// and measures what clients and engines saw.
 func (f *haFleet) runVia(t *testing.T, base, label string, reqs []haReq) haResult {
 	t.Helper()
 	before := f.work(t)

@@ -124,23 +124,3 @@ func (inv *Inventory) Families() []Family {
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
 }
-
-// SeriesNames lists every selectable sample name, sorted.
-func (inv *Inventory) SeriesNames() []string {
-	out := make([]string, 0, len(inv.series))
-	for n := range inv.series {
-		out = append(out, n)
-	}
-	slices.Sort(out)
-	return out
-}
-
-// Markdown renders the inventory as a table (for humans and reviews).
-func (inv *Inventory) Markdown() string {
-	var b strings.Builder
-	b.WriteString("| metric | type | labels | exposed by |\n|---|---|---|---|\n")
-	for _, f := range inv.Families() {
-		fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", f.Name, f.Type, strings.Join(f.Labels, ", "), f.Source)
-	}
-	return b.String()
-}

@@ -79,16 +79,6 @@ type extProcHost struct {
 	ejectedUntil time.Time // outlier detection
 }
 
-// Load parses an Envoy configuration (ParseConfig) and starts a Proxy
-// playing it.
-func Load(envoyConfig []byte, opts ProxyOptions) (*Proxy, error) {
-	cfg, err := ParseConfig(envoyConfig)
-	if err != nil {
-		return nil, err
-	}
-	return NewProxy(cfg, opts)
-}
-
 // NewProxy starts a Proxy for cfg: it connects to the ext_proc replicas
 // and, if the cluster has a gRPC health check, runs it as Envoy does.
 func NewProxy(cfg Config, opts ProxyOptions) (*Proxy, error) {

@@ -71,21 +71,6 @@ func repoAbove(d string) (string, bool) {
 	}
 }
 
-// Dir returns the first of Dirs that exists, else the first of Dirs (where
-// `make models` would put them), or a *MissingError when there is none.
-func Dir() (string, error) {
-	dirs := Dirs()
-	for _, d := range dirs {
-		if fi, err := os.Stat(d); err == nil && fi.IsDir() {
-			return d, nil
-		}
-	}
-	if len(dirs) == 0 {
-		return "", &MissingError{Model: "(any)"}
-	}
-	return dirs[0], nil
-}
-
 // Model returns the directory of one fetched model (e.g. "qwen3"), or a
 // *MissingError telling how to fetch it.
 func Model(name string) (string, error) {

@@ -318,9 +318,6 @@ func (c *Cluster) NewClient() redis.UniversalClient {
 	return redis.NewClusterClient(c.clusterOptions())
 }
 
-// NodeID returns node i's cluster node id.
-func (c *Cluster) NodeID(i int) string { return c.ids[i] }
-
 // KillNode SIGKILLs node i (no shutdown, no save), as a crashed host would
 // die. With replicas, a replica of a killed master takes over after about
 // NodeTimeout; WaitOK waits for that.
