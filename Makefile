@@ -55,7 +55,7 @@ FUZZ_TARGETS := \
 # test run's time (tens of large test binaries) and nobody debugs them.
 TESTFLAGS ?= -count=1 -ldflags=-w
 
-.PHONY: all build run test unit race fuzz bench lint e2e soak models golden screenshots clean
+.PHONY: all build run test unit race fuzz bench deadcode lint e2e soak models golden screenshots clean
 
 all: build
 
@@ -121,6 +121,12 @@ fuzz:
 
 bench: build
 	$(LAB) bench --out BENCHMARKS.md
+
+# No product function only tests reach, no function nothing reaches
+# (scripts/deadcode.sh says what counts as product). About 4 minutes on two
+# cores, so CI (.ci/run) runs it beside `make test`, not inside it.
+deadcode:
+	bash scripts/deadcode.sh
 
 lint:
 	$(GO) vet $(PKGS)
