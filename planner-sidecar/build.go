@@ -152,9 +152,10 @@ func New(section plannerconfig.Config, workers []kvfleet.Worker, o Options) (*Lo
 		sla.Pools[p.Name] = plan.PoolLimits{Min: p.Min, Max: p.Max, GPUsPerReplica: p.GPUsPerReplica}
 	}
 	// The section's keys were validated, with their paths, when the file
-	// was parsed (plannerconfig.Config.Validate); what it could not see is what only the planner
-	// derives: pools from engines' roles when planner.pools is empty, and
-	// the GPU budget over them. NewSLA requires the whole to Validate.
+	// was parsed (plannerconfig.Config.Validate); what that could not see
+	// is what only the planner derives: pools from engines' roles when
+	// planner.pools is empty, and the GPU budget over them. NewSLA
+	// requires the whole to Validate.
 	if err := sla.Validate(); err != nil {
 		return nil, fmt.Errorf("planner: %w", err)
 	}
