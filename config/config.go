@@ -22,6 +22,7 @@ import (
 	"github.com/kvgate/kvgate/internal/confaddr"
 	"github.com/kvgate/kvgate/internal/kvfleet"
 	"github.com/kvgate/kvgate/kvagent/agentconfig"
+	"github.com/kvgate/kvgate/planner-sidecar/plannerconfig"
 )
 
 // MaxFileBytes bounds the configuration file.
@@ -31,14 +32,15 @@ const MaxFileBytes = 4 << 20
 type Config struct {
 	// Index and Indexer are declared by the indexer (indexerconfig),
 	// Extproc by extproc (extprocconfig), Kvagent by the kvagent
-	// (agentconfig); config composes them and checks what spans sections.
+	// (agentconfig), Planner by the planner (plannerconfig); config
+	// composes them and checks what spans sections.
 	Index   indexerconfig.Index  `yaml:"index"`
 	Indexer indexerconfig.Config `yaml:"indexer"`
 	Extproc extprocconfig.Config `yaml:"extproc"`
 	Models  []Model              `yaml:"models"`
 	Engines []Engine             `yaml:"engines"`
 	Kvagent agentconfig.Config   `yaml:"kvagent"`
-	Planner Planner              `yaml:"planner"`
+	Planner plannerconfig.Config `yaml:"planner"`
 	Log     Log                  `yaml:"log"`
 }
 
@@ -169,7 +171,7 @@ func (c *Config) Validate() error {
 	if err := c.Kvagent.Validate("kvagent"); err != nil {
 		return err
 	}
-	if err := c.Planner.validate("planner"); err != nil {
+	if err := c.Planner.Validate("planner"); err != nil {
 		return err
 	}
 	models := map[string]bool{}

@@ -97,7 +97,11 @@ func startPDRig(t *testing.T, prefillSpeed, decodeSpeed, gbps float64) *pdRig {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	rig.router, err = extproc.NewRouter(cfg, reg, kvindex.NewMemory(kvindex.MemoryConfig{}), log)
+	fleet, err := cfg.Workers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rig.router, err = extproc.NewRouter(extproc.RouterConfig{Extproc: cfg.Extproc, Index: cfg.Index, Workers: fleet}, reg, kvindex.NewMemory(kvindex.MemoryConfig{}), log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,12 +25,12 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/kvgate/kvgate/config"
 	"github.com/kvgate/kvgate/extproc/enginemetrics"
 	"github.com/kvgate/kvgate/extproc/extprocconfig"
 	"github.com/kvgate/kvgate/extproc/loadview"
 	"github.com/kvgate/kvgate/extproc/preprocess"
 	"github.com/kvgate/kvgate/extproc/server"
+	"github.com/kvgate/kvgate/indexer/indexerconfig"
 	"github.com/kvgate/kvgate/indexer/kvindex"
 	"github.com/kvgate/kvgate/internal/kvfleet"
 	"github.com/kvgate/kvgate/picker"
@@ -103,8 +103,21 @@ func WithSharedLoadClient(c redis.UniversalClient) Option {
 	return func(d *routerDeps) { d.sharedLoad = c }
 }
 
+// RouterConfig is what the request path reads of the configuration file:
+// its own section, the index section, and the workers the engines: list
+// expands to. The caller composes it (config.Config.Workers expands the
+// list), so extproc does not depend on the whole file (issue 18).
+type RouterConfig struct {
+	Extproc extprocconfig.Config
+	// Index says whether replicas can share their load: with backend
+	// redis they do, under index.redis.prefix (sharedload.go).
+	Index indexerconfig.Index
+	// Workers is the worker set at start (SetMembers replaces it).
+	Workers []kvfleet.Worker
+}
+
 // NewRouter builds the request path from the configuration.
-func NewRouter(cfg config.Config, reg *preprocess.Registry, idx kvindex.Index, log *slog.Logger, opts ...Option) (*Router, error) {
+func NewRouter(rc RouterConfig, reg *preprocess.Registry, idx kvindex.Index, log *slog.Logger, opts ...Option) (*Router, error) {
 	var deps routerDeps
 	for _, o := range opts {
 		o(&deps)
@@ -112,7 +125,7 @@ func NewRouter(cfg config.Config, reg *preprocess.Registry, idx kvindex.Index, l
 	if log == nil {
 		log = slog.Default()
 	}
-	x := cfg.Extproc
+	x := rc.Extproc
 	pc := picker.DefaultConfig()
 	pc.Policy = x.Policy
 	pc.Temperature = x.Temperature
@@ -156,9 +169,9 @@ func NewRouter(cfg config.Config, reg *preprocess.Registry, idx kvindex.Index, l
 			r.health.onRecover = func(endpoint string) { r.outlier.recovered(endpoint, r.now()) }
 		}
 	}
-	if cfg.Index.Backend == "redis" && !x.SharedLoad.Disabled {
+	if rc.Index.Backend == "redis" && !x.SharedLoad.Disabled {
 		if deps.sharedLoad != nil {
-			r.shared = newSharedLoad(deps.sharedLoad, cfg.Index.Redis.Prefix, x.SharedLoad, r.load.SnapshotAll, r.load.Begun, log)
+			r.shared = newSharedLoad(deps.sharedLoad, rc.Index.Redis.Prefix, x.SharedLoad, r.load.SnapshotAll, r.load.Begun, log)
 		} else {
 			log.Warn("extproc.shared_load: no Redis client given to share load through (WithSharedLoadClient); replicas count only their own load")
 		}
@@ -169,11 +182,7 @@ func NewRouter(cfg config.Config, reg *preprocess.Registry, idx kvindex.Index, l
 		r.engines = enginemetrics.New(emc)
 	}
 	r.gatherer = &gatherer{load: r.load, throughput: r.throughput, outlier: r.outlier, health: r.health, shared: r.shared, engines: r.engines}
-	workers, err := cfg.Workers()
-	if err != nil {
-		return nil, err
-	}
-	if err := r.SetMembers(workers); err != nil {
+	if err := r.SetMembers(rc.Workers); err != nil {
 		return nil, err
 	}
 	return r, nil

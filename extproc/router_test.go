@@ -40,6 +40,17 @@ type rig struct {
 
 // withWorkers replaces the harness's worker cluster endpoints (as EDS
 // would after the fleet changed).
+// routerConfig is what the composition points (internal/runextproc,
+// deploy/inventory) give NewRouter: cfg's sections and its engines expanded.
+func routerConfig(t testing.TB, cfg config.Config) RouterConfig {
+	t.Helper()
+	workers, err := cfg.Workers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return RouterConfig{Extproc: cfg.Extproc, Index: cfg.Index, Workers: workers}
+}
+
 func (r *rig) withWorkers(t *testing.T, eps ...string) {
 	t.Helper()
 	h, err := envoyharness.New(r.conn, r.hcfg.WithWorkers(eps...))
@@ -76,7 +87,7 @@ func newRig(t *testing.T, mutate func(*config.Config), hcfg envoyharness.Config)
 	}
 	idx := kvindex.NewMemory(kvindex.MemoryConfig{})
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	router, err := NewRouter(cfg, reg, idx, log)
+	router, err := NewRouter(routerConfig(t, cfg), reg, idx, log)
 	if err != nil {
 		t.Fatal(err)
 	}

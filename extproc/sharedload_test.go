@@ -242,7 +242,7 @@ func TestRoutersShareLoadThroughRedis(t *testing.T) {
 		// The client is given explicitly, as cmd/kvgate gives the index's.
 		client := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: cfg.Index.Redis.Addrs})
 		t.Cleanup(func() { client.Close() })
-		r, err := NewRouter(cfg, reg, idx, quietLog(), WithSharedLoadClient(client))
+		r, err := NewRouter(routerConfig(t, cfg), reg, idx, quietLog(), WithSharedLoadClient(client))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -258,7 +258,7 @@ func TestRoutersShareLoadThroughRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer idx.Close()
-	if alone, err := NewRouter(cfg, reg, idx, quietLog()); err != nil || alone.shared != nil {
+	if alone, err := NewRouter(routerConfig(t, cfg), reg, idx, quietLog()); err != nil || alone.shared != nil {
 		t.Fatalf("without a shared-load client: err %v, shared load on %v", err, alone != nil && alone.shared != nil)
 	}
 	a, b := newReplica(), newReplica()

@@ -18,7 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/kvgate/kvgate/config"
+	"github.com/kvgate/kvgate/indexer/indexerconfig"
 	"github.com/kvgate/kvgate/indexer/ingest"
 	"github.com/kvgate/kvgate/indexer/kvevents"
 	"github.com/kvgate/kvgate/indexer/kvindex"
@@ -31,7 +31,7 @@ import (
 // that publishes KV events. The set may change at run time (SetWorkers,
 // fed by discovery).
 type Service struct {
-	cfg     config.Config
+	cfg     ServiceConfig
 	idx     kvindex.Index
 	log     *slog.Logger
 	started atomic.Bool
@@ -84,17 +84,36 @@ type stream struct {
 	done   chan struct{}
 }
 
+// ServiceConfig is what the indexer reads of the configuration file: the
+// index and indexer sections, the models (block size, LoRA names), and the
+// workers the engines: list expands to. The caller composes it
+// (config.Config.Workers expands the list), so the indexer does not
+// depend on the whole file (issue 18).
+type ServiceConfig struct {
+	Index   indexerconfig.Index
+	Indexer indexerconfig.Config
+	Models  []kvfleet.Model
+	// Workers is the worker set at start (SetWorkers replaces it).
+	Workers []kvfleet.Worker
+}
+
+// model returns the base model named name, or nil.
+func (c *ServiceConfig) model(name string) *kvfleet.Model {
+	for i := range c.Models {
+		if c.Models[i].Name == name {
+			return &c.Models[i]
+		}
+	}
+	return nil
+}
+
 // New builds the service. It does not start anything until Run.
-func New(cfg config.Config, idx kvindex.Index, log *slog.Logger) (*Service, error) {
+func New(cfg ServiceConfig, idx kvindex.Index, log *slog.Logger) (*Service, error) {
 	if log == nil {
 		log = slog.Default()
 	}
 	s := &Service{cfg: cfg, idx: idx, log: log}
-	workers, err := cfg.Workers()
-	if err != nil {
-		return nil, err
-	}
-	streams, err := s.buildStreams(workers)
+	streams, err := s.buildStreams(cfg.Workers)
 	if err != nil {
 		return nil, err
 	}
@@ -107,7 +126,7 @@ func New(cfg config.Config, idx kvindex.Index, log *slog.Logger) (*Service, erro
 func (s *Service) buildStreams(workers []kvfleet.Worker) ([]*stream, error) {
 	var out []*stream
 	for _, w := range workers {
-		m := s.cfg.Model(w.Model)
+		m := s.cfg.model(w.Model)
 		if m == nil {
 			return nil, fmt.Errorf("engine %s: unknown model %q", w.ID.Endpoint, w.Model)
 		}
@@ -193,7 +212,7 @@ func (s *Service) snapshot() []*stream {
 	return append([]*stream(nil), s.streams...)
 }
 
-func (s *Service) newStream(w kvfleet.Worker, m *config.Model) (*stream, error) {
+func (s *Service) newStream(w kvfleet.Worker, m *kvfleet.Model) (*stream, error) {
 	events := w.Events
 	var listener *kvstream.Listener
 	if w.Events == kvfleet.EventsBindMode {
@@ -257,7 +276,7 @@ const tierStreamSuffix = "/kvagent"
 // worker w: host and disk tiers only, resets scoped to what that
 // stream stored, parents resolved through the engine stream (gpu, may be
 // nil) when the kvagent does not hold them.
-func (s *Service) newTierStream(w kvfleet.Worker, m *config.Model, gpu *stream) (*stream, error) {
+func (s *Service) newTierStream(w kvfleet.Worker, m *kvfleet.Model, gpu *stream) (*stream, error) {
 	icfg := ingest.Config{
 		BlockSize:   m.BlockSize,
 		Namespace:   m.Namespace,
@@ -273,7 +292,7 @@ func (s *Service) newTierStream(w kvfleet.Worker, m *config.Model, gpu *stream) 
 
 // subscribe makes the stream's subscriber: dialing events, or attached to
 // listener (bind mode, events is then only a label).
-func (s *Service) subscribe(w kvfleet.WorkerID, m *config.Model, ing *ingest.Worker, key, events string, listener *kvstream.Listener, replay, topic, suffix string) (*stream, error) {
+func (s *Service) subscribe(w kvfleet.WorkerID, m *kvfleet.Model, ing *ingest.Worker, key, events string, listener *kvstream.Listener, replay, topic, suffix string) (*stream, error) {
 	st := &stream{
 		key:      key,
 		worker:   w,

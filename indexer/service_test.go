@@ -85,9 +85,20 @@ func (e *testEngine) publish(t *testing.T, b kvevents.Batch, live bool) {
 	e.sent++
 }
 
+// serviceConfig is what the composition points (cmd/kvgate,
+// internal/runextproc) give New: cfg's sections and its engines expanded.
+func serviceConfig(t *testing.T, cfg config.Config) ServiceConfig {
+	t.Helper()
+	workers, err := cfg.Workers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ServiceConfig{Index: cfg.Index, Indexer: cfg.Indexer, Models: cfg.Models, Workers: workers}
+}
+
 func runService(t *testing.T, cfg config.Config, idx kvindex.Index) *Service {
 	t.Helper()
-	svc, err := New(cfg, idx, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	svc, err := New(serviceConfig(t, cfg), idx, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -158,7 +158,11 @@ engines:
 		t.Fatal(err)
 	}
 	idx := kvindex.NewMemory(kvindex.MemoryConfig{})
-	svc, err := indexer.New(cfg, idx, slog.Default())
+	workers, err := cfg.Workers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := indexer.New(indexer.ServiceConfig{Index: cfg.Index, Indexer: cfg.Indexer, Models: cfg.Models, Workers: workers}, idx, slog.Default())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/kvgate/kvgate/config"
 	"github.com/kvgate/kvgate/internal/kvfleet"
 	"github.com/kvgate/kvgate/planner-sidecar/actuate"
 	"github.com/kvgate/kvgate/planner-sidecar/collect"
@@ -15,6 +14,7 @@ import (
 	"github.com/kvgate/kvgate/planner-sidecar/journal"
 	"github.com/kvgate/kvgate/planner-sidecar/perfmodel"
 	"github.com/kvgate/kvgate/planner-sidecar/plan"
+	"github.com/kvgate/kvgate/planner-sidecar/plannerconfig"
 )
 
 // Options are what the command line adds to the configuration file.
@@ -27,30 +27,51 @@ type Options struct {
 }
 
 // poolsOf returns the planner's pools: planner.pools, or when that is
-// empty one pool per engine role present in engines: (both → aggregated),
-// each between 1 and the number of such engines.
-func poolsOf(cfg config.Config) []config.PlannerPool {
-	if len(cfg.Planner.Pools) > 0 {
-		return cfg.Planner.Pools
+// empty one pool per engine role present among workers (both →
+// aggregated), each between 1 and the number of such engines. Workers are
+// data-parallel ranks; an engine is one endpoint, however many ranks it has.
+func poolsOf(pools []plannerconfig.Pool, workers []kvfleet.Worker) []plannerconfig.Pool {
+	if len(pools) > 0 {
+		return pools
 	}
 	count := map[string]int{}
-	for _, e := range cfg.Engines {
-		count[roleToPool(e.Role)]++
+	for _, e := range engineEndpoints(workers) {
+		count[roleToPool(e.role)]++
 	}
-	var out []config.PlannerPool
+	var out []plannerconfig.Pool
 	for _, name := range []string{plan.PoolAggregated, plan.PoolPrefill, plan.PoolDecode} {
 		if n := count[name]; n > 0 {
-			out = append(out, config.PlannerPool{Name: name, Min: 1, Max: n, GPUsPerReplica: 1})
+			out = append(out, plannerconfig.Pool{Name: name, Min: 1, Max: n, GPUsPerReplica: 1})
 		}
 	}
 	return out
 }
 
-// roleToPool is the pool an engine of the given role (engines[].role)
-// belongs to, read with the fleet's one role parser: both (and, as before
-// validation, anything unknown) is aggregated.
-func roleToPool(role string) string {
-	r, _ := kvfleet.ParseRole(role)
+// engineEndpoint is one engine as the planner sees it: its HTTP endpoint
+// (scraped, and counted once per pool) and its role.
+type engineEndpoint struct {
+	endpoint string
+	role     kvfleet.Role
+}
+
+// engineEndpoints folds workers (one per data-parallel rank, in the file's
+// order: engine, then rank) back into engines, first appearance first.
+func engineEndpoints(workers []kvfleet.Worker) []engineEndpoint {
+	var out []engineEndpoint
+	seen := map[string]bool{}
+	for _, w := range workers {
+		if seen[w.ID.Endpoint] {
+			continue
+		}
+		seen[w.ID.Endpoint] = true
+		out = append(out, engineEndpoint{endpoint: w.ID.Endpoint, role: w.Role})
+	}
+	return out
+}
+
+// roleToPool is the pool an engine of the given role belongs to: both is
+// aggregated.
+func roleToPool(r kvfleet.Role) string {
 	switch r {
 	case kvfleet.RolePrefill:
 		return plan.PoolPrefill
@@ -60,16 +81,19 @@ func roleToPool(role string) string {
 	return plan.PoolAggregated
 }
 
-// New builds a Loop from the configuration: the SLA policy over the
-// profile, the collector (Prometheus when planner.prometheus.url is set,
-// otherwise direct scraping of engines: and each pool's endpoints), the
-// actuator (advisory when asked on the command line), the journal and the
-// metrics. The caller closes the journal (Loop.Journal) when done.
-func New(cfg config.Config, o Options) (*Loop, error) {
+// New builds a Loop from the planner: section and the fleet's workers
+// (config.Config.Workers: engines: expanded, one per data-parallel rank):
+// the SLA policy over the profile, the collector (Prometheus when
+// planner.prometheus.url is set, otherwise direct scraping of the workers'
+// engines and each pool's endpoints), the actuator (advisory when asked on
+// the command line), the journal and the metrics. When planner.pools is
+// empty the pools are derived from the workers' roles. The caller closes
+// the journal (Loop.Journal) when done.
+func New(section plannerconfig.Config, workers []kvfleet.Worker, o Options) (*Loop, error) {
 	// A section built in code rather than parsed has no defaults yet; the
-	// copy gets the file's (config.Planner.ApplyDefaults, declared in
+	// copy gets the file's (plannerconfig.Config.ApplyDefaults, declared in
 	// plan/defaults.go), so the caller's pools are not written to.
-	pc := cfg.Planner
+	pc := section
 	pc.Pools = slices.Clone(pc.Pools)
 	for i, p := range pc.Pools {
 		if p.Kubernetes != nil {
@@ -78,8 +102,7 @@ func New(cfg config.Config, o Options) (*Loop, error) {
 		}
 	}
 	pc.ApplyDefaults()
-	cfg.Planner = pc
-	pools := poolsOf(cfg)
+	pools := poolsOf(pc.Pools, workers)
 	if len(pools) == 0 {
 		return nil, fmt.Errorf("planner.pools: no pools, and no engines: to derive them from")
 	}
@@ -128,10 +151,11 @@ func New(cfg config.Config, o Options) (*Loop, error) {
 	for _, p := range pools {
 		sla.Pools[p.Name] = plan.PoolLimits{Min: p.Min, Max: p.Max, GPUsPerReplica: p.GPUsPerReplica}
 	}
-	// The section's keys were validated, with their paths, by config
-	// (Planner.validate); what it could not see is what only the planner
-	// derives: pools from engines' roles when planner.pools is empty, and
-	// the GPU budget over them. NewSLA requires the whole to Validate.
+	// The section's keys were validated, with their paths, when the file
+	// was parsed (plannerconfig.Config.Validate); what that could not see
+	// is what only the planner derives: pools from engines' roles when
+	// planner.pools is empty, and the GPU budget over them. NewSLA
+	// requires the whole to Validate.
 	if err := sla.Validate(); err != nil {
 		return nil, fmt.Errorf("planner: %w", err)
 	}
@@ -163,10 +187,10 @@ func New(cfg config.Config, o Options) (*Loop, error) {
 		for _, p := range pools {
 			eps[p.Name] = append(eps[p.Name], p.Endpoints...)
 		}
-		for _, e := range cfg.Engines {
-			pool := roleToPool(e.Role)
-			if _, ok := eps[pool]; ok && !slices.Contains(eps[pool], e.Endpoint) {
-				eps[pool] = append(eps[pool], e.Endpoint)
+		for _, e := range engineEndpoints(workers) {
+			pool := roleToPool(e.role)
+			if _, ok := eps[pool]; ok && !slices.Contains(eps[pool], e.endpoint) {
+				eps[pool] = append(eps[pool], e.endpoint)
 			}
 		}
 		sc := collect.NewScraper(eps, pc.Scrape.Extproc, pc.Scrape.Timeout.D()).WithTargets(sla.TTFT, sla.ITL)

@@ -19,6 +19,7 @@ import (
 	"github.com/kvgate/kvgate/planner-sidecar/forecast"
 	"github.com/kvgate/kvgate/planner-sidecar/perfmodel"
 	"github.com/kvgate/kvgate/planner-sidecar/plan"
+	"github.com/kvgate/kvgate/planner-sidecar/plannerconfig"
 )
 
 // plannerFrom parses a planner section (one aggregated pool, the test
@@ -40,7 +41,11 @@ func newFrom(t *testing.T, section string) (*Loop, error) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return New(cfg, Options{})
+	workers, err := cfg.Workers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return New(cfg.Planner, workers, Options{})
 }
 
 func slaConfig(t *testing.T, l *Loop) plan.SLAConfig {
@@ -73,13 +78,13 @@ func TestTunedRulesDefaultToTheSimulators(t *testing.T) {
 	if plan.DefaultTrendDamping != plannersim.DefaultForecastParams.TrendDamping {
 		t.Fatalf("trend damping default %v, the simulator's %v", plan.DefaultTrendDamping, plannersim.DefaultForecastParams.TrendDamping)
 	}
-	// A Config built in code (no defaults applied) gets the same.
-	cfg := config.Config{Planner: config.Planner{
-		Interval: yamlconf.Duration(10 * time.Second), Targets: config.PlannerTargets{TTFT: yamlconf.Duration(time.Second), ITL: yamlconf.Duration(50 * time.Millisecond)},
-		Pools: []config.PlannerPool{{Name: "aggregated", Min: 1, Max: 8}}, Forecaster: config.PlannerForecaster{Kind: "holt"},
+	// A section built in code (no defaults applied) gets the same.
+	section := plannerconfig.Config{
+		Interval: yamlconf.Duration(10 * time.Second), Targets: plannerconfig.Targets{TTFT: yamlconf.Duration(time.Second), ITL: yamlconf.Duration(50 * time.Millisecond)},
+		Pools: []plannerconfig.Pool{{Name: "aggregated", Min: 1, Max: 8}}, Forecaster: plannerconfig.Forecaster{Kind: "holt"},
 		Profile: writeProfile(t),
-	}}
-	l, err := New(cfg, Options{})
+	}
+	l, err := New(section, nil, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

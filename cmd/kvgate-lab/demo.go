@@ -111,7 +111,11 @@ func demo(ctx context.Context, out io.Writer, o demoOptions) error {
 		return err
 	}
 	defer idx.Close()
-	svc, err := indexer.New(cfg, idx, log)
+	workers, err := cfg.Workers()
+	if err != nil {
+		return err
+	}
+	svc, err := indexer.New(indexer.ServiceConfig{Index: cfg.Index, Indexer: cfg.Indexer, Models: cfg.Models, Workers: workers}, idx, log)
 	if err != nil {
 		return err
 	}

@@ -131,7 +131,7 @@ planner:
 		t.Fatal(err)
 	}
 	log := slog.New(slog.DiscardHandler)
-	loop, err := planner.New(cfg, planner.Options{Advisory: true, Log: log})
+	loop, err := planner.New(cfg.Planner, nil, planner.Options{Advisory: true, Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}

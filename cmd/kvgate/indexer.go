@@ -74,7 +74,11 @@ func serveIndexer(ctx context.Context, cfg config.Config, log *slog.Logger, list
 		return err
 	}
 	defer idx.Close()
-	svc, err := indexer.New(cfg, idx, log)
+	workers, err := cfg.Workers()
+	if err != nil {
+		return err
+	}
+	svc, err := indexer.New(indexer.ServiceConfig{Index: cfg.Index, Indexer: cfg.Indexer, Models: cfg.Models, Workers: workers}, idx, log)
 	if err != nil {
 		return err
 	}

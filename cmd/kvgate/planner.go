@@ -107,7 +107,12 @@ func runPlanner(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "kvgate planner: --log-format: %v\n", err)
 		return 2
 	}
-	loop, err := planner.New(cfg, planner.Options{Advisory: *advisory, Interval: *interval, Journal: *journalPath, Profile: *profilePath, Log: log})
+	workers, err := cfg.Workers()
+	if err != nil {
+		fmt.Fprintf(stderr, "kvgate planner: %v\n", err)
+		return 2
+	}
+	loop, err := planner.New(cfg.Planner, workers, planner.Options{Advisory: *advisory, Interval: *interval, Journal: *journalPath, Profile: *profilePath, Log: log})
 	if err != nil {
 		fmt.Fprintf(stderr, "kvgate planner: %v\n", err)
 		return 2

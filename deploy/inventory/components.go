@@ -96,7 +96,11 @@ func extprocFamilies() ([]Family, error) {
 		return nil, err
 	}
 	defer idx.Close()
-	router, err := extproc.NewRouter(cfg, reg, idx, quiet)
+	workers, err := cfg.Workers()
+	if err != nil {
+		return nil, err
+	}
+	router, err := extproc.NewRouter(extproc.RouterConfig{Extproc: cfg.Extproc, Index: cfg.Index, Workers: workers}, reg, idx, quiet)
 	if err != nil {
 		return nil, fmt.Errorf("extproc router: %w", err)
 	}
@@ -116,7 +120,11 @@ func indexerFamilies() ([]Family, error) {
 		return nil, err
 	}
 	defer idx.Close()
-	svc, err := indexer.New(cfg, idx, quiet)
+	workers, err := cfg.Workers()
+	if err != nil {
+		return nil, err
+	}
+	svc, err := indexer.New(indexer.ServiceConfig{Index: cfg.Index, Indexer: cfg.Indexer, Models: cfg.Models, Workers: workers}, idx, quiet)
 	if err != nil {
 		return nil, fmt.Errorf("indexer: %w", err)
 	}

@@ -105,7 +105,11 @@ func TestInventoryMatchesIndexerEndpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer idx.Close()
-	svc, err := indexer.New(cfg, idx, quiet)
+	workers, err := cfg.Workers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := indexer.New(indexer.ServiceConfig{Index: cfg.Index, Indexer: cfg.Indexer, Models: cfg.Models, Workers: workers}, idx, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}

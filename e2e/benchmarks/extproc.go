@@ -146,10 +146,15 @@ func Extproc(ctx context.Context, w io.Writer, indexes map[string]kvindex.Index,
 		return latency{p50: all[len(all)/2], p99: all[len(all)*99/100]}, float64(len(all)) / elapsed.Seconds(), nil
 	}
 
+	workers, err := cfg.Workers()
+	if err != nil {
+		return err
+	}
+	rc := extproc.RouterConfig{Extproc: cfg.Extproc, Index: cfg.Index, Workers: workers}
 	names := sortedKeys(indexes)
 	for _, name := range names {
 		idx := indexes[name]
-		router, err := extproc.NewRouter(cfg, reg, idx, log)
+		router, err := extproc.NewRouter(rc, reg, idx, log)
 		if err != nil {
 			return err
 		}

@@ -35,8 +35,12 @@ func newDecisionRig(tb testing.TB) *decisionRig {
 	if err != nil {
 		tb.Fatal(err)
 	}
+	workers, err := cfg.Workers()
+	if err != nil {
+		tb.Fatal(err)
+	}
 	idx := kvindex.NewMemory(kvindex.MemoryConfig{})
-	router, err := extproc.NewRouter(cfg, reg, idx, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	router, err := extproc.NewRouter(extproc.RouterConfig{Extproc: cfg.Extproc, Index: cfg.Index, Workers: workers}, reg, idx, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		tb.Fatal(err)
 	}

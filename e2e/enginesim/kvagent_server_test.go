@@ -76,7 +76,11 @@ engines:
 		t.Fatal(err)
 	}
 	idx := kvindex.NewMemory(kvindex.MemoryConfig{})
-	svc, err := indexer.New(icfg, idx, slog.New(slog.DiscardHandler))
+	workers, err := icfg.Workers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := indexer.New(indexer.ServiceConfig{Index: icfg.Index, Indexer: icfg.Indexer, Models: icfg.Models, Workers: workers}, idx, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

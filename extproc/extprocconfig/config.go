@@ -6,8 +6,9 @@
 // and admin-auth types).
 //
 // It is a package of its own, not part of extproc, because config
-// composes it and extproc still reads the whole file (config.Config):
-// config importing extproc would cycle (issue 18).
+// composes it and every kvgate process parses the file: declared in
+// extproc, the section would link the whole request path into each of
+// them. extproc takes it (RouterConfig), not the file (issue 18).
 package extprocconfig
 
 import (

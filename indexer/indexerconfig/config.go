@@ -4,8 +4,9 @@
 // defaults (declared once, here) and their validation.
 //
 // It is a package of its own, not part of indexer, because config composes
-// it and indexer still reads the whole file (config.Config): config
-// importing indexer would cycle (issue 18).
+// it and every kvgate process parses the file: declared in indexer, the
+// sections would link the subscriptions and backends into each of them.
+// indexer takes them (ServiceConfig), not the file (issue 18).
 package indexerconfig
 
 import (

@@ -218,7 +218,11 @@ func Serve(ctx context.Context, cfg config.Config, o Options) error {
 		return err
 	}
 	defer idx.Close()
-	router, err := extproc.NewRouter(cfg, reg, idx, o.Log, sharedLoadOptions(idx)...)
+	workers, err := cfg.Workers()
+	if err != nil {
+		return err
+	}
+	router, err := extproc.NewRouter(extproc.RouterConfig{Extproc: cfg.Extproc, Index: cfg.Index, Workers: workers}, reg, idx, o.Log, sharedLoadOptions(idx)...)
 	if err != nil {
 		return err
 	}
@@ -244,7 +248,7 @@ func Serve(ctx context.Context, cfg config.Config, o Options) error {
 	if cfg.Index.Backend == "memory" || o.WithIndexer {
 		// The in-memory index lives in this process, so this process must
 		// also keep it fed.
-		svc, err = indexer.New(cfg, idx, o.Log)
+		svc, err = indexer.New(indexer.ServiceConfig{Index: cfg.Index, Indexer: cfg.Indexer, Models: cfg.Models, Workers: workers}, idx, o.Log)
 		if err != nil {
 			return err
 		}

@@ -3,7 +3,7 @@ package plan
 import "time"
 
 // The planner's defaults, declared once: the configuration file's planner
-// section (config.Planner, which applies them to an omitted key) and an
+// section (plannerconfig.Config.ApplyDefaults, for an omitted key) and an
 // SLAConfig built in code (applyDefaults, the simulator's) both take these.
 //
 // The hysteresis and correction values are Dynamo's SLA planner's; the
