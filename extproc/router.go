@@ -142,7 +142,7 @@ func NewRouter(rc RouterConfig, reg *preprocess.Registry, idx kvindex.Index, log
 	if err := pd.Validate(); err != nil {
 		return nil, fmt.Errorf("extproc pd: %w", err)
 	}
-	recent, err := loadview.NewRecent(loadview.RecentConfig{TTL: x.ApproximateTTL.D(), MaxEntries: loadview.DefaultRecentConfig().MaxEntries})
+	recent, err := loadview.NewRecent(loadview.RecentConfig{TTL: x.ApproximateTTL.D(), MaxEntries: loadview.DefaultRecentMaxEntries})
 	if err != nil {
 		return nil, err
 	}

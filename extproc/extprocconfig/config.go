@@ -59,7 +59,8 @@ type Config struct {
 	// on load alone (counted), never failed.
 	IndexTimeout yamlconf.Duration `yaml:"index_timeout"`
 	// ApproximateTTL: for engines without KV events, kvgate remembers its
-	// own routing decisions as cache hints for this long.
+	// own routing decisions as cache hints for this long (default 120 s,
+	// the TTL of Dynamo's approximate KV indexer).
 	ApproximateTTL yamlconf.Duration `yaml:"approximate_ttl"`
 	// ExpectedOutputTokens predicts a request's decode footprint when it
 	// sets no max_tokens.

@@ -47,7 +47,7 @@ func NewPending(cfg RecentConfig) (*Pending, error) {
 
 // DefaultPendingConfig is PendingTTL with the Recent view's default bound.
 func DefaultPendingConfig() RecentConfig {
-	return RecentConfig{TTL: PendingTTL, MaxEntries: DefaultRecentConfig().MaxEntries}
+	return RecentConfig{TTL: PendingTTL, MaxEntries: DefaultRecentMaxEntries}
 }
 
 // Record notes that the prompt whose block sequence hashes are chain was

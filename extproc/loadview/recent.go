@@ -51,11 +51,11 @@ type RecentConfig struct {
 	MaxEntries int           // bound on remembered (block, worker) pairs
 }
 
-// DefaultRecentConfig is Dynamo's 120 s TTL and 2^18 pairs (~40 MiB): 120 s
-// of 35 requests/s with 64-block prompts.
-func DefaultRecentConfig() RecentConfig {
-	return RecentConfig{TTL: 120 * time.Second, MaxEntries: 1 << 18}
-}
+// DefaultRecentMaxEntries bounds the remembered (block, worker) pairs:
+// 2^18 (~40 MiB) holds 120 s (extproc.approximate_ttl's default, Dynamo's)
+// of 35 requests/s with 64-block prompts. The TTL itself is the option's,
+// declared with its default in extprocconfig.
+const DefaultRecentMaxEntries = 1 << 18
 
 // NewRecent returns an empty Recent.
 func NewRecent(cfg RecentConfig) (*Recent, error) {

@@ -136,7 +136,7 @@ func TestRecentConfig(t *testing.T) {
 			t.Errorf("config %+v accepted", c)
 		}
 	}
-	if _, err := NewRecent(DefaultRecentConfig()); err != nil {
+	if _, err := NewRecent(RecentConfig{TTL: 120 * time.Second, MaxEntries: DefaultRecentMaxEntries}); err != nil {
 		t.Error(err)
 	}
 }
@@ -192,7 +192,7 @@ func TestRecentMatchesModel(t *testing.T) {
 }
 
 func BenchmarkRecent(b *testing.B) {
-	r, _ := NewRecent(DefaultRecentConfig())
+	r, _ := NewRecent(RecentConfig{TTL: 120 * time.Second, MaxEntries: DefaultRecentMaxEntries})
 	chain := make([]uint64, 64)
 	for i := range chain {
 		chain[i] = uint64(i * 7919)

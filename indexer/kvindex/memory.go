@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/kvgate/kvgate/indexer/indexerconfig"
+
 	"github.com/kvgate/kvgate/internal/kvfleet"
 )
 
@@ -18,15 +20,15 @@ type MemoryConfig struct {
 	// table, rounded up to a power of two; 0 means DefaultMemoryShards.
 	Shards int
 	// MaxEntries bounds (block, worker, tier) entries; 0 means
-	// DefaultMemoryMaxEntries. Past it, least recently used blocks are
+	// index.memory.max_entries' default (indexerconfig, where the option and
+	// its default are declared). Past it, least recently used blocks are
 	// evicted whole.
 	MaxEntries int64
 }
 
 const (
-	DefaultMemoryShards     = 64
-	DefaultMemoryMaxEntries = 1 << 24
-	maxMemoryShards         = 4096
+	DefaultMemoryShards = 64
+	maxMemoryShards     = 4096
 	// A shard's capacity is its own (see NewMemory), so small capacities use
 	// fewer shards: below this many entries per shard, one block held by a
 	// large fleet (a shared system prompt on every worker) could not fit.
@@ -78,7 +80,7 @@ var _ Index = (*Memory)(nil)
 func NewMemory(cfg MemoryConfig) *Memory {
 	maxEntries := cfg.MaxEntries
 	if maxEntries <= 0 {
-		maxEntries = DefaultMemoryMaxEntries
+		maxEntries = indexerconfig.DefaultMemoryMaxEntries
 	}
 	n := cfg.Shards
 	if n <= 0 {

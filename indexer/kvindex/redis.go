@@ -82,6 +82,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kvgate/kvgate/indexer/indexerconfig"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/kvgate/kvgate/internal/kvfleet"
@@ -92,14 +94,15 @@ type RedisConfig struct {
 	// Client is used, never closed, by the index: its creator owns it
 	// (indexer.OpenIndex closes the one it creates).
 	Client redis.UniversalClient
-	// Prefix starts every key ("kvgate:" when empty). It may not contain
+	// Prefix starts every key (indexerconfig.DefaultRedisPrefix when empty). It may not contain
 	// '{' or '}': a hash tag would put the whole index in one slot.
 	Prefix string
 	// BlockTTL bounds how long a block key lives after its last store
-	// (1h when zero).
+	// (indexerconfig.DefaultRedisBlockTTL when zero).
 	BlockTTL time.Duration
 	// WorkerTTL is how long a worker stays visible after the last
-	// heartbeat from an instance writing for it (30s when zero).
+	// heartbeat from an instance writing for it
+	// (indexerconfig.DefaultRedisWorkerTTL when zero).
 	WorkerTTL time.Duration
 	// RegistryStaleness bounds how old Match's registry snapshot may be
 	// (250ms, or WorkerTTL/4 if smaller, when zero). At most WorkerTTL/3.
@@ -116,9 +119,8 @@ type RedisConfig struct {
 }
 
 const (
-	defaultRedisPrefix      = "kvgate:"
-	defaultRedisBlockTTL    = time.Hour
-	defaultRedisWorkerTTL   = 30 * time.Second
+	// The prefix and TTL defaults are the index.redis options' own
+	// (indexerconfig); a zero field here takes them.
 	defaultRedisStaleness   = 250 * time.Millisecond
 	redisMaxMatchChunk      = 4096 // 64k tokens at 16 per block
 	redisMaxPrefix          = 128
@@ -243,16 +245,16 @@ func NewRedis(ctx context.Context, cfg RedisConfig) (*Redis, error) {
 		return nil, errors.New("redis index: config: Client is nil")
 	}
 	if cfg.Prefix == "" {
-		cfg.Prefix = defaultRedisPrefix
+		cfg.Prefix = indexerconfig.DefaultRedisPrefix
 	}
 	if len(cfg.Prefix) > redisMaxPrefix || strings.ContainsAny(cfg.Prefix, "{}") {
 		return nil, fmt.Errorf("redis index: config: prefix %q: want at most %d bytes and no '{' or '}' (a hash tag would put every key in one Cluster slot)", cfg.Prefix, redisMaxPrefix)
 	}
 	if cfg.BlockTTL == 0 {
-		cfg.BlockTTL = defaultRedisBlockTTL
+		cfg.BlockTTL = indexerconfig.DefaultRedisBlockTTL
 	}
 	if cfg.WorkerTTL == 0 {
-		cfg.WorkerTTL = defaultRedisWorkerTTL
+		cfg.WorkerTTL = indexerconfig.DefaultRedisWorkerTTL
 	}
 	if cfg.BlockTTL < time.Second {
 		return nil, fmt.Errorf("redis index: config: block TTL %v: want at least 1s", cfg.BlockTTL)
