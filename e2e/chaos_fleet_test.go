@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvgate/kvgate/internal/testkit/freeport"
+
 	"github.com/kvgate/kvgate/e2e/envoyharness"
 	"github.com/kvgate/kvgate/e2e/procs"
 	"github.com/kvgate/kvgate/internal/testkit/modelfiles"
@@ -100,7 +102,7 @@ func startChaosFleet(t *testing.T, o chaosOptions) *chaosFleet {
 	defer cancel()
 	if len(o.redisAddrs) > 0 {
 		for attempt := 1; ; attempt++ {
-			at, err := procs.FreeAddr()
+			at, err := freeport.Addr()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -119,8 +121,8 @@ func startChaosFleet(t *testing.T, o chaosOptions) *chaosFleet {
 	}
 	for r := range o.replicas {
 		for attempt := 1; ; attempt++ {
-			listen, err1 := procs.FreeAddr()
-			admin, err2 := procs.FreeAddr()
+			listen, err1 := freeport.Addr()
+			admin, err2 := freeport.Addr()
 			if err := firstErr(err1, err2); err != nil {
 				t.Fatal(err)
 			}
@@ -156,9 +158,9 @@ func (cf *chaosFleet) startEngineAt(t *testing.T, i int, prev *engine) *engine {
 	for attempt := 1; ; attempt++ {
 		e := prev
 		if e == nil {
-			http, err1 := procs.FreeAddr()
-			ev, err2 := procs.FreeAddr()
-			rep, err3 := procs.FreeAddr()
+			http, err1 := freeport.Addr()
+			ev, err2 := freeport.Addr()
+			rep, err3 := freeport.Addr()
 			if err := firstErr(err1, err2, err3); err != nil {
 				t.Fatal(err)
 			}

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvgate/kvgate/internal/testkit/freeport"
+
 	"gopkg.in/yaml.v3"
 
 	"github.com/kvgate/kvgate/config"
@@ -137,9 +139,9 @@ func startFleet(t *testing.T, o fleetOptions) *fleet {
 	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
 	defer cancel()
 	for attempt := 1; ; attempt++ {
-		listen, err1 := procs.FreeAddr()
-		admin, err2 := procs.FreeAddr()
-		idxAt, err3 := procs.FreeAddr()
+		listen, err1 := freeport.Addr()
+		admin, err2 := freeport.Addr()
+		idxAt, err3 := freeport.Addr()
 		if err := firstErr(err1, err2, err3); err != nil {
 			t.Fatal(err)
 		}
@@ -195,9 +197,9 @@ func startEngine(t *testing.T, i int, tokDir string) *engine {
 	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
 	defer cancel()
 	for attempt := 1; ; attempt++ {
-		http, err1 := procs.FreeAddr()
-		ev, err2 := procs.FreeAddr()
-		rep, err3 := procs.FreeAddr()
+		http, err1 := freeport.Addr()
+		ev, err2 := freeport.Addr()
+		rep, err3 := freeport.Addr()
 		if err := firstErr(err1, err2, err3); err != nil {
 			t.Fatal(err)
 		}

@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvgate/kvgate/internal/testkit/freeport"
+
 	"github.com/kvgate/kvgate/e2e/envoyharness"
 	"github.com/kvgate/kvgate/e2e/procs"
 	"github.com/kvgate/kvgate/e2e/replay"
@@ -62,9 +64,9 @@ func startHAEngine(t *testing.T, i int, tokDir string) *engine {
 	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
 	defer cancel()
 	for attempt := 1; ; attempt++ {
-		addr, err1 := procs.FreeAddr()
-		ev, err2 := procs.FreeAddr()
-		rep, err3 := procs.FreeAddr()
+		addr, err1 := freeport.Addr()
+		ev, err2 := freeport.Addr()
+		rep, err3 := freeport.Addr()
 		if err := firstErr(err1, err2, err3); err != nil {
 			t.Fatal(err)
 		}
@@ -158,7 +160,7 @@ func startHAProcesses(t *testing.T, engines int, share []bool) (*haFleet, []stri
 	ctx, cancel := context.WithTimeout(context.Background(), 2*readyTimeout)
 	defer cancel()
 	for attempt := 1; ; attempt++ {
-		at, err := procs.FreeAddr()
+		at, err := freeport.Addr()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -183,8 +185,8 @@ func startHAProcesses(t *testing.T, engines int, share []bool) (*haFleet, []stri
 			path = unsharedPath
 		}
 		for attempt := 1; ; attempt++ {
-			listen, err1 := procs.FreeAddr()
-			admin, err2 := procs.FreeAddr()
+			listen, err1 := freeport.Addr()
+			admin, err2 := freeport.Addr()
 			if err := firstErr(err1, err2); err != nil {
 				t.Fatal(err)
 			}

@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvgate/kvgate/internal/testkit/freeport"
+
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -63,8 +65,8 @@ func TestNeverEndingStreamsBoundedMemory(t *testing.T) {
 	}))
 	defer backend.Close()
 	worker := backend.Listener.Addr().String()
-	listen, err1 := procs.FreeAddr()
-	admin, err2 := procs.FreeAddr()
+	listen, err1 := freeport.Addr()
+	admin, err2 := freeport.Addr()
 	if err := firstErr(err1, err2); err != nil {
 		t.Fatal(err)
 	}

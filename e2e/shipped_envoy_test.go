@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvgate/kvgate/internal/testkit/freeport"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
@@ -66,7 +68,7 @@ func TestShippedEnvoyConfigsEndToEnd(t *testing.T) {
 	for i := range 3 {
 		live = append(live, startEngine(t, i, tokDir))
 	}
-	dead, err := procs.FreeAddr()
+	dead, err := freeport.Addr()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,8 +90,8 @@ func TestShippedEnvoyConfigsEndToEnd(t *testing.T) {
 				engines = append(engines, map[string]any{"endpoint": e.endpoint, "model": modelName, "events": e.events, "replay": e.replay})
 			}
 			engines = append(engines, map[string]any{"endpoint": dead, "model": modelName})
-			listen, err1 := procs.FreeAddr()
-			admin, err2 := procs.FreeAddr()
+			listen, err1 := freeport.Addr()
+			admin, err2 := freeport.Addr()
 			if err := firstErr(err1, err2); err != nil {
 				t.Fatal(err)
 			}

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvgate/kvgate/internal/testkit/freeport"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
@@ -97,9 +99,9 @@ func TestTransportSecurityProcesses(t *testing.T) {
 	var ext, idx *procs.Proc
 	var listen, adminPort, indexerPort string
 	for attempt := 1; ; attempt++ {
-		l, err1 := procs.FreeAddr()
-		ap, err2 := procs.FreePort()
-		ip, err3 := procs.FreePort()
+		l, err1 := freeport.Addr()
+		ap, err2 := freeport.Port()
+		ip, err3 := freeport.Port()
 		if err := firstErr(err1, err2, err3); err != nil {
 			t.Fatal(err)
 		}

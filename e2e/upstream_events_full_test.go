@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvgate/kvgate/internal/testkit/freeport"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/kvgate/kvgate/e2e/enginesim"
@@ -43,9 +45,9 @@ func startUpstreamEngine(t *testing.T, name, tokDir, salt string, extra ...strin
 	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
 	defer cancel()
 	for attempt := 1; ; attempt++ {
-		httpAddr, err1 := procs.FreeAddr()
-		ev, err2 := procs.FreeAddr()
-		rep, err3 := procs.FreeAddr()
+		httpAddr, err1 := freeport.Addr()
+		ev, err2 := freeport.Addr()
+		rep, err3 := freeport.Addr()
 		if err := firstErr(err1, err2, err3); err != nil {
 			t.Fatal(err)
 		}
@@ -179,7 +181,7 @@ func TestUpstreamShapedEnginesAndRedisWipes(t *testing.T) {
 		cfgEngines = append(cfgEngines, map[string]any{"endpoint": e.endpoint, "model": modelName, "events": e.events, "replay": e.replay})
 	}
 	const prefix = "e2e14:"
-	idxAt, err := procs.FreeAddr()
+	idxAt, err := freeport.Addr()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,7 +282,7 @@ func TestBindModeIndexerWithConnectingEngines(t *testing.T) {
 		t.Fatalf("tokenizer files missing (run `make models`): %v", err)
 	}
 	rds := redistest.Standalone(t)
-	bindAt, err := procs.FreeAddr()
+	bindAt, err := freeport.Addr()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,7 +297,7 @@ func TestBindModeIndexerWithConnectingEngines(t *testing.T) {
 		cfgEngines = append(cfgEngines, map[string]any{"endpoint": e.endpoint, "model": modelName, "events": "bind", "topic": topic, "replay": e.replay})
 	}
 	const prefix = "e2e14bind:"
-	idxAt, err := procs.FreeAddr()
+	idxAt, err := freeport.Addr()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvgate/kvgate/internal/testkit/freeport"
+
 	"github.com/kvgate/kvgate/e2e/procs"
 	"github.com/kvgate/kvgate/internal/testkit/poll"
 )
@@ -65,7 +67,7 @@ func TestIndexerBinaryTakesUpstreamShapedPayloads(t *testing.T) {
 	}
 	go io.Copy(io.Discard, stdout)
 
-	idxAt, err := procs.FreeAddr()
+	idxAt, err := freeport.Addr()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,12 +3,13 @@ package indexer
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kvgate/kvgate/internal/testkit/freeport"
 
 	"github.com/kvgate/kvgate/indexer/indexerconfig"
 	"github.com/kvgate/kvgate/indexer/kvindex"
@@ -36,7 +37,7 @@ func aclServer(t *testing.T, extra ...string) *redistest.Server {
 		if len(extra) > 0 {
 			// The TLS port is picked here (redistest picks the plain one);
 			// another process may take it first, then we retry.
-			args = append([]string{"--tls-port", fmt.Sprint(freePort(t))}, extra...)
+			args = append([]string{"--tls-port", fmt.Sprint(freeport.Pick(t))}, extra...)
 		}
 		if s, err = redistest.StartStandalone(context.Background(), redistest.Options{ExtraArgs: args}); err == nil {
 			break
@@ -55,15 +56,6 @@ func aclServer(t *testing.T, extra ...string) *redistest.Server {
 		t.Fatalf("ACL SETUSER default: %v", err)
 	}
 	return s
-}
-
-func freePort(t *testing.T) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 func tlsPort(t *testing.T, s *redistest.Server) string {

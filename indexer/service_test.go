@@ -6,12 +6,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kvgate/kvgate/internal/testkit/freeport"
 
 	"github.com/kvgate/kvgate/config"
 	"github.com/kvgate/kvgate/indexer/blockhash"
@@ -399,21 +400,11 @@ func TestServiceResyncsIdleWorkersAfterRedisFlushAll(t *testing.T) {
 	}
 }
 
-func freeTCPPort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // Bind mode end to end in one process: engines' publishers connect to the
 // indexer's bound socket, each is told apart by its topic, and its gaps
 // are repaired through its own replay endpoint.
 func TestServiceBindMode(t *testing.T) {
-	port := freeTCPPort(t)
+	port := freeport.Pick(t)
 	cfg := config.Default()
 	cfg.Indexer.Listen = "127.0.0.1:0"
 	cfg.Indexer.EventsBind = fmt.Sprintf("tcp://127.0.0.1:%d", port)

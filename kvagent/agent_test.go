@@ -5,11 +5,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kvgate/kvgate/internal/testkit/freeport"
 
 	"github.com/kvgate/kvgate/config"
 	"github.com/kvgate/kvgate/indexer"
@@ -28,16 +29,6 @@ const (
 	tokensPerBlock = 4
 	testWorker     = "10.0.0.1:8000"
 )
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
 
 type agentOpts struct {
 	dir                string
@@ -211,7 +202,7 @@ func waitTiers(t *testing.T, c *connector.Client, chain []uint64, want []pb.Tier
 
 func TestIndexerCreditsTheAgentsTiersAndForgetsHostBlocksOnRestart(t *testing.T) {
 	dir := t.TempDir()
-	ev, rep := freePort(t), freePort(t)
+	ev, rep := freeport.Pick(t), freeport.Pick(t)
 	cfg := agentConfig(t, agentOpts{dir: dir, hostBlocks: 16, diskBlocks: 32, eventsPort: ev, replay: rep})
 	a := startAgent(t, cfg)
 	idx := startIndexer(t, ev, rep)

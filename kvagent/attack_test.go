@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvgate/kvgate/internal/testkit/freeport"
+
 	"github.com/kvgate/kvgate/internal/secretfiles"
 	"github.com/kvgate/kvgate/internal/testkit/poll"
 	"github.com/kvgate/kvgate/internal/testkit/tlstest"
@@ -57,7 +59,7 @@ func startVictim(t *testing.T, withTLS bool, namespaces string) *victimNode {
 	t.Helper()
 	n := &victimNode{dir: t.TempDir()}
 	n.sock = filepath.Join(n.dir, "k.sock")
-	n.peerAddr, n.xferAddr = fmt.Sprintf("127.0.0.1:%d", freePort(t)), fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	n.peerAddr, n.xferAddr = fmt.Sprintf("127.0.0.1:%d", freeport.Pick(t)), fmt.Sprintf("127.0.0.1:%d", freeport.Pick(t))
 	var err error
 	if n.ca, err = tlstest.NewCA("kvagent peers"); err != nil {
 		t.Fatal(err)
@@ -212,7 +214,7 @@ func (n *victimNode) stillServes(t *testing.T, c *connector.Client, base uint64,
 // victim's CA (CN node-a), the victim added as peer "victim".
 func (n *victimNode) legitimatePeer(t *testing.T) *Agent {
 	t.Helper()
-	a := startAgent(t, peerTLSConfig(t, n.ca, n.caFile, "node-a", freePort(t)))
+	a := startAgent(t, peerTLSConfig(t, n.ca, n.caFile, "node-a", freeport.Pick(t)))
 	if err := a.AddPeer("victim", n.peerAddr); err != nil {
 		t.Fatal(err)
 	}

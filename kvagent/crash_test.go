@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvgate/kvgate/internal/testkit/freeport"
+
 	"github.com/kvgate/kvgate/config"
 	"github.com/kvgate/kvgate/indexer/blockhash"
 	"github.com/kvgate/kvgate/internal/kvfleet"
@@ -157,7 +159,7 @@ func crashSeq(b connector.Block) uint64 {
 // host blocks of the dead process.
 func TestKill9MidWriteThenRestart(t *testing.T) {
 	dir := t.TempDir()
-	ev, rep := freePort(t), freePort(t)
+	ev, rep := freeport.Pick(t), freeport.Pick(t)
 	cfgPath := filepath.Join(dir, "kvagent.yaml")
 	yaml := fmt.Sprintf(`kvagent:
   name: crash
@@ -353,7 +355,7 @@ func flipOnDisk(t *testing.T, dir string, pattern []byte) bool {
 // fetching agent reads its arena over the TCP transfer engine.
 func TestFetchFromAPeerDaemonProcess(t *testing.T) {
 	dir := t.TempDir()
-	peerPort, xferPort := freePort(t), freePort(t)
+	peerPort, xferPort := freeport.Pick(t), freeport.Pick(t)
 	cfgPath := filepath.Join(dir, "peer.yaml")
 	yaml := fmt.Sprintf(`kvagent:
   name: peer-b

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvgate/kvgate/internal/testkit/freeport"
+
 	"github.com/kvgate/kvgate/config"
 	"github.com/kvgate/kvgate/internal/testkit/tlstest"
 	"github.com/kvgate/kvgate/kvagent/agentconfig"
@@ -58,10 +60,10 @@ func TestPeerFetchOverMutualTLS(t *testing.T) {
 	caFile, _ := ca.Write(dir, "ca")
 	otherFile, _ := other.Write(dir, "other")
 
-	bTransfer := freePort(t)
-	a := startAgent(t, peerTLSConfig(t, ca, caFile, "node-a", freePort(t)))
+	bTransfer := freeport.Pick(t)
+	a := startAgent(t, peerTLSConfig(t, ca, caFile, "node-a", freeport.Pick(t)))
 	b := startAgent(t, peerTLSConfig(t, ca, caFile, "node-b", bTransfer))
-	intruder := startAgent(t, peerTLSConfig(t, other, otherFile, "intruder", freePort(t)))
+	intruder := startAgent(t, peerTLSConfig(t, other, otherFile, "intruder", freeport.Pick(t)))
 	plain := startAgent(t, agentConfig(t, agentOpts{dir: t.TempDir(), hostBlocks: 16, peer: true}))
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvgate/kvgate/internal/testkit/freeport"
+
 	"github.com/kvgate/kvgate/internal/testkit/tlstest"
 	"github.com/kvgate/kvgate/internal/yamlconf"
 	"github.com/kvgate/kvgate/kvagent/agentconfig"
@@ -290,8 +292,8 @@ func TestPeerFillKeepsNamespacesApart(t *testing.T) {
 			t.Fatal(err)
 		}
 		caFile, _ := ca.Write(dir, "ca")
-		a := startAgent(t, peerTLSConfig(t, ca, caFile, "node-a", freePort(t)))
-		bcfg := peerTLSConfig(t, ca, caFile, "node-b", freePort(t))
+		a := startAgent(t, peerTLSConfig(t, ca, caFile, "node-a", freeport.Pick(t)))
+		bcfg := peerTLSConfig(t, ca, caFile, "node-b", freeport.Pick(t))
 		bcfg.Peer.Namespaces = []agentconfig.PeerNamespaces{{Peer: "node-a", Allow: []string{"shared"}}}
 		b := startAgent(t, bcfg)
 		if err := a.AddPeer("b", b.PeerAddr()); err != nil {

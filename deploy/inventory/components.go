@@ -5,12 +5,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/kvgate/kvgate/internal/testkit/freeport"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -195,7 +196,7 @@ func kvagentFamilies() ([]Family, error) {
 	k.Peer.TransferListen = "127.0.0.1:0"
 	// The events endpoint must name a port (config validation); a free
 	// loopback one, taken from the kernel and released just before.
-	events, err := freeLoopbackPort()
+	events, err := freeport.Port()
 	if err != nil {
 		return nil, err
 	}
@@ -226,13 +227,4 @@ func plannerFamilies() ([]Family, error) {
 		}
 	}
 	return rec.describe(SourcePlanner)
-}
-
-func freeLoopbackPort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

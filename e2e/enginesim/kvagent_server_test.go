@@ -4,11 +4,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kvgate/kvgate/internal/testkit/freeport"
 
 	"github.com/kvgate/kvgate/config"
 	"github.com/kvgate/kvgate/indexer"
@@ -37,7 +38,7 @@ func TestSimulatorWithKVAgentCreditsAndOnboardsEvictedBlocks(t *testing.T) {
   events: tcp://127.0.0.1:%d
   replay: tcp://127.0.0.1:%d
   admin: 127.0.0.1:0
-`, filepath.Join(dir, "k.sock"), filepath.Join(dir, "arena"), filepath.Join(dir, "disk"), loopbackPort(t), loopbackPort(t))))
+`, filepath.Join(dir, "k.sock"), filepath.Join(dir, "arena"), filepath.Join(dir, "disk"), freeport.Pick(t), freeport.Pick(t))))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,16 +138,4 @@ engines:
 	if off, on, bad := tier.Failures(); off+on+bad != 0 {
 		t.Fatalf("kvagent failures: offload %d, onboard %d, corrupt %d", off, on, bad)
 	}
-}
-
-// loopbackPort is a TCP port free on 127.0.0.1 a moment ago (the kvagent
-// config wants a real port for its events).
-func loopbackPort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }

@@ -9,7 +9,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -62,26 +61,6 @@ func Build(outDir, name string) (string, error) {
 		return "", fmt.Errorf("go build ./cmd/%s: %w\n%s", name, err, out)
 	}
 	return bin, nil
-}
-
-// FreePort asks the kernel for a free loopback port. Another process may
-// take it before ours binds; callers retry a start that fails to bind.
-func FreePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("free port: %w", err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
-}
-
-// FreeAddr is FreePort as "127.0.0.1:port".
-func FreeAddr() (string, error) {
-	p, err := FreePort()
-	if err != nil {
-		return "", err
-	}
-	return fmt.Sprintf("127.0.0.1:%d", p), nil
 }
 
 // capture is a bounded, concurrency-safe output buffer.

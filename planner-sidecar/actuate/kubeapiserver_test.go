@@ -14,12 +14,13 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/kvgate/kvgate/internal/testkit/freeport"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -29,15 +30,6 @@ import (
 	"github.com/kvgate/kvgate/internal/testkit/poll"
 	"github.com/kvgate/kvgate/planner-sidecar/plan"
 )
-
-func freePort(t *testing.T) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
 
 func start(t *testing.T, name string, args ...string) {
 	path, err := exec.LookPath(name)
@@ -54,7 +46,7 @@ func start(t *testing.T, name string, args ...string) {
 
 func TestKubernetesAgainstRealAPIServer(t *testing.T) {
 	dir := t.TempDir()
-	etcdPort, peerPort, apiPort := freePort(t), freePort(t), freePort(t)
+	etcdPort, peerPort, apiPort := freeport.Pick(t), freeport.Pick(t), freeport.Pick(t)
 	start(t, "etcd", "--data-dir", filepath.Join(dir, "etcd"),
 		"--listen-client-urls", fmt.Sprintf("http://127.0.0.1:%d", etcdPort),
 		"--advertise-client-urls", fmt.Sprintf("http://127.0.0.1:%d", etcdPort),

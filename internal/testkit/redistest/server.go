@@ -20,6 +20,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kvgate/kvgate/internal/testkit/freeport"
+
 	"github.com/redis/go-redis/v9"
 )
 
@@ -138,7 +140,7 @@ func startProcess(ctx context.Context, root string, extra []string, timeout time
 	}
 	var lastErr error
 	for attempt := 0; attempt < startAttempts; attempt++ {
-		port, err := freePort()
+		port, err := freeport.Port()
 		if err != nil {
 			return nil, err
 		}
@@ -152,17 +154,6 @@ func startProcess(ctx context.Context, root string, extra []string, timeout time
 		}
 	}
 	return nil, fmt.Errorf("redistest: start redis-server after %d attempts: %w", startAttempts, lastErr)
-}
-
-// freePort asks the kernel for a free loopback port. Another process may
-// take it before redis-server binds; startProcess retries in that case.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("redistest: pick free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 func launch(ctx context.Context, bin, root string, port int, extra []string, timeout time.Duration) (*process, error) {
