@@ -29,7 +29,7 @@ func runIndexer(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("kvgate indexer", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfgPath := fs.String("config", "", "configuration file (YAML); embedded defaults when empty")
-	logFmt := fs.String("log-format", "", "log lines as json or text, library lines included (default: the config's log.format, else json)")
+	logFmt := cli.LogFormatFlag(fs)
 	listen := fs.String("listen", "", "override indexer.listen (host:port for /metrics, /healthz, /readyz, /status)")
 	if err := fs.Parse(args); err != nil {
 		return cli.FlagExit(err)

@@ -30,7 +30,7 @@ func runKvagent(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	cfgPath := fs.String("config", "", "configuration file (YAML) with a kvagent section")
 	advertise := fs.String("advertise-host", "", "host (IP or DNS name) peers dial for this agent's transfer engine; overrides kvagent.peer.advertise_host (a DaemonSet passes its pod IP)")
-	logFmt := fs.String("log-format", "", "log lines as json or text, library lines included (default: the config's log.format, else json)")
+	logFmt := cli.LogFormatFlag(fs)
 	if err := fs.Parse(args); err != nil {
 		return cli.FlagExit(err)
 	}

@@ -44,7 +44,7 @@ func runPlanner(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("kvgate planner", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfgPath := fs.String("config", "", "configuration file (YAML); the planner: section and engines:")
-	logFmt := fs.String("log-format", "", "log lines as json or text, library lines included (default: the config's log.format, else json)")
+	logFmt := cli.LogFormatFlag(fs)
 	advisory := fs.Bool("advisory", false, "decide, journal and export metrics, but change nothing")
 	interval := fs.Duration("interval", 0, "time between decisions (default planner.interval)")
 	journalPath := fs.String("journal", "", "append decisions to this JSONL file (default planner.journal)")

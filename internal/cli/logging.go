@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -60,6 +61,13 @@ type redisLogger struct{ log *slog.Logger }
 
 func (r redisLogger) Printf(ctx context.Context, format string, v ...any) {
 	r.log.WarnContext(ctx, strings.TrimSpace(fmt.Sprintf(format, v...)))
+}
+
+// LogFormatFlag declares --log-format on fs, once for every process that
+// logs (its value goes through LogFormat: the flag, else the config's
+// log.format, else json).
+func LogFormatFlag(fs *flag.FlagSet) *string {
+	return fs.String("log-format", "", "log lines as "+strings.Join(LogFormats, " or ")+", library lines included (default: the config's log.format, else json)")
 }
 
 // LogFormat picks the log format: the flag when given, else the config's

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"log"
 	"log/slog"
 	"os"
@@ -86,5 +87,23 @@ func TestLogFormatPrecedence(t *testing.T) {
 		if got := LogFormat(c.flag, c.cfg); got != c.want {
 			t.Errorf("LogFormat(%q, %q) = %q, want %q", c.flag, c.cfg, got, c.want)
 		}
+	}
+}
+
+// --log-format is declared once (LogFormatFlag) and parsed like any flag;
+// absent, it leaves the choice to the config (LogFormat).
+func TestLogFormatFlag(t *testing.T) {
+	fs := flag.NewFlagSet("kvgate x", flag.ContinueOnError)
+	f := LogFormatFlag(fs)
+	if err := fs.Parse([]string{"--log-format", "text"}); err != nil || *f != "text" {
+		t.Fatalf("--log-format text: %q, %v", *f, err)
+	}
+	fs = flag.NewFlagSet("kvgate x", flag.ContinueOnError)
+	f = LogFormatFlag(fs)
+	if err := fs.Parse(nil); err != nil || *f != "" || LogFormat(*f, "text") != "text" {
+		t.Fatalf("no flag: %q, %v", *f, err)
+	}
+	if u := fs.Lookup("log-format").Usage; !strings.Contains(u, "json or text") {
+		t.Errorf("usage %q does not name the formats", u)
 	}
 }

@@ -53,7 +53,7 @@ func Run(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	listen := fs.String("listen", "", "override extproc.listen: gRPC address for Envoy's ext_proc filter")
 	admin := fs.String("admin", "", "override extproc.admin: HTTP address for /metrics, /healthz, /readyz, /debug/decisions")
 	withIndexer := fs.Bool("with-indexer", false, "also subscribe to the engines' KV events in this process (always on with the memory index)")
-	logFmt := fs.String("log-format", "", "log lines as json or text, library lines included (default: the config's log.format, else json)")
+	logFmt := cli.LogFormatFlag(fs)
 	drain := fs.Duration("drain", 30*time.Second, "on SIGTERM, the whole drain: extproc.drain_grace with readiness failing and streams still served, then GOAWAY and the in-flight streams, up to this")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: kvgate extproc --config FILE [flags]\n\nServes Envoy's ext_proc protocol: parses each OpenAI request once, tokenizes it exactly as the\nengine will, matches its KV blocks against the fleet index and sets x-gateway-destination-endpoint\nand envoy.lb metadata (GIE endpoint-picker protocol). Flags:")
