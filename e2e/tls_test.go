@@ -43,32 +43,13 @@ func TestTransportSecurityProcesses(t *testing.T) {
 		t.Fatalf("tokenizer files missing (run `make models`): %v", err)
 	}
 	dir := t.TempDir()
-	ca, err := tlstest.NewCA("e2e CA")
-	if err != nil {
-		t.Fatal(err)
-	}
-	other, err := tlstest.NewCA("unrelated CA")
-	if err != nil {
-		t.Fatal(err)
-	}
-	caFile, _ := ca.Write(dir, "ca")
-	if _, err := other.Write(dir, "other"); err != nil {
-		t.Fatal(err)
-	}
-	issue := tlstest.MustWrite(t, dir)
-	server := issue(ca.Server("extproc", "127.0.0.1"))
-	envoy := issue(ca.Client("envoy"))
-	intruder := issue(other.Client("intruder"))
+	pki := tlstest.NewExtprocPKI(t, dir)
+	caFile, server, envoy, intruder := pki.CAFile, pki.Server, pki.Envoy, pki.Intruder
 
 	rs := redistest.Standalone(t)
+	redistest.RequirePassword(t, rs, "kvgate", redisPassword, "e2e-admin-only-password")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if err := rs.Client().Do(ctx, "ACL", "SETUSER", "kvgate", "on", ">"+redisPassword, "~*", "&*", "+@all").Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := rs.Client().Do(ctx, "ACL", "SETUSER", "default", "resetpass", ">e2e-admin-only-password").Err(); err != nil {
-		t.Fatal(err)
-	}
 	// The processes inherit the test's environment.
 	t.Setenv("KVGATE_E2E_REDIS_PASSWORD", redisPassword)
 	t.Setenv("KVGATE_E2E_INDEXER_TOKEN", indexerToken)

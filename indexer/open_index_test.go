@@ -47,14 +47,7 @@ func aclServer(t *testing.T, extra ...string) *redistest.Server {
 		t.Fatalf("redis-server: %v", err)
 	}
 	t.Cleanup(func() { s.Close() })
-	ctx := context.Background()
-	c := s.Client()
-	if err := c.Do(ctx, "ACL", "SETUSER", aclUser, "on", ">"+aclPassword, "~*", "&*", "+@all").Err(); err != nil {
-		t.Fatalf("ACL SETUSER: %v", err)
-	}
-	if err := c.Do(ctx, "ACL", "SETUSER", "default", "resetpass", ">"+adminPass).Err(); err != nil {
-		t.Fatalf("ACL SETUSER default: %v", err)
-	}
+	redistest.RequirePassword(t, s, aclUser, aclPassword, adminPass)
 	return s
 }
 

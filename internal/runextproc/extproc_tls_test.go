@@ -45,29 +45,12 @@ func TestExtprocMutualTLS(t *testing.T) {
 		t.Fatalf("tokenizer files missing (run `make models`): %v", err)
 	}
 	dir := t.TempDir()
-	ca, err := tlstest.NewCA("kvgate test CA")
-	if err != nil {
-		t.Fatal(err)
-	}
-	other, err := tlstest.NewCA("unrelated CA")
-	if err != nil {
-		t.Fatal(err)
-	}
-	caFile, _ := ca.Write(dir, "ca")
-	otherFile, _ := other.Write(dir, "other")
-	issue := tlstest.MustWrite(t, dir)
-	server := issue(ca.Server("extproc", "127.0.0.1"))
-	envoy := issue(ca.Client("envoy"))
-	intruder := issue(other.Client("intruder"))
+	pki := tlstest.NewExtprocPKI(t, dir)
+	caFile, otherFile, server, envoy, intruder := pki.CAFile, pki.OtherCAFile, pki.Server, pki.Envoy, pki.Intruder
 
 	rs := redistest.Standalone(t)
+	redistest.RequirePassword(t, rs, "kvgate", testRedisPassword, "other-admin-password-1234")
 	ctx := context.Background()
-	if err := rs.Client().Do(ctx, "ACL", "SETUSER", "kvgate", "on", ">"+testRedisPassword, "~*", "&*", "+@all").Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := rs.Client().Do(ctx, "ACL", "SETUSER", "default", "resetpass", ">other-admin-password-1234").Err(); err != nil {
-		t.Fatal(err)
-	}
 	pwFile := filepath.Join(dir, "redis-password")
 	tokenFile := filepath.Join(dir, "admin-token")
 	if err := os.WriteFile(pwFile, []byte(testRedisPassword+"\n"), 0o600); err != nil {
@@ -222,7 +205,7 @@ func TestExtprocMutualTLS(t *testing.T) {
 	}
 
 	// A rotated server certificate is presented to the next connection.
-	next, err := ca.Server("extproc-rotated", "127.0.0.1")
+	next, err := pki.CA.Server("extproc-rotated", "127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}

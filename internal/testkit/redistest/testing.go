@@ -36,3 +36,20 @@ func NewCluster(t testing.TB, opts ClusterOptions) *Cluster {
 	})
 	return c
 }
+
+// RequirePassword makes s answer only clients that authenticate: it adds
+// ACL user with every permission and password, and gives the default user
+// the password adminPassword (ACL SETUSER default resetpass), as a managed
+// Redis with AUTH is. s.Client's connections, opened before, stay
+// authenticated, so the test can still inspect the server.
+func RequirePassword(t testing.TB, s *Server, user, password, adminPassword string) {
+	t.Helper()
+	ctx := context.Background()
+	c := s.Client()
+	if err := c.Do(ctx, "ACL", "SETUSER", user, "on", ">"+password, "~*", "&*", "+@all").Err(); err != nil {
+		t.Fatalf("redistest: ACL SETUSER %s: %v", user, err)
+	}
+	if err := c.Do(ctx, "ACL", "SETUSER", "default", "resetpass", ">"+adminPassword).Err(); err != nil {
+		t.Fatalf("redistest: ACL SETUSER default: %v", err)
+	}
+}
