@@ -265,11 +265,4 @@ func (c *Config) Validate() error {
 }
 
 // Model returns the base model named name, or nil.
-func (c *Config) Model(name string) *Model {
-	for i := range c.Models {
-		if c.Models[i].Name == name {
-			return &c.Models[i]
-		}
-	}
-	return nil
-}
+func (c *Config) Model(name string) *Model { return kvfleet.FindModel(c.Models, name) }

@@ -97,16 +97,6 @@ type ServiceConfig struct {
 	Workers []kvfleet.Worker
 }
 
-// model returns the base model named name, or nil.
-func (c *ServiceConfig) model(name string) *kvfleet.Model {
-	for i := range c.Models {
-		if c.Models[i].Name == name {
-			return &c.Models[i]
-		}
-	}
-	return nil
-}
-
 // New builds the service. It does not start anything until Run.
 func New(cfg ServiceConfig, idx kvindex.Index, log *slog.Logger) (*Service, error) {
 	if log == nil {
@@ -126,7 +116,7 @@ func New(cfg ServiceConfig, idx kvindex.Index, log *slog.Logger) (*Service, erro
 func (s *Service) buildStreams(workers []kvfleet.Worker) ([]*stream, error) {
 	var out []*stream
 	for _, w := range workers {
-		m := s.cfg.model(w.Model)
+		m := kvfleet.FindModel(s.cfg.Models, w.Model)
 		if m == nil {
 			return nil, fmt.Errorf("engine %s: unknown model %q", w.ID.Endpoint, w.Model)
 		}

@@ -91,3 +91,14 @@ type Model struct {
 	// address them by model name.
 	LoRAs []string `yaml:"loras"`
 }
+
+// FindModel returns the base model of models named name, or nil: the one
+// lookup the configuration's validation and the indexer's streams share.
+func FindModel(models []Model, name string) *Model {
+	for i := range models {
+		if models[i].Name == name {
+			return &models[i]
+		}
+	}
+	return nil
+}
