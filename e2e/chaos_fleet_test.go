@@ -8,10 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvgate/kvgate/internal/testkit/freeport"
-
 	"github.com/kvgate/kvgate/e2e/envoyharness"
 	"github.com/kvgate/kvgate/e2e/procs"
+	"github.com/kvgate/kvgate/internal/testkit/freeport"
 	"github.com/kvgate/kvgate/internal/testkit/modelfiles"
 )
 

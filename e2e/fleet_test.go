@@ -10,13 +10,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvgate/kvgate/internal/testkit/freeport"
-
 	"gopkg.in/yaml.v3"
 
 	"github.com/kvgate/kvgate/config"
 	"github.com/kvgate/kvgate/e2e/envoyharness"
 	"github.com/kvgate/kvgate/e2e/procs"
+	"github.com/kvgate/kvgate/internal/testkit/freeport"
 	"github.com/kvgate/kvgate/internal/testkit/modelfiles"
 )
 

@@ -18,11 +18,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvgate/kvgate/internal/testkit/freeport"
-
 	"github.com/kvgate/kvgate/e2e/envoyharness"
 	"github.com/kvgate/kvgate/e2e/procs"
 	"github.com/kvgate/kvgate/e2e/replay"
+	"github.com/kvgate/kvgate/internal/testkit/freeport"
 	"github.com/kvgate/kvgate/internal/testkit/modelfiles"
 	"github.com/kvgate/kvgate/internal/testkit/redistest"
 )

@@ -18,8 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvgate/kvgate/internal/testkit/freeport"
-
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -28,6 +26,7 @@ import (
 
 	"github.com/kvgate/kvgate/e2e/envoyharness"
 	"github.com/kvgate/kvgate/e2e/procs"
+	"github.com/kvgate/kvgate/internal/testkit/freeport"
 	"github.com/kvgate/kvgate/internal/testkit/modelfiles"
 )
 

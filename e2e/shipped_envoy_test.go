@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvgate/kvgate/internal/testkit/freeport"
-
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
@@ -19,6 +17,7 @@ import (
 	"github.com/kvgate/kvgate/e2e/procs"
 	"github.com/kvgate/kvgate/extproc/extprocconfig"
 	"github.com/kvgate/kvgate/internal/secretfiles"
+	"github.com/kvgate/kvgate/internal/testkit/freeport"
 	"github.com/kvgate/kvgate/internal/testkit/modelfiles"
 	"github.com/kvgate/kvgate/internal/testkit/tlstest"
 )

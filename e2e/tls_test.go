@@ -12,14 +12,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvgate/kvgate/internal/testkit/freeport"
-
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
 	"github.com/kvgate/kvgate/e2e/envoyharness"
 	"github.com/kvgate/kvgate/e2e/procs"
 	"github.com/kvgate/kvgate/internal/secretfiles"
+	"github.com/kvgate/kvgate/internal/testkit/freeport"
 	"github.com/kvgate/kvgate/internal/testkit/modelfiles"
 	"github.com/kvgate/kvgate/internal/testkit/redistest"
 	"github.com/kvgate/kvgate/internal/testkit/tlstest"

@@ -15,14 +15,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvgate/kvgate/internal/testkit/freeport"
-
 	"github.com/redis/go-redis/v9"
 
 	"github.com/kvgate/kvgate/e2e/enginesim"
 	"github.com/kvgate/kvgate/e2e/procs"
 	"github.com/kvgate/kvgate/indexer/kvindex"
 	"github.com/kvgate/kvgate/internal/kvfleet"
+	"github.com/kvgate/kvgate/internal/testkit/freeport"
 	"github.com/kvgate/kvgate/internal/testkit/modelfiles"
 	"github.com/kvgate/kvgate/internal/testkit/redistest"
 )

@@ -9,12 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvgate/kvgate/internal/testkit/freeport"
-
 	"github.com/kvgate/kvgate/indexer/indexerconfig"
 	"github.com/kvgate/kvgate/indexer/kvindex"
 	"github.com/kvgate/kvgate/internal/kvfleet"
 	"github.com/kvgate/kvgate/internal/secretfiles"
+	"github.com/kvgate/kvgate/internal/testkit/freeport"
 	"github.com/kvgate/kvgate/internal/testkit/redistest"
 	"github.com/kvgate/kvgate/internal/testkit/tlstest"
 	"github.com/kvgate/kvgate/internal/yamlconf"

@@ -10,13 +10,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvgate/kvgate/internal/testkit/freeport"
-
 	"github.com/kvgate/kvgate/config"
 	"github.com/kvgate/kvgate/indexer"
 	"github.com/kvgate/kvgate/indexer/blockhash"
 	"github.com/kvgate/kvgate/indexer/kvindex"
 	"github.com/kvgate/kvgate/internal/kvfleet"
+	"github.com/kvgate/kvgate/internal/testkit/freeport"
 	"github.com/kvgate/kvgate/internal/testkit/poll"
 	"github.com/kvgate/kvgate/kvagent/agentconfig"
 	"github.com/kvgate/kvgate/kvagent/connector"

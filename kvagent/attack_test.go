@@ -16,20 +16,20 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvgate/kvgate/internal/testkit/freeport"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/kvgate/kvgate/internal/secretfiles"
+	"github.com/kvgate/kvgate/internal/testkit/freeport"
 	"github.com/kvgate/kvgate/internal/testkit/poll"
 	"github.com/kvgate/kvgate/internal/testkit/tlstest"
 	"github.com/kvgate/kvgate/kvagent/connector"
 	pb "github.com/kvgate/kvgate/kvagent/connector/connectorpb"
 	"github.com/kvgate/kvgate/kvagent/store"
 	"github.com/kvgate/kvgate/kvagent/transfer"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
 )
 
 // The attacks of issue 15 against a real `kvgate kvagent` process (the

@@ -20,11 +20,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvgate/kvgate/internal/testkit/freeport"
-
 	"github.com/kvgate/kvgate/config"
 	"github.com/kvgate/kvgate/indexer/blockhash"
 	"github.com/kvgate/kvgate/internal/kvfleet"
+	"github.com/kvgate/kvgate/internal/testkit/freeport"
 	"github.com/kvgate/kvgate/internal/testkit/poll"
 	"github.com/kvgate/kvgate/kvagent/connector"
 	pb "github.com/kvgate/kvgate/kvagent/connector/connectorpb"

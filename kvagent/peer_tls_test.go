@@ -10,9 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvgate/kvgate/internal/testkit/freeport"
-
 	"github.com/kvgate/kvgate/config"
+	"github.com/kvgate/kvgate/internal/testkit/freeport"
 	"github.com/kvgate/kvgate/internal/testkit/tlstest"
 	"github.com/kvgate/kvgate/kvagent/agentconfig"
 	"github.com/kvgate/kvgate/kvagent/store"

@@ -12,10 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvgate/kvgate/internal/testkit/profiletest"
-
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/kvgate/kvgate/internal/testkit/profiletest"
 	"github.com/kvgate/kvgate/planner-sidecar/actuate"
 	"github.com/kvgate/kvgate/planner-sidecar/collect"
 	"github.com/kvgate/kvgate/planner-sidecar/forecast"

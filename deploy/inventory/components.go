@@ -11,8 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kvgate/kvgate/internal/testkit/freeport"
-
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	dto "github.com/prometheus/client_model/go"
@@ -22,6 +20,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/enginemetrics"
 	"github.com/kvgate/kvgate/extproc/preprocess"
 	"github.com/kvgate/kvgate/indexer"
+	"github.com/kvgate/kvgate/internal/testkit/freeport"
 	"github.com/kvgate/kvgate/kvagent"
 	planner "github.com/kvgate/kvgate/planner-sidecar"
 )

@@ -1,12 +1,11 @@
 package plannersim
 
 import (
-	"github.com/kvgate/kvgate/internal/testkit/profiletest"
-
 	"math"
 	"testing"
 	"time"
 
+	"github.com/kvgate/kvgate/internal/testkit/profiletest"
 	"github.com/kvgate/kvgate/planner-sidecar/perfmodel"
 	"github.com/kvgate/kvgate/planner-sidecar/plan"
 )

@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 
 	"github.com/kvgate/kvgate/indexer/indexerconfig"
-
 	"github.com/kvgate/kvgate/internal/kvfleet"
 )
 

@@ -82,10 +82,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/kvgate/kvgate/indexer/indexerconfig"
-
 	"github.com/redis/go-redis/v9"
 
+	"github.com/kvgate/kvgate/indexer/indexerconfig"
 	"github.com/kvgate/kvgate/internal/kvfleet"
 )
 

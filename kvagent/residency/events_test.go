@@ -9,14 +9,13 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/kvgate/kvgate/internal/testkit/poll"
-
 	"github.com/kvgate/kvgate/indexer/blockhash"
 	"github.com/kvgate/kvgate/indexer/ingest"
 	"github.com/kvgate/kvgate/indexer/kvevents"
 	"github.com/kvgate/kvgate/indexer/kvindex"
 	"github.com/kvgate/kvgate/indexer/kvstream"
 	"github.com/kvgate/kvgate/internal/kvfleet"
+	"github.com/kvgate/kvgate/internal/testkit/poll"
 	"github.com/kvgate/kvgate/kvagent/store"
 )
 

@@ -20,10 +20,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/kvgate/kvgate/indexer/kvevents"
 	"github.com/kvgate/kvgate/indexer/kvstream"
 	"github.com/kvgate/kvgate/kvagent/store"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Medium names, as Dynamo's StorageTier::from_kv_medium reads them.

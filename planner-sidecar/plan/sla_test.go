@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/internal/testkit/profiletest"
-
 	"github.com/kvgate/kvgate/planner-sidecar/forecast"
 	"github.com/kvgate/kvgate/planner-sidecar/perfmodel"
 )

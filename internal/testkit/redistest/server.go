@@ -20,9 +20,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kvgate/kvgate/internal/testkit/freeport"
-
 	"github.com/redis/go-redis/v9"
+
+	"github.com/kvgate/kvgate/internal/testkit/freeport"
 )
 
 // Options tunes a standalone server.
