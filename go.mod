@@ -20,7 +20,10 @@ require (
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
 	k8s.io/client-go v0.37.2
+	sigs.k8s.io/controller-runtime v0.25.3
 )
+
+require github.com/evanphx/json-patch/v5 v5.9.11 // indirect
 
 require (
 	cel.dev/expr v0.25.3 // indirect
