@@ -407,3 +407,101 @@ func TestGatewayFailsOverADeadExtProcReplica(t *testing.T) {
 		})
 	}
 }
+
+// Issue 31, finding 7: override_host without selected_host_key (Envoy
+// accepts it; GIE-generated gateway configs may lack it). kvgate still
+// routes: the dead primary is skipped for the fallback, the client gets
+// the fallback's answer. What it cannot account (which host served) it
+// counts per response and says once in its log.
+func TestGatewayWithoutServedHostReportRoutesAndSaysSo(t *testing.T) {
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok") }))
+	defer backend.Close()
+	dead, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadAddr := dead.Addr().String()
+	dead.Close()
+	live := hostPort(t, backend.URL)
+
+	cfg := envoyharness.MustShipped("envoy.yaml")
+	cfg.Route.Cluster.OverrideHost.SelectedHostKey = nil // as validate-envoy's warning describes
+	var logs syncBuffer
+	var tickets []*gwTicket
+	var mu sync.Mutex
+	srv, err := server.New(deciderFunc(func(context.Context, *server.Request) (*server.Decision, *server.RouteError) {
+		tk := &gwTicket{done: make(chan struct{})}
+		mu.Lock()
+		tickets = append(tickets, tk)
+		mu.Unlock()
+		return &server.Decision{Endpoint: deadAddr, Fallbacks: []string{live}, Ticket: tk}, nil
+	}), server.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.SetServing()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	srv.Register(g)
+	go func() { _ = g.Serve(lis) }()
+	t.Cleanup(g.Stop)
+	p, err := envoyharness.NewProxy(cfg, envoyharness.ProxyOptions{ExtProc: []string{lis.Addr().String()}, Workers: []string{deadAddr, live},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+	defer cancel()
+	if err := p.WaitHealthy(ctx); err != nil {
+		t.Fatal(err)
+	}
+	gw := httptest.NewServer(p)
+	t.Cleanup(gw.Close)
+	for i := range 2 {
+		resp, err := http.Get(gw.URL + "/v1/models")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || string(b) != "ok" {
+			t.Fatalf("request %d: %d %q, want the fallback's 200", i, resp.StatusCode, b)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for i, tk := range tickets {
+		tk.wait(t)
+		if tk.served.Load() != nil {
+			t.Errorf("ticket %d: served %v reported, with no selected_host_key", i, tk.served.Load())
+		}
+	}
+	if n := srv.Stats().ServedUnreported; n != 2 {
+		t.Errorf("ServedUnreported = %d, want 2", n)
+	}
+	if n := strings.Count(logs.String(), "Envoy reports no served host"); n != 1 {
+		t.Errorf("%d log lines about the missing report, want exactly 1:\n%s", n, logs.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the server's concurrent log writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
