@@ -205,7 +205,10 @@ func (l *Listener) accept() {
 			if l.ctx.Err() != nil {
 				return
 			}
+			// A transient failure (out of file descriptors): pause rather
+			// than spin.
 			l.log.Debug("kv event listener accept", "err", err)
+			time.Sleep(10 * time.Millisecond)
 			continue
 		}
 		l.mu.Lock()
