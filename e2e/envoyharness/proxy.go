@@ -297,9 +297,12 @@ func (p *Proxy) Start(ctx context.Context, req *Request) (*Exchange, error) {
 }
 
 // retrySlot takes a place under the retry circuit breaker (max_retries:
-// retries in flight at once; Envoy's default 3). The place is held across
-// the back-off, as Envoy counts a retry from when it is scheduled
-// (router.cc doRetry, ClusterInfo::resourceManager().retries()).
+// retries in flight at once; Envoy's default 3). The place is held while
+// the retry waits out its back-off, as Envoy holds the cluster's retries
+// resource from scheduling the retry until its timer fires
+// (source/common/router/retry_state_impl.cc: shouldRetry refuses with
+// upstream_rq_retry_overflow when retries().canCreate() is false,
+// enableBackoffTimer takes it, resetRetry gives it back).
 func (p *Proxy) retrySlot() bool {
 	limit := int64(p.cfg.ExtProc.MaxRetries)
 	if limit <= 0 {
