@@ -269,40 +269,48 @@ func (p *Proxy) Start(ctx context.Context, req *Request) (*Exchange, error) {
 	if r != nil && r.PreviousHosts {
 		tried, selectTries = map[*extProcHost]bool{}, r.HostSelectTries
 	}
+	held := false // a place under the retry breaker, until the retried attempt's outcome
+	release := func() {
+		if held {
+			p.retries.Add(-1)
+			held = false
+		}
+	}
 	for attempt := 0; ; attempt++ {
 		host := p.pick(tried, selectTries)
 		x, err := host.h.Start(ctx, req)
 		failure := p.observe(host, x, err)
+		release()
 		if failure == "" || r == nil || !r.covers(failure) || attempt >= r.NumRetries || ctx.Err() != nil {
 			return x, err
 		}
 		if !p.retrySlot() {
 			return x, err // circuit breaker: upstream_rq_retry_overflow
 		}
+		held = true
 		if x != nil {
 			x.Cancel()
 		}
 		if tried != nil {
 			tried[host] = true
 		}
-		wait := r.backOff(attempt)
 		select {
 		case <-ctx.Done():
-			p.retries.Add(-1)
+			release()
 			return x, err
-		case <-time.After(wait):
+		case <-time.After(r.backOff(attempt)):
 		}
-		p.retries.Add(-1)
 	}
 }
 
 // retrySlot takes a place under the retry circuit breaker (max_retries:
-// retries in flight at once; Envoy's default 3). The place is held while
-// the retry waits out its back-off, as Envoy holds the cluster's retries
-// resource from scheduling the retry until its timer fires
-// (source/common/router/retry_state_impl.cc: shouldRetry refuses with
-// upstream_rq_retry_overflow when retries().canCreate() is false,
-// enableBackoffTimer takes it, resetRetry gives it back).
+// retries in flight at once; Envoy's default 3). Start holds the place
+// from scheduling the retry until the retried attempt's outcome, as Envoy
+// holds the cluster's retries resource (source/common/router/
+// retry_state_impl.cc: shouldRetry refuses with upstream_rq_retry_overflow
+// when retries().canCreate() is false, else takes it with retries().inc()
+// before enableBackoffTimer; resetRetry, at the next retry decision or
+// when the request ends, gives it back).
 func (p *Proxy) retrySlot() bool {
 	limit := int64(p.cfg.ExtProc.MaxRetries)
 	if limit <= 0 {
