@@ -20,8 +20,11 @@ require (
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
 	k8s.io/client-go v0.37.2
+	sigs.k8s.io/controller-runtime v0.25.3
 	sigs.k8s.io/gateway-api-inference-extension v1.6.2
 )
+
+require github.com/evanphx/json-patch/v5 v5.9.11 // indirect
 
 require (
 	cel.dev/expr v0.25.3 // indirect

@@ -60,21 +60,32 @@ func (cs *Commands) Names() []string {
 // Dispatch runs one subcommand. Exit codes are the same for every
 // subcommand: 0 success and help asked for (-h, --help, PROGRAM help CMD),
 // 1 runtime failure, 2 bad usage or bad input (TestEveryCommandHelp).
+// Help that was asked for goes to stdout, so that `kvgate --help | less`
+// shows it; a usage printed because of a mistake goes to stderr with exit 2.
+// `PROGRAM version` and `PROGRAM --version` print the build's version.
 func (cs *Commands) Dispatch(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		cs.Usage(stderr)
 		return 2
 	}
-	if args[0] == "help" || args[0] == "-h" || args[0] == "-help" || args[0] == "--help" {
+	switch args[0] {
+	case "version", "--version", "-version":
+		if len(args) > 1 {
+			fmt.Fprintf(stderr, "%s version: takes no arguments\n", cs.program)
+			return 2
+		}
+		fmt.Fprintln(stdout, Version(cs.program))
+		return 0
+	case "help", "-h", "-help", "--help":
 		if args[0] == "help" && len(args) > 1 {
 			if c, ok := cs.table[args[1]]; ok {
-				return c.Run([]string{"--help"}, stdin, stdout, stderr)
+				return c.Run([]string{"--help"}, stdin, stdout, stdout)
 			}
 			fmt.Fprintf(stderr, "%s help: unknown command %q\n", cs.program, args[1])
 			cs.Usage(stderr)
 			return 2
 		}
-		cs.Usage(stderr)
+		cs.Usage(stdout)
 		return 0
 	}
 	c, ok := cs.table[args[0]]
@@ -82,7 +93,26 @@ func (cs *Commands) Dispatch(args []string, stdin io.Reader, stdout, stderr io.W
 		fmt.Fprintf(stderr, "%s: unknown command %q (run '%s help')\n", cs.program, args[0], cs.program)
 		return 2
 	}
+	if asksHelp(args[1:]) {
+		// flag prints the usage to the writer the command gave it, which is
+		// stderr for the command's errors; asked-for help goes to stdout.
+		return c.Run(args[1:], stdin, stdout, stdout)
+	}
 	return c.Run(args[1:], stdin, stdout, stderr)
+}
+
+// asksHelp reports whether a command's arguments ask for its help: a -h,
+// -help or --help before the end of flags ("--"), as package flag reads them.
+func asksHelp(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "-h", "-help", "--help", "--h":
+			return true
+		}
+	}
+	return false
 }
 
 // Usage lists the subcommands with their summaries, then the examples.

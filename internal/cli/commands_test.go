@@ -3,6 +3,8 @@ package cli
 import (
 	"os"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"testing"
 )
 
@@ -37,4 +39,16 @@ func TestRegisterTwicePanics(t *testing.T) {
 		}
 	}()
 	cs.Register("a", Command{})
+}
+
+// The version line names the program and the Go release always, and the
+// commit whenever the go command stamped one (a test binary has none).
+func TestVersion(t *testing.T) {
+	v := Version("kvgate")
+	if !strings.HasPrefix(v, "kvgate ") || !strings.HasSuffix(v, runtime.Version()) {
+		t.Fatalf("Version = %q", v)
+	}
+	if !strings.Contains(v, " commit ") && !strings.Contains(v, "no VCS information") {
+		t.Fatalf("Version neither names a commit nor says why not: %q", v)
+	}
 }

@@ -16,7 +16,9 @@ import (
 func checkTokenizerDirs(models []config.Model, baseDir string) error {
 	for i, m := range models {
 		if m.Tokenizer == "" {
-			continue // preprocess.New names the missing key
+			// A configuration error like any other: exit 2 (README,
+			// "Configuration reference"), not a start-up failure.
+			return fmt.Errorf("models[%d] (%s).tokenizer: missing: a Hugging Face model directory (tokenizer.json, tokenizer_config.json) is required", i, m.Name)
 		}
 		dir := m.Tokenizer
 		if !filepath.IsAbs(dir) && baseDir != "" {

@@ -2,122 +2,177 @@
 
 package actuate
 
-// Runs only with -tags kubeapiserver and kube-apiserver and etcd on PATH
-// (they are not in the default test environment): a real API server, so
-// the scale subresource, merge patches and discovery-based kind mapping
-// are the server's, not client-go's fakes.
+// Against a real API server (internal/testkit/kubeapi: kube-apiserver and
+// etcd built from the Go modules, `make kube-test`), so that the scale
+// subresource, merge patches, discovery-based kind mapping and RBAC are the
+// server's, not client-go's fakes. The actuator runs as the planner's own
+// ServiceAccount with planner-sidecar/rbac.yaml applied: a permission the
+// manifest lacks fails here.
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/rsa"
-	"crypto/x509"
-	"encoding/pem"
-	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
+	"strings"
 	"testing"
-	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
-	"github.com/kvgate/kvgate/internal/testkit/freeport"
-	"github.com/kvgate/kvgate/internal/testkit/poll"
+	"github.com/kvgate/kvgate/internal/testkit/kubeapi"
 	"github.com/kvgate/kvgate/planner-sidecar/plan"
 )
 
-func start(t *testing.T, name string, args ...string) {
-	path, err := exec.LookPath(name)
+func TestKubernetesAgainstRealAPIServer(t *testing.T) {
+	srv := kubeapi.Start(t)
+	ctx := context.Background()
+	cs := srv.Clientset
+	// rbac.yaml names namespace llm.
+	srv.Namespace(t, "llm")
+	manifest, err := os.ReadFile("../rbac.yaml")
 	if err != nil {
-		t.Fatalf("%s not on PATH (this test needs it; run without -tags kubeapiserver otherwise)", name)
-	}
-	cmd := exec.Command(path, args...)
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-}
+	if err := srv.Apply(t, manifest, "llm", "kvgate-test"); err != nil {
+		t.Fatalf("rbac.yaml refused by the API server: %v", err)
+	}
 
-func TestKubernetesAgainstRealAPIServer(t *testing.T) {
-	dir := t.TempDir()
-	etcdPort, peerPort, apiPort := freeport.Pick(t), freeport.Pick(t), freeport.Pick(t)
-	start(t, "etcd", "--data-dir", filepath.Join(dir, "etcd"),
-		"--listen-client-urls", fmt.Sprintf("http://127.0.0.1:%d", etcdPort),
-		"--advertise-client-urls", fmt.Sprintf("http://127.0.0.1:%d", etcdPort),
-		"--listen-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", peerPort))
-	key, _ := rsa.GenerateKey(rand.Reader, 2048)
-	keyFile := filepath.Join(dir, "sa.key")
-	os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}), 0o600)
-	tokens := filepath.Join(dir, "tokens.csv")
-	os.WriteFile(tokens, []byte("planner-test-token,admin,1,system:masters\n"), 0o600)
-	start(t, "kube-apiserver",
-		"--etcd-servers", fmt.Sprintf("http://127.0.0.1:%d", etcdPort),
-		"--secure-port", fmt.Sprint(apiPort), "--bind-address", "127.0.0.1", "--cert-dir", filepath.Join(dir, "certs"),
-		"--token-auth-file", tokens, "--authorization-mode", "RBAC",
-		"--service-account-issuer", "https://kvgate.test", "--service-account-key-file", keyFile,
-		"--service-account-signing-key-file", keyFile, "--service-cluster-ip-range", "10.96.0.0/16")
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	os.WriteFile(kubeconfig, []byte(fmt.Sprintf(`apiVersion: v1
-kind: Config
-clusters: [{name: t, cluster: {server: "https://127.0.0.1:%d", insecure-skip-tls-verify: true}}]
-users: [{name: t, user: {token: planner-test-token}}]
-contexts: [{name: t, context: {cluster: t, user: t}}]
-current-context: t
-`, apiPort)), 0o600)
-
-	targets := map[string]Target{"decode": {Group: "apps", Kind: "Deployment", Name: "decode", Namespace: "default", PodSelector: "app=decode"}}
-	var k *Kubernetes
-	var cs *kubernetes.Clientset
-	ctx := context.Background()
-	poll.Until(t, "the API server ready", 60*time.Second, func() error {
-		var err error
-		if k, err = KubernetesFromKubeconfig(kubeconfig, targets); err != nil {
-			return err
-		}
-		cs = k.pods.(*kubernetes.Clientset)
-		_, err = cs.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{})
-		return err
-	})
 	one := int32(1)
 	labels := map[string]string{"app": "decode"}
-	_, err := cs.AppsV1().Deployments("default").Create(ctx, &appsv1.Deployment{
+	if _, err := cs.AppsV1().Deployments("llm").Create(ctx, &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: "decode"},
 		Spec: appsv1.DeploymentSpec{Replicas: &one, Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
 				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "vllm", Image: "vllm"}}}}},
-	}, metav1.CreateOptions{})
-	if err != nil {
+	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	// No scheduler or kubelet runs: the pod is created directly and its IP
-	// set through the status subresource, as a kubelet would.
-	p, err := cs.CoreV1().Pods("default").Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "decode-a", Labels: labels},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "vllm", Image: "vllm"}}}}, metav1.CreateOptions{})
+	// No controller-manager, scheduler or kubelet runs: the test plays them.
+	kubeapi.CreatePod(t, cs, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "decode-a", Namespace: "llm", Labels: labels},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "vllm", Image: "vllm"}}}})
+	kubeapi.SetPodReady(t, cs, "llm", "decode-a", "10.1.2.3", true)
+
+	planner := srv.ServiceAccount(t, "llm", "kvgate-planner")
+	targets := map[string]Target{"decode": {Group: "apps", Kind: "Deployment", Name: "decode", Namespace: "llm", PodSelector: "app=decode"}}
+	k, err := KubernetesFromKubeconfig(planner.Kubeconfig, targets)
 	if err != nil {
-		t.Fatal(err)
-	}
-	p.Status.PodIP = "10.1.2.3"
-	p.Status.PodIPs = []corev1.PodIP{{IP: "10.1.2.3"}}
-	if _, err := cs.CoreV1().Pods("default").UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if cur, err := k.Current(ctx); err != nil || cur["decode"] != 1 {
 		t.Fatalf("current %v %v", cur, err)
 	}
 	if err := k.Apply(ctx, plan.Decision{Desired: map[string]int{"decode": 3}, Drain: map[string][]string{"decode": {"10.1.2.3:8000"}}}); err != nil {
+		t.Fatalf("apply as the planner's ServiceAccount: %v", err)
+	}
+	d, err := cs.AppsV1().Deployments("llm").Get(ctx, "decode", metav1.GetOptions{})
+	if err != nil || *d.Spec.Replicas != 3 {
+		t.Fatalf("replicas after scale-up: %v %v", d.Spec.Replicas, err)
+	}
+	// Drain: the pod is marked for discovery (label) and for the
+	// ReplicaSet controller's scale-down choice (deletion cost).
+	p, err := cs.CoreV1().Pods("llm").Get(ctx, "decode-a", metav1.GetOptions{})
+	if err != nil || p.Labels[DrainingLabel] != "true" || p.Annotations[DeletionCostAnnotation] != "-1000" {
+		t.Fatalf("drained pod %v %v (%v)", p.Labels, p.Annotations, err)
+	}
+	if cur, err := k.Current(ctx); err != nil || cur["decode"] != 3 {
+		t.Fatalf("current after scale-up %v %v", cur, err)
+	}
+	if err := k.Apply(ctx, plan.Decision{Desired: map[string]int{"decode": 1}}); err != nil {
 		t.Fatal(err)
 	}
-	d, _ := cs.AppsV1().Deployments("default").Get(ctx, "decode", metav1.GetOptions{})
-	if *d.Spec.Replicas != 3 {
-		t.Fatalf("replicas %d", *d.Spec.Replicas)
+	if d, _ = cs.AppsV1().Deployments("llm").Get(ctx, "decode", metav1.GetOptions{}); *d.Spec.Replicas != 1 {
+		t.Fatalf("replicas after scale-down: %d", *d.Spec.Replicas)
 	}
-	p, _ = cs.CoreV1().Pods("default").Get(ctx, "decode-a", metav1.GetOptions{})
-	if p.Labels[DrainingLabel] != "true" || p.Annotations[DeletionCostAnnotation] != "-1000" {
-		t.Fatalf("pod %v %v", p.Labels, p.Annotations)
+
+	// Exactly what the actuator needs (rbac.yaml's comment): each verb the
+	// code calls is allowed, and nothing beside it, as the server decides.
+	sa := "system:serviceaccount:llm:kvgate-planner"
+	for _, c := range []struct {
+		group, resource, sub, verb string
+		allowed                    bool
+	}{
+		{"apps", "deployments", "scale", "get", true},
+		{"apps", "deployments", "scale", "update", true},
+		{"apps", "deployments", "scale", "patch", true},
+		{"apps", "statefulsets", "scale", "get", true},
+		{"apps", "statefulsets", "scale", "update", true},
+		{"", "pods", "", "list", true},
+		{"", "pods", "", "get", true},
+		{"", "pods", "", "patch", true},
+		{"apps", "deployments", "", "update", false},
+		{"apps", "deployments", "", "delete", false},
+		{"", "pods", "", "delete", false},
+		{"", "pods", "exec", "create", false},
+		{"", "secrets", "", "get", false},
+		{"", "configmaps", "", "list", false},
+	} {
+		sar, err := cs.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User:   sa,
+			Groups: []string{"system:serviceaccounts", "system:serviceaccounts:llm", "system:authenticated"},
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: "llm", Group: c.group, Resource: c.resource,
+				Subresource: c.sub, Verb: c.verb},
+		}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sar.Status.Allowed != c.allowed {
+			t.Errorf("%s %s/%s/%s: allowed %v, want %v (%s)", c.verb, c.group, c.resource, c.sub, sar.Status.Allowed, c.allowed, sar.Status.Reason)
+		}
+	}
+	// And in another namespace nothing.
+	other, err := cs.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+		User: sa, ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: "default", Group: "apps", Resource: "deployments", Subresource: "scale", Verb: "update"},
+	}}, metav1.CreateOptions{})
+	if err != nil || other.Status.Allowed {
+		t.Fatalf("scale in another namespace allowed=%v err=%v", other.Status.Allowed, err)
+	}
+}
+
+// Errors name the pool and what failed, as the server words it; a pool that
+// can be scaled is scaled even when another cannot.
+func TestKubernetesErrorsNameThePoolAgainstRealAPIServer(t *testing.T) {
+	srv := kubeapi.Start(t)
+	ctx := context.Background()
+	srv.Namespace(t, "llm")
+	one := int32(1)
+	labels := map[string]string{"app": "prefill"}
+	if _, err := srv.Clientset.AppsV1().Deployments("llm").Create(ctx, &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "prefill"},
+		Spec: appsv1.DeploymentSpec{Replicas: &one, Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "vllm", Image: "vllm"}}}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// A pod of another workload shares the IP the drain names: only the
+	// target's selector counts.
+	kubeapi.CreatePod(t, srv.Clientset, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "other", Namespace: "llm", Labels: map[string]string{"app": "other"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "c"}}}})
+	kubeapi.SetPodReady(t, srv.Clientset, "llm", "other", "10.9.9.9", true)
+	k, err := KubernetesFromKubeconfig(srv.Kubeconfig, map[string]Target{
+		"prefill":    {Group: "apps", Kind: "Deployment", Name: "prefill", Namespace: "llm", PodSelector: "app=prefill"},
+		"decode":     {Group: "apps", Kind: "Deployment", Name: "missing", Namespace: "llm"},
+		"aggregated": {Group: "example.com", Kind: "Unknown", Name: "x", Namespace: "llm"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = k.Apply(ctx, plan.Decision{
+		Desired: map[string]int{"prefill": 2, "decode": 2, "aggregated": 1},
+		Drain:   map[string][]string{"prefill": {"10.9.9.9:80"}},
+	})
+	for _, want := range []string{"pool decode: scale llm/missing to 2", "not found", "pool prefill: drain 10.9.9.9:80: no pod with IP 10.9.9.9", "pool aggregated", "Unknown.example.com"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q: %v", want, err)
+		}
+	}
+	d, err := srv.Clientset.AppsV1().Deployments("llm").Get(ctx, "prefill", metav1.GetOptions{})
+	if err != nil || *d.Spec.Replicas != 2 {
+		t.Fatalf("the pool that could be scaled was not: %v %v", d.Spec.Replicas, err)
+	}
+	p, _ := srv.Clientset.CoreV1().Pods("llm").Get(ctx, "other", metav1.GetOptions{})
+	if p.Labels[DrainingLabel] != "" {
+		t.Fatalf("a pod outside the target's selector was marked: %v", p.Labels)
 	}
 }

@@ -73,6 +73,11 @@ func pod(name, ip string, labels map[string]string) *corev1.Pod {
 	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "llm", Labels: labels}, Status: corev1.PodStatus{PodIP: ip}}
 }
 
+// Kept on client-go's fakes (the rest runs against a real API server in
+// kubeapiserver_test.go) for what a real server cannot be made to do on cue:
+// a Conflict answer to the first scale update, which the actuator must
+// retry, and a custom resource with a scale subresource (LeaderWorkerSet:
+// its CRD's module is not one this project may take).
 func TestKubernetesScalesAndDrains(t *testing.T) {
 	store := &scaleStore{replicas: map[string]int32{"deployments/prefill": 2, "statefulsets/decode": 3, "leaderworkersets/big": 1}}
 	pods := fake.NewClientset(
@@ -120,28 +125,6 @@ func TestKubernetesScalesAndDrains(t *testing.T) {
 		t.Fatal(err)
 	}
 	if store.replicas["statefulsets/decode"] != 1 {
-		t.Fatalf("replicas %v", store.replicas)
-	}
-}
-
-func TestKubernetesErrorsNameThePool(t *testing.T) {
-	store := &scaleStore{replicas: map[string]int32{"deployments/prefill": 1}}
-	k := NewKubernetes(fake.NewClientset(), store.client(), mapper(), map[string]Target{
-		"prefill":    {Group: "apps", Kind: "Deployment", Name: "prefill", Namespace: "llm"},
-		"decode":     {Group: "apps", Kind: "Deployment", Name: "missing", Namespace: "llm"},
-		"aggregated": {Group: "example.com", Kind: "Unknown", Name: "x", Namespace: "llm"},
-	})
-	err := k.Apply(context.Background(), plan.Decision{
-		Desired: map[string]int{"prefill": 2, "decode": 2, "aggregated": 1},
-		Drain:   map[string][]string{"prefill": {"10.9.9.9:80"}},
-	})
-	for _, want := range []string{"pool decode: scale llm/missing to 2", "not found", "pool prefill: drain 10.9.9.9:80: no pod with IP 10.9.9.9", "pool aggregated", "Unknown.example.com"} {
-		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("error lacks %q: %v", want, err)
-		}
-	}
-	// The pool that could be scaled was.
-	if store.replicas["deployments/prefill"] != 2 {
 		t.Fatalf("replicas %v", store.replicas)
 	}
 }

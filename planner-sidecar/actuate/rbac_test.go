@@ -10,6 +10,8 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 )
 
+// A check without an API server, for `make test`: kubeapiserver_test.go
+// applies the same manifest to a real one and asks it (SubjectAccessReview).
 // The manifest must decode as Kubernetes objects and grant exactly what
 // the actuator calls: /scale get+update (patch for kubectl-style tools)
 // and pods list+patch.

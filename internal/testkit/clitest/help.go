@@ -1,6 +1,6 @@
 // Package clitest checks a binary's subcommand table the same way for
 // cmd/kvgate and cmd/kvgate-lab: every command line answers -h and --help
-// with a usage and exit 0, and an unknown flag with exit 2 (the exit codes
+// with a usage on stdout and exit 0, and an unknown flag with exit 2 (the exit codes
 // internal/cli promises).
 package clitest
 
@@ -37,9 +37,13 @@ func EveryCommandHelp(t *testing.T, program string, dispatch Dispatch, lines [][
 			if code != 0 {
 				t.Errorf("%s %s %s: exit %d, want 0\n%s", program, name, help, code, errb.String())
 			}
-			usage := errb.String() + out.String()
+			// Asked-for help goes to stdout, so that it pages and greps.
+			usage := out.String()
 			if !strings.Contains(usage, "usage") && !strings.Contains(usage, "Usage") {
-				t.Errorf("%s %s %s printed no usage:\n%s", program, name, help, usage)
+				t.Errorf("%s %s %s printed no usage on stdout:\n%s", program, name, help, usage)
+			}
+			if errb.Len() > 0 {
+				t.Errorf("%s %s %s wrote to stderr: %q", program, name, help, errb.String())
 			}
 			for _, l := range strings.Split(usage, "\n") {
 				m := flagLineRe.FindStringSubmatch(l)
