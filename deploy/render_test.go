@@ -35,6 +35,7 @@ var scenarios = []string{
 	"testdata/values-full.yaml",
 	"testdata/values-istio.yaml",
 	"testdata/values-envoy-gateway.yaml",
+	"testdata/values-inference-pool.yaml",
 }
 
 func scenarioName(valuesFile string) string {
