@@ -17,7 +17,7 @@ import (
 // record reports a routed request's decision: the routing metrics, the
 // decision log (/debug/decisions), the x-kvgate-debug header for a client
 // extproc.debug_header grants it, and a debug log line.
-func (r *Router) record(req *server.Request, res *preprocess.Result, c choice, d *server.Decision, now time.Time) {
+func (r *Router) record(req *server.Request, res *preprocess.Result, c choice, d *server.Decision, prio requestPriority, now time.Time) {
 	chosen := c.cands[c.dec.Primary]
 	depth := chosen.Depths.Max()
 	r.metrics.requests.WithLabelValues(res.Served, "routed").Inc()
@@ -29,6 +29,7 @@ func (r *Router) record(req *server.Request, res *preprocess.Result, c choice, d
 		Time: now, RequestID: req.RequestID, Model: res.Served, Tokens: len(res.Tokens), Blocks: len(res.Sequence),
 		Chosen: chosen.Worker.ID.String(), Endpoint: d.Endpoint, Fallbacks: d.Fallbacks, Prefiller: d.Prefiller, PD: c.pdNote,
 		Candidates: topCandidates(c.cands, c.dec, 4),
+		Objective:  prio.Objective, Priority: prio.Priority, PriorityFrom: prio.From,
 	}
 	r.debug.add(entry)
 	if req.Debug {
@@ -58,6 +59,15 @@ type decisionEntry struct {
 	Prefiller  string           `json:"prefiller,omitempty"`
 	PD         string           `json:"pd,omitempty"`
 	Candidates []candidateTerms `json:"candidates"`
+	// Objective is the InferenceObjective the request named; Priority its
+	// priority (0 without one), PriorityFrom where that came from
+	// (objective, header, default; priority.go).
+	Objective    string `json:"objective,omitempty"`
+	Priority     int    `json:"priority"`
+	PriorityFrom string `json:"priority_from"`
+	// Shed is why admission refused the request (429); then nothing was
+	// chosen.
+	Shed string `json:"shed,omitempty"`
 }
 
 type candidateTerms struct {
@@ -80,7 +90,11 @@ func (e decisionEntry) header() string {
 		}
 		parts = append(parts, s)
 	}
-	return fmt.Sprintf("chosen=%s blocks=%d; %s", e.Chosen, e.Blocks, strings.Join(parts, "; "))
+	prio := fmt.Sprintf("priority=%d(%s)", e.Priority, e.PriorityFrom)
+	if e.Objective != "" {
+		prio += " objective=" + e.Objective
+	}
+	return fmt.Sprintf("chosen=%s blocks=%d %s; %s", e.Chosen, e.Blocks, prio, strings.Join(parts, "; "))
 }
 
 func topCandidates(cands []picker.Candidate, d picker.Decision, n int) []candidateTerms {

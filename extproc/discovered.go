@@ -2,13 +2,55 @@ package extproc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 
 	"github.com/kvgate/kvgate/extproc/discovery"
 	"github.com/kvgate/kvgate/extproc/discovery/kubeselect"
+	"github.com/kvgate/kvgate/extproc/extprocconfig"
 	"github.com/kvgate/kvgate/internal/kvfleet"
 )
+
+// DiscoverySource builds the configured discovery, nil when none:
+// extproc.discovery.kubernetes (labels or EndpointSlices) or
+// extproc.discovery.inference_pool. For a pool, the router takes the
+// pool's InferenceObjective priorities, and poolState (may be nil) hears
+// whether the pool is there (the caller fails readiness while it is not).
+func DiscoverySource(d extprocconfig.Discovery, r *Router, poolState func(error), log *slog.Logger) (discovery.Source, error) {
+	switch {
+	case d.Kubernetes != nil && d.InferencePool != nil:
+		return nil, errors.New("extproc.discovery: kubernetes and inference_pool are exclusive (one source of workers)")
+	case d.Kubernetes != nil:
+		return KubernetesSource(d.Kubernetes, log)
+	case d.InferencePool != nil:
+		return InferencePoolSource(*d.InferencePool, r, poolState, log)
+	}
+	return nil, nil
+}
+
+// InferencePoolSource builds the InferencePool discovery. An empty
+// namespace is resolved as GIE's picker does (v1.5.0
+// cmd/epp/runner/runner.go resolvePoolNamespace): the NAMESPACE
+// environment variable (the chart sets it from the downward API), else
+// "default".
+func InferencePoolSource(c kubeselect.InferencePool, r *Router, poolState func(error), log *slog.Logger) (*discovery.InferencePoolSource, error) {
+	if c.Namespace == "" {
+		c.Namespace = os.Getenv("NAMESPACE")
+	}
+	if c.Namespace == "" {
+		c.Namespace = "default"
+	}
+	if err := c.Validate(); err != nil {
+		return nil, fmt.Errorf("extproc.discovery.inference_pool: %w", err)
+	}
+	clients, err := discovery.NewPoolClients(c.Kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("extproc.discovery.inference_pool: %w", err)
+	}
+	return discovery.NewInferencePool(clients, c, discovery.PoolHooks{Objectives: r.SetObjectives, PoolState: poolState}, log)
+}
 
 // KubernetesSource builds the configured Kubernetes discovery (nil when
 // none is configured); the section is validated here, when extproc starts

@@ -16,6 +16,7 @@ type metrics struct {
 	fallbacksUsed prometheus.Counter
 	approximate   prometheus.Counter
 	debugHeader   *prometheus.CounterVec
+	shedByClass   *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -42,13 +43,15 @@ func newMetrics() *metrics {
 			Help: "Requests kvgate could not tokenize exactly (e.g. media content parts) and routed on load alone."}),
 		debugHeader: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvgate_extproc_debug_header_requests_total",
 			Help: "Routed requests that asked for x-kvgate-debug, by whether extproc.debug_header granted it (refused: not a trusted client)."}, []string{"outcome"}),
+		shedByClass: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvgate_extproc_shed_by_priority_total",
+			Help: "Requests shed by admission, by priority class: sheddable (priority < 0, shed first at admission.sheddable_fraction of the bounds) or standard."}, []string{"class"}),
 	}
 }
 
 // Register adds the router's metrics, and its load view as gauges, to reg.
 func (r *Router) Register(reg prometheus.Registerer) error {
 	m := r.metrics
-	cs := []prometheus.Collector{m.requests, m.picks, m.pd, m.finished, m.overlap, m.ttfb, m.decision, m.indexErrors, m.fallbacksUsed, m.approximate, m.debugHeader, loadCollector{r}}
+	cs := []prometheus.Collector{m.requests, m.picks, m.pd, m.finished, m.overlap, m.ttfb, m.decision, m.indexErrors, m.fallbacksUsed, m.approximate, m.debugHeader, m.shedByClass, loadCollector{r}}
 	if r.health != nil {
 		cs = append(cs, r.health.probes, r.health.failures)
 	}

@@ -48,7 +48,8 @@ func (r *Router) Decide(ctx context.Context, req *server.Request) (*server.Decis
 
 	m := r.match(ctx, p, res.Sequence, start)
 	cands := r.gatherer.gather(p.workers, m, req.SubsetHint, r.now(), rnd)
-	if rerr := r.admit(res.Served, cands); rerr != nil {
+	prio := r.priorityOf(req)
+	if rerr := r.admit(req, res, cands, prio); rerr != nil {
 		return nil, rerr
 	}
 	c, rerr := r.pick(req, res, p, cands, rnd)
@@ -57,7 +58,7 @@ func (r *Router) Decide(ctx context.Context, req *server.Request) (*server.Decis
 	}
 	now := r.now()
 	d := r.book(p, c, bookingFor(res, c), now)
-	r.record(req, res, c, d, now)
+	r.record(req, res, c, d, prio, now)
 	return d, nil
 }
 

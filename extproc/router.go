@@ -66,6 +66,9 @@ type Router struct {
 	pending    *loadview.Pending    // decisions not yet in the index (pendingcredit.go)
 	throughput *loadview.Throughput // per-worker prefill rates, fed by tickets
 	fleet      atomic.Pointer[fleet]
+	// objectives: the pool's InferenceObjective priorities by name
+	// (priority.go), replaced whole; nil = none known.
+	objectives atomic.Pointer[map[string]int]
 	pickConfig picker.Config
 	pd         picker.PDConfig
 	log        *slog.Logger

@@ -118,6 +118,10 @@ type Discovery struct {
 	// EndpointSlices; declared by discovery (kubeselect.Config) and
 	// validated when extproc starts it.
 	Kubernetes *kubeselect.Config `yaml:"kubernetes"`
+	// InferencePool makes kvgate the endpoint picker of one Gateway API
+	// Inference Extension InferencePool (kubeselect.InferencePool);
+	// exclusive with Kubernetes, validated when extproc starts it.
+	InferencePool *kubeselect.InferencePool `yaml:"inference_pool"`
 }
 
 // HealthCheck probes each engine's HTTP health endpoint; a worker failing
@@ -140,9 +144,24 @@ type TierWeights struct {
 }
 
 // Admission bounds per pool (served model); over a bound a request gets 429.
+//
+// A request's priority (its InferenceObjective's, extproc/priority.go)
+// decides who is shed first: GIE and llm-d call a request sheddable when
+// its priority is below 0 and drop only those when the pool is saturated
+// (GIE v1.5.0 pkg/epp/requestcontrol/admission.go, IsSheddable). kvgate's
+// bounds are its saturation: a sheddable request is shed once the pool
+// reaches SheddableFraction of a bound, the others at the bound itself.
 type Admission struct {
 	MaxInflight            int   `yaml:"max_inflight"`              // 0 = unbounded
 	MaxQueuedPrefillTokens int64 `yaml:"max_queued_prefill_tokens"` // 0 = unbounded
+	// SheddableFraction of each bound is where sheddable requests
+	// (priority < 0) are shed; default 0.8, 1 = at the bound like the rest.
+	SheddableFraction float64 `yaml:"sheddable_fraction"`
+	// PriorityHeader names a request header whose integer value is taken as
+	// the request's priority, overriding its objective's. Empty (default) =
+	// none: a client must not pick its own priority, so set it only where
+	// the gateway writes (or strips) that header on every request.
+	PriorityHeader string `yaml:"priority_header"`
 }
 
 // PD configures conditional prefill/decode disaggregation.
@@ -157,6 +176,7 @@ type PD struct {
 // outlier's and shared load's in their files).
 const (
 	DefaultListen               = "127.0.0.1:9002"
+	DefaultSheddableFraction    = 0.8
 	DefaultAdmin                = "127.0.0.1:9003"
 	DefaultMaxBodyBytes         = 8 << 20
 	DefaultPolicy               = "kvgate"
@@ -202,6 +222,9 @@ func FallbacksSet(data []byte) bool {
 
 // ApplyDefaults fills every unset key, the composed sections' included.
 func (x *Config) ApplyDefaults() {
+	if x.Admission.SheddableFraction == 0 {
+		x.Admission.SheddableFraction = DefaultSheddableFraction
+	}
 	if x.Listen == "" {
 		x.Listen = DefaultListen
 	}
@@ -318,6 +341,22 @@ func (x *Config) checkListenExposure(path string) error {
 		"%[1]s.allow_plaintext: true where a mesh sidecar's mTLS and a NetworkPolicy protect the port", path, x.Listen)
 }
 
+// validHeaderName: an RFC 9110 token in lower case (ext_proc hands kvgate
+// the request headers lower-cased, server.Request.Headers), no pseudo-header.
+func validHeaderName(h string) bool {
+	if h == "" || len(h) > 256 {
+		return false
+	}
+	for _, c := range h {
+		switch {
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9', strings.ContainsRune("!#$%&'*+-.^_`|~", c):
+		default:
+			return false
+		}
+	}
+	return true
+}
+
 // validateOwn checks the section's own keys, the streams and grpc bounds.
 func (x *Config) validateOwn(path string) error {
 	if err := confaddr.CheckHostPort(x.Listen); err != nil {
@@ -347,6 +386,10 @@ func (x *Config) validateOwn(path string) error {
 		return errors.New(path + ".expected_output_tokens: must be >= 0")
 	case x.Admission.MaxInflight < 0 || x.Admission.MaxQueuedPrefillTokens < 0:
 		return errors.New(path + ".admission: bounds must be >= 0 (0 = unbounded)")
+	case x.Admission.SheddableFraction <= 0 || x.Admission.SheddableFraction > 1:
+		return fmt.Errorf("%s.admission.sheddable_fraction: %g outside (0, 1]", path, x.Admission.SheddableFraction)
+	case x.Admission.PriorityHeader != "" && !validHeaderName(x.Admission.PriorityHeader):
+		return fmt.Errorf("%s.admission.priority_header: %q is not a lower-case HTTP header name", path, x.Admission.PriorityHeader)
 	case x.PD.MinUncachedTokens < 0 || x.PD.KVBytesPerToken < 0 || x.PD.TransferGBps <= 0:
 		return errors.New(path + ".pd: min_uncached_tokens and kv_bytes_per_token must be >= 0, transfer_gbps > 0")
 	case x.DecisionsKept < 0 || x.DecisionsKept > 100000:

@@ -15,7 +15,6 @@ import (
 	"net/http"
 	"os/signal"
 	"path/filepath"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -29,6 +28,8 @@ import (
 
 	"github.com/kvgate/kvgate/config"
 	"github.com/kvgate/kvgate/extproc"
+	"github.com/kvgate/kvgate/extproc/discovery"
+	"github.com/kvgate/kvgate/extproc/discovery/kubeselect"
 	"github.com/kvgate/kvgate/extproc/extprocconfig"
 	"github.com/kvgate/kvgate/extproc/preprocess"
 	"github.com/kvgate/kvgate/extproc/server"
@@ -54,6 +55,11 @@ func Run(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	admin := fs.String("admin", "", "override extproc.admin: HTTP address for /metrics, /healthz, /readyz, /debug/decisions")
 	withIndexer := fs.Bool("with-indexer", false, "also subscribe to the engines' KV events in this process (always on with the memory index)")
 	logFmt := cli.LogFormatFlag(fs)
+	// GIE's picker flags (v1.5.0 pkg/epp/server/options.go AddFlags), so a
+	// gateway's endpointPickerRef Deployment moves to kvgate with its args.
+	poolName := fs.String("pool-name", "", "set extproc.discovery.inference_pool.name: the InferencePool kvgate picks for (as GIE's --pool-name)")
+	poolNamespace := fs.String("pool-namespace", "", "set extproc.discovery.inference_pool.namespace (empty: $NAMESPACE, else default, as GIE)")
+	poolGroup := fs.String("pool-group", "", "set extproc.discovery.inference_pool.group; only "+kubeselect.InferencePoolGroup+" (InferencePool v1) is supported")
 	drain := fs.Duration("drain", 30*time.Second, "on SIGTERM, the whole drain: extproc.drain_grace with readiness failing and streams still served, then GOAWAY and the in-flight streams, up to this")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: kvgate extproc --config FILE [flags]\n\nServes Envoy's ext_proc protocol: parses each OpenAI request once, tokenizes it exactly as the\nengine will, matches its KV blocks against the fleet index and sets x-gateway-destination-endpoint\nand envoy.lb metadata (GIE endpoint-picker protocol). Flags:")
@@ -79,6 +85,20 @@ func Run(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	}
 	if *admin != "" {
 		cfg.Extproc.Admin = *admin
+	}
+	if *poolName != "" || *poolNamespace != "" || *poolGroup != "" {
+		if cfg.Extproc.Discovery.InferencePool == nil {
+			cfg.Extproc.Discovery.InferencePool = &kubeselect.InferencePool{}
+		}
+		p := cfg.Extproc.Discovery.InferencePool
+		for _, f := range []struct {
+			flag string
+			dst  *string
+		}{{*poolName, &p.Name}, {*poolNamespace, &p.Namespace}, {*poolGroup, &p.Group}} {
+			if f.flag != "" {
+				*f.dst = f.flag
+			}
+		}
 	}
 	if err := cfg.Validate(); err != nil {
 		fmt.Fprintf(stderr, "kvgate extproc: %v\n", err)
@@ -172,9 +192,9 @@ func extprocServerConfig(x extprocconfig.Config, onDecision func(time.Duration),
 // replicas; then GracefulStop sends GOAWAY (Envoy opens no new stream on
 // the connection after it) and waits for the streams in flight, up to
 // the drain deadline, after which the rest are cut.
-func drainExtproc(srv *server.Server, gs *grpc.Server, draining *atomic.Bool, grace, deadline time.Duration, log *slog.Logger) {
+func drainExtproc(srv *server.Server, gs *grpc.Server, ready *readiness, grace, deadline time.Duration, log *slog.Logger) {
 	start := time.Now()
-	draining.Store(true)
+	ready.drain()
 	srv.StartDrain()
 	log.Info("draining: readiness failed, still serving", "grace", grace, "deadline", deadline)
 	time.Sleep(min(grace, deadline))
@@ -236,9 +256,15 @@ func Serve(ctx context.Context, cfg config.Config, o Options) error {
 		return err
 	}
 	promReg.MustRegister(srv.Collector())
-	src, err := extproc.KubernetesSource(cfg.Extproc.Discovery.Kubernetes, o.Log)
+	ready := &readiness{srv: srv}
+	src, err := extproc.DiscoverySource(cfg.Extproc.Discovery, router, ready.setDiscovery, o.Log)
 	if err != nil {
 		return err
+	}
+	if pool, ok := src.(*discovery.InferencePoolSource); ok {
+		if err := pool.Register(promReg); err != nil {
+			return err
+		}
 	}
 	runCtx, cancelRun := context.WithCancel(context.Background())
 	defer cancelRun()
@@ -261,7 +287,7 @@ func Serve(ctx context.Context, cfg config.Config, o Options) error {
 	if src != nil {
 		go func() {
 			if err := extproc.FollowDiscovery(runCtx, src, router, setWorkers, o.Log); err != nil {
-				o.Log.Error("kubernetes discovery stopped", "err", err)
+				o.Log.Error("discovery stopped", "err", err)
 			}
 		}()
 	}
@@ -296,22 +322,15 @@ func Serve(ctx context.Context, cfg config.Config, o Options) error {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(promReg, promhttp.HandlerOpts{}))
 	mux.Handle("GET /debug/decisions", router.DecisionsHandler())
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
-	ready := make(chan struct{})
-	// draining turns /readyz back to 503 on SIGTERM, as the gRPC readiness
-	// service does, so an HTTP readiness probe takes the pod out of
-	// rotation while in-flight streams finish.
-	var draining atomic.Bool
+	// /readyz answers what the gRPC readiness service says (readiness.go):
+	// 503 before start, on SIGTERM while in-flight streams finish, and
+	// while discovery reports a problem, with the reason.
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		select {
-		case <-ready:
-			if draining.Load() {
-				http.Error(w, "draining", http.StatusServiceUnavailable)
-				return
-			}
-			w.Write([]byte("ready\n"))
-		default:
-			http.Error(w, "not ready", http.StatusServiceUnavailable)
+		if why := ready.status(); why != "" {
+			http.Error(w, why, http.StatusServiceUnavailable)
+			return
 		}
+		w.Write([]byte("ready\n"))
 	})
 	aln, err := net.Listen("tcp", cfg.Extproc.Admin)
 	if err != nil {
@@ -331,8 +350,7 @@ func Serve(ctx context.Context, cfg config.Config, o Options) error {
 		}
 		cancel()
 	}
-	srv.SetServing()
-	close(ready)
+	ready.start()
 	if o.Listening != nil {
 		o.Listening(gln.Addr(), aln.Addr())
 	}
@@ -340,7 +358,7 @@ func Serve(ctx context.Context, cfg config.Config, o Options) error {
 		o.RouterReady(router)
 	}
 	<-ctx.Done()
-	drainExtproc(srv, gs, &draining, cfg.Extproc.DrainGrace.D(), o.Drain, o.Log)
+	drainExtproc(srv, gs, ready, cfg.Extproc.DrainGrace.D(), o.Drain, o.Log)
 	cancelRun()
 	<-indexerDone
 	o.Log.Info("extproc stopped")
