@@ -64,7 +64,7 @@ func TestUnhealthyWorkerGetsNoRequests(t *testing.T) {
 // Through the router: candidates from an ejected engine are ineligible.
 func TestRouterSkipsUnhealthyWorkers(t *testing.T) {
 	r := newRig(t, func(c *config.Config) {
-		c.Extproc.HealthCheck = extprocconfig.HealthCheck{Interval: yamlconf.Duration(time.Hour), Timeout: yamlconf.Duration(100 * time.Millisecond), UnhealthyAfter: 1, Path: "/health"}
+		c.Extproc.HealthCheck = extprocconfig.HealthCheck{Interval: yamlconf.Duration(time.Hour), Timeout: yamlconf.Duration(time.Second), UnhealthyAfter: 1, Path: "/health"}
 	}, defaultHarnessConfig())
 	// One of the three workers fails its health probe. (With two of three
 	// failing, fewer than half are healthy and the pick panics, as
