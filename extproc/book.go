@@ -33,6 +33,12 @@ func bookingFor(res *preprocess.Result, c choice) booking {
 // writes the decision Envoy gets: primary, fallbacks, prefiller.
 func (r *Router) book(p *pool, c choice, b booking, now time.Time) *server.Decision {
 	chosen := c.cands[c.dec.Primary]
+	switch {
+	case c.dec.Panic:
+		r.panics.note(p.model, c.dec.Healthy, c.dec.Hosts, r.pickConfig.HealthyPanicThreshold, now)
+	case c.prefillPanic:
+		r.panics.note(p.model, c.prefillHealthy, c.prefillWorkers, r.pickConfig.HealthyPanicThreshold, now)
+	}
 	t := &ticket{router: r, worker: chosen.Worker.ID, chain: b.chain, start: now, uncached: b.uncached, decodeBlocks: b.decodeBlocks, model: b.model}
 	t.load = r.load.Begin(chosen.Worker.ID, b.uncached, b.decodeBlocks, now)
 	if c.prefill != nil {

@@ -57,7 +57,9 @@ func (g *gatherer) gather(workers []picker.Worker, m kvindex.Match, hint []strin
 		}
 		ejected, weight := g.outlier.state(w.Endpoint, now)
 		// Ejected workers stay listed (the debug header shows why) but the
-		// picker excludes them: no traffic, not even as a fallback.
+		// picker excludes them: no traffic, not even as a fallback — unless
+		// too few of the pool are healthy and the pick is in panic
+		// (picker.Config.HealthyPanicThreshold).
 		w.Ejected = ejected
 		if !g.health.healthy(w.Endpoint) {
 			w.Unhealthy = true // failed its health probes: eligible again after one success

@@ -17,6 +17,10 @@ type choice struct {
 	cands   []picker.Candidate
 	prefill *picker.Candidate
 	pdNote  string // why the P/D decision went the way it did; "" outside P/D pools
+	// prefillPanic: the prefill leg's pick was made in panic
+	// (dec.Panic says so of the decode or aggregated pick).
+	prefillPanic                   bool
+	prefillHealthy, prefillWorkers int
 	// expectedOutput is the output length the picker assumed, which the
 	// booking reserves KV blocks for.
 	expectedOutput int
@@ -66,6 +70,7 @@ func (r *Router) pickPD(c *choice, preq picker.Request, rnd *rand.Rand) error {
 	c.dec, c.cands, c.pdNote = pdd.Decode, decodeCands, pdd.Reason
 	if pdd.Disaggregate {
 		c.prefill = &prefillCands[pdd.Prefill.Primary]
+		c.prefillPanic, c.prefillHealthy, c.prefillWorkers = pdd.Prefill.Panic, pdd.Prefill.Healthy, pdd.Prefill.Hosts
 		r.metrics.pd.WithLabelValues("disaggregated").Inc()
 	} else {
 		r.metrics.pd.WithLabelValues("aggregated").Inc()

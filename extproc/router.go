@@ -75,6 +75,7 @@ type Router struct {
 	metrics    *metrics
 	debug      *decisionLog
 	debugOK    debugAccess            // who gets the x-kvgate-debug header
+	panics     *panicNotice           // picks made in panic (healthypanic.go)
 	health     *healthChecker         // nil when disabled
 	engines    *enginemetrics.Scraper // nil when disabled
 	outlier    *outlierDetector       // nil when disabled
@@ -134,6 +135,7 @@ func NewRouter(rc RouterConfig, reg *preprocess.Registry, idx kvindex.Index, log
 	pc.Temperature = x.Temperature
 	pc.Fallbacks = x.Fallbacks
 	pc.TierWeights = [kvfleet.NumTiers]float64{x.TierWeights.Device, x.TierWeights.Host, x.TierWeights.Disk, x.TierWeights.External}
+	pc.HealthyPanicThreshold = x.HealthyPanic.Percent()
 	if err := pc.Validate(); err != nil {
 		return nil, fmt.Errorf("extproc picker: %w", err)
 	}
@@ -161,7 +163,7 @@ func NewRouter(rc RouterConfig, reg *preprocess.Registry, idx kvindex.Index, log
 		cfg: x, reg: reg, idx: idx, load: loadview.New(), recent: recent, pending: pending, debugOK: debugOK,
 		pickConfig: pc, pd: pd, log: log,
 		metrics: newMetrics(), debug: newDecisionLog(x.DecisionsKept), now: time.Now,
-		throughput: loadview.NewThroughput(),
+		throughput: loadview.NewThroughput(), panics: newPanicNotice(log),
 	}
 	if !x.Outlier.Disabled {
 		r.outlier = newOutlierDetector(x.Outlier)

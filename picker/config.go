@@ -46,8 +46,25 @@ type Config struct {
 	MaxInflight            int
 	MaxQueuedPrefillTokens int64
 
+	// HealthyPanicThreshold is Envoy's healthy_panic_threshold, in percent
+	// (0 disables; Envoy's default is 50): when fewer than this share of the
+	// candidates that could serve the stage are healthy (neither Unhealthy
+	// nor Ejected; Draining ones are left out of the count, as Envoy leaves
+	// excluded hosts out of the denominator), the pick is in panic and
+	// chooses among all of them, health ignored. A transient that marks
+	// every worker down (probes timing out on a loaded machine) then costs
+	// cache affinity, not every request (envoyproxy/envoy
+	// source/common/upstream/load_balancer_impl.cc,
+	// LoadBalancerBase::isHostSetInPanic and
+	// ZoneAwareLoadBalancerBase::hostSourceToUse: AllHosts, lb_healthy_panic).
+	HealthyPanicThreshold float64
+
 	Kvgate KvgateConfig // used only by PolicyKvgate
 }
+
+// DefaultHealthyPanicThreshold is Envoy's default healthy_panic_threshold
+// (cluster.proto CommonLbConfig, 50 %).
+const DefaultHealthyPanicThreshold = 50
 
 // KvgateConfig holds the knobs of the kvgate policy's extra terms. Each term
 // can be switched off alone; with all three off the kvgate policy computes
@@ -99,6 +116,8 @@ func DefaultConfig() Config {
 		Temperature:      0,
 		Fallbacks:        2,
 		Kvgate:           DefaultKvgateConfig(),
+
+		HealthyPanicThreshold: DefaultHealthyPanicThreshold,
 	}
 }
 
@@ -157,6 +176,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("picker config: max in-flight %d is negative", c.MaxInflight)
 	case c.MaxQueuedPrefillTokens < 0:
 		return fmt.Errorf("picker config: max queued prefill tokens %d is negative", c.MaxQueuedPrefillTokens)
+	case !finiteIn(c.HealthyPanicThreshold, 0, 100):
+		return fmt.Errorf("picker config: healthy panic threshold %v%% outside [0, 100]", c.HealthyPanicThreshold)
 	}
 	if c.Policy == PolicyKvgate {
 		if err := c.Kvgate.validate(); err != nil {

@@ -110,7 +110,9 @@ func TestDecidePDEstimates(t *testing.T) {
 func TestDecidePDErrors(t *testing.T) {
 	pre, dec := pdPools([]Load{{}}, []Load{{}}, 0)
 	dec[0].Worker.Unhealthy = true
-	if _, err := DecidePD(req16(512), pre, dec, DefaultPDConfig(), nil); !errors.Is(err, ErrNoEligible) {
+	strict := DefaultPDConfig()
+	strict.Picker.HealthyPanicThreshold = 0 // else the lone unhealthy decode worker is chosen in panic
+	if _, err := DecidePD(req16(512), pre, dec, strict, nil); !errors.Is(err, ErrNoEligible) {
 		t.Errorf("no decode worker: err %v, want ErrNoEligible", err)
 	}
 	bad := DefaultPDConfig()

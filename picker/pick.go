@@ -26,6 +26,7 @@ func Pick(req Request, cands []Candidate, cfg Config, rnd *rand.Rand) (Decision,
 func PickInto(dst *Decision, req Request, cands []Candidate, cfg Config, rnd *rand.Rand) error {
 	dst.Primary = -1
 	dst.Fallbacks = dst.Fallbacks[:0]
+	dst.Panic, dst.Healthy, dst.Hosts = false, 0, 0
 	if cap(dst.Terms) >= len(cands) {
 		dst.Terms = dst.Terms[:len(cands)]
 	} else {
@@ -44,11 +45,12 @@ func PickInto(dst *Decision, req Request, cands []Candidate, cfg Config, rnd *ra
 		return fmt.Errorf("picker: %d candidates, more than %d", len(cands), MaxCandidates)
 	}
 
+	dst.Panic, dst.Healthy, dst.Hosts = healthyPanic(cands, req.Stage, &cfg)
 	eligible := 0
 	dst.rates = dst.rates[:0]
 	for i := range cands {
 		c := &cands[i]
-		if r := exclusion(c, req.Stage, &cfg); r != "" {
+		if r := exclusion(c, req.Stage, &cfg, dst.Panic); r != "" {
 			terms[i].Reason = r
 			continue
 		}

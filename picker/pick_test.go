@@ -183,7 +183,10 @@ func TestEligibility(t *testing.T) {
 	}{
 		{"healthy both/aggregated", StageAggregated, mk(func(*Candidate) {}), nil, ""},
 		{"draining", StageAggregated, mk(func(c *Candidate) { c.Worker.Draining = true }), nil, ReasonDraining},
-		{"unhealthy", StageAggregated, mk(func(c *Candidate) { c.Worker.Unhealthy = true }), nil, ReasonUnhealthy},
+		// Alone, an unhealthy worker is 0 % healthy: without the panic
+		// threshold it is excluded (TestHealthyPanic has it on).
+		{"unhealthy", StageAggregated, mk(func(c *Candidate) { c.Worker.Unhealthy = true }),
+			func(c *Config) { c.HealthyPanicThreshold = 0 }, ReasonUnhealthy},
 		{"prefill worker cannot serve aggregated", StageAggregated, mk(func(c *Candidate) { c.Worker.Role = RolePrefill }), nil, ReasonRole},
 		{"decode worker serves aggregated", StageAggregated, mk(func(c *Candidate) { c.Worker.Role = RoleDecode }), nil, ""},
 		{"decode worker cannot prefill", StagePrefill, mk(func(c *Candidate) { c.Worker.Role = RoleDecode }), nil, ReasonRole},

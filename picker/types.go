@@ -171,6 +171,12 @@ type Decision struct {
 	Primary   int   // -1 when no candidate was chosen
 	Fallbacks []int // next best eligible candidates, distinct, best first
 	Terms     []Terms
+	// Panic: fewer than Config.HealthyPanicThreshold percent of the
+	// candidates able to serve the stage were healthy, so unhealthy,
+	// ejected and slow-starting ones were eligible too. Healthy and Hosts
+	// are the counts the threshold was applied to.
+	Panic          bool
+	Healthy, Hosts int
 
 	rates []float64 // scratch: the eligible workers' measured prefill rates
 }

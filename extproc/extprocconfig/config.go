@@ -79,6 +79,9 @@ type Config struct {
 	Discovery     Discovery            `yaml:"discovery"`
 	// Outlier ejects workers whose responses fail (passive health).
 	Outlier Outlier `yaml:"outlier"`
+	// HealthyPanic: below this share of healthy workers in a pool, route
+	// to all of them (Envoy's healthy_panic_threshold; healthypanic.go).
+	HealthyPanic HealthyPanic `yaml:"healthy_panic"`
 	// SharedLoad shares in-flight accounting between extproc replicas.
 	SharedLoad SharedLoad `yaml:"shared_load"`
 	// TLS secures the ext_proc gRPC listener (Envoy ↔ extproc). Listen on a
@@ -280,6 +283,7 @@ func (x *Config) ApplyDefaults() {
 	}
 	x.EngineMetrics.ApplyDefaults()
 	x.Outlier.applyDefaults()
+	x.HealthyPanic.applyDefaults()
 	x.SharedLoad.applyDefaults()
 	x.Preprocess.ApplyDefaults()
 	hc := &x.HealthCheck
@@ -305,6 +309,9 @@ func (x *Config) Validate(path string) error {
 		return err
 	}
 	if err := x.Outlier.validate(path + ".outlier"); err != nil {
+		return err
+	}
+	if err := x.HealthyPanic.validate(path + ".healthy_panic"); err != nil {
 		return err
 	}
 	if err := x.SharedLoad.validate(path + ".shared_load"); err != nil {

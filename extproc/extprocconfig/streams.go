@@ -2,6 +2,7 @@ package extprocconfig
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/kvgate/kvgate/internal/yamlconf"
@@ -36,6 +37,29 @@ type StreamLimits struct {
 	BufferBudgetBytes int64 `yaml:"buffer_budget_bytes"`
 	// MaxOpen bounds the streams open at once; more get 503.
 	MaxOpen int `yaml:"max_open"`
+	// MaxOpenPerSourcePercent is one client's fair share of MaxOpen: a
+	// source already holding this share gets 429 for another stream while
+	// fewer than a share of the slots are free, so one client opening
+	// thousands of slow uploads leaves a share to everyone else. Default
+	// 25; 100 turns it off (all traffic through one balancer address).
+	// The source is SourceHeader's last entry when set, else the IP of
+	// Envoy's source.address request attribute (the ext_proc filter must
+	// list it: request_attributes: [source.address]); a stream with
+	// neither is bounded by MaxOpen alone.
+	MaxOpenPerSourcePercent int `yaml:"max_open_per_source_percent"`
+	// SourceHeader names the request header identifying the client, e.g.
+	// x-forwarded-for when Envoy's HttpConnectionManager sets
+	// use_remote_address: true (it then appends the peer's address, the
+	// entry kvgate reads). "" reads source.address.
+	SourceHeader string `yaml:"source_header"`
+	// MinBodyBytesPerSecond and BodyGrace bound a streamed request body's
+	// progress: BodyGrace after its headers it must have delivered
+	// MinBodyBytesPerSecond bytes for every second since (each byte buys
+	// 1/rate s), or it gets 408 (FULL_DUPLEX_STREAMED only; Envoy buffers
+	// a BUFFERED body itself). Defaults 1024 B/s and 10 s: an 8 MiB body
+	// has to average 70 KB/s anyway to beat request_timeout's 2 min.
+	MinBodyBytesPerSecond int               `yaml:"min_body_bytes_per_second"`
+	BodyGrace             yamlconf.Duration `yaml:"body_grace"`
 	// RequestIdleTimeout is the longest gap between two request-path
 	// messages before the request is routed (408 past it).
 	RequestIdleTimeout yamlconf.Duration `yaml:"request_idle_timeout"`
@@ -57,6 +81,10 @@ const (
 	DefaultRequestIdleTimeout = 30 * time.Second
 	DefaultRequestTimeout     = 2 * time.Minute
 	DefaultMaxStreamDuration  = time.Hour
+
+	DefaultMaxOpenPerSourcePercent = 25
+	DefaultMinBodyBytesPerSecond   = 1024
+	DefaultBodyRateGrace           = 10 * time.Second
 )
 
 func (s *StreamLimits) applyDefaults() {
@@ -74,6 +102,15 @@ func (s *StreamLimits) applyDefaults() {
 	}
 	if s.MaxDuration == 0 {
 		s.MaxDuration = yamlconf.Duration(DefaultMaxStreamDuration)
+	}
+	if s.MaxOpenPerSourcePercent == 0 {
+		s.MaxOpenPerSourcePercent = DefaultMaxOpenPerSourcePercent
+	}
+	if s.MinBodyBytesPerSecond == 0 {
+		s.MinBodyBytesPerSecond = DefaultMinBodyBytesPerSecond
+	}
+	if s.BodyGrace == 0 {
+		s.BodyGrace = yamlconf.Duration(DefaultBodyRateGrace)
 	}
 }
 
@@ -93,6 +130,14 @@ func (s StreamLimits) validate(path, maxBodyKey string, maxBody int) error {
 		return fmt.Errorf("%s.request_timeout: must be at least request_idle_timeout (%s)", path, s.RequestIdleTimeout.D())
 	case s.MaxDuration.D() < s.RequestTimeout.D():
 		return fmt.Errorf("%s.max_duration: must be at least request_timeout (%s)", path, s.RequestTimeout.D())
+	case s.MaxOpenPerSourcePercent < 1 || s.MaxOpenPerSourcePercent > 100:
+		return fmt.Errorf("%s.max_open_per_source_percent: %d outside [1, 100] (100: no per-source share)", path, s.MaxOpenPerSourcePercent)
+	case s.SourceHeader != "" && (s.SourceHeader != strings.ToLower(s.SourceHeader) || strings.ContainsAny(s.SourceHeader, " :\t")):
+		return fmt.Errorf("%s.source_header: %q must be a lower-case header name (Envoy sends header names lower-case)", path, s.SourceHeader)
+	case s.MinBodyBytesPerSecond < 1:
+		return fmt.Errorf("%s.min_body_bytes_per_second: must be at least 1", path)
+	case s.BodyGrace.D() < time.Second || s.BodyGrace.D() > s.RequestTimeout.D():
+		return fmt.Errorf("%s.body_grace: %s outside [1s, request_timeout %s]", path, s.BodyGrace.D(), s.RequestTimeout.D())
 	}
 	return nil
 }

@@ -206,6 +206,8 @@ func errorJSON(status int, message string) []byte {
 		e.Code = "request_too_large"
 	case status == http.StatusRequestHeaderFieldsTooLarge:
 		e.Code = "request_header_fields_too_large"
+	case status == http.StatusTooManyRequests:
+		e.Code = "rate_limit_exceeded"
 	case status == http.StatusRequestTimeout:
 		e.Code = "request_timeout"
 	case status >= 500:

@@ -54,6 +54,20 @@ type Config struct {
 	BufferBudgetBytes int64
 	// MaxOpenStreams bounds the streams open at once (503 above).
 	MaxOpenStreams int
+	// MaxOpenPerSourcePercent is one source's fair share of
+	// MaxOpenStreams (sources.go): a source already holding that many
+	// streams gets 429 for another while fewer than that many slots are
+	// free, so it can never fill the last share others need. 100: no
+	// share. SourceHeader names the request header that identifies the
+	// client ("" : Envoy's source.address request attribute).
+	MaxOpenPerSourcePercent int
+	SourceHeader            string
+	// MinBodyBytesPerSecond and BodyRateGrace bound a FULL_DUPLEX_STREAMED
+	// request body's progress: it must have delivered
+	// MinBodyBytesPerSecond × (time since its headers − BodyRateGrace)
+	// bytes, or it is answered 408. Negative rate: unbounded.
+	MinBodyBytesPerSecond int
+	BodyRateGrace         time.Duration
 	// RequestIdleTimeout bounds the gap between request-path messages
 	// before routing; RequestTimeout bounds request headers to routing
 	// decision. Envoy runs no message timer in FULL_DUPLEX_STREAMED mode
@@ -89,6 +103,9 @@ var DefaultConfig = Config{
 	RequestIdleTimeout:      extprocconfig.DefaultRequestIdleTimeout,
 	RequestTimeout:          extprocconfig.DefaultRequestTimeout,
 	MaxStreamDuration:       extprocconfig.DefaultMaxStreamDuration,
+	MaxOpenPerSourcePercent: extprocconfig.DefaultMaxOpenPerSourcePercent,
+	MinBodyBytesPerSecond:   extprocconfig.DefaultMinBodyBytesPerSecond,
+	BodyRateGrace:           extprocconfig.DefaultBodyRateGrace,
 }
 
 // Server implements envoy.service.ext_proc.v3.ExternalProcessor and the
@@ -102,12 +119,17 @@ type Server struct {
 	health  *health.Server
 	c       counters
 	budget  *bufferBudget
+	refused *refusalLog
 
 	mu       sync.Mutex
 	draining bool
 	active   int
-	drained  chan struct{}
-	once     sync.Once
+	// bySource counts the open streams of each source that has sent its
+	// request headers (sources.go); sourceShare is one source's share.
+	bySource    map[string]int
+	sourceShare int
+	drained     chan struct{}
+	once        sync.Once
 }
 
 // New returns a server that asks decider for every decision. Liveness is
@@ -138,6 +160,18 @@ func New(decider Decider, cfg Config) (*Server, error) {
 	if cfg.MaxStreamDuration == 0 {
 		cfg.MaxStreamDuration = d.MaxStreamDuration
 	}
+	if cfg.MaxOpenPerSourcePercent == 0 {
+		cfg.MaxOpenPerSourcePercent = d.MaxOpenPerSourcePercent
+	}
+	if cfg.MinBodyBytesPerSecond == 0 {
+		cfg.MinBodyBytesPerSecond = d.MinBodyBytesPerSecond
+	}
+	if cfg.BodyRateGrace == 0 {
+		cfg.BodyRateGrace = d.BodyRateGrace
+	}
+	if cfg.MaxOpenPerSourcePercent < 1 || cfg.MaxOpenPerSourcePercent > 100 || cfg.BodyRateGrace < 0 {
+		return nil, fmt.Errorf("extproc server: per-source share %d%% outside [1, 100] or negative body rate grace", cfg.MaxOpenPerSourcePercent)
+	}
 	if cfg.MaxBodyBytes == 0 {
 		cfg.MaxBodyBytes = d.MaxBodyBytes
 	}
@@ -166,7 +200,8 @@ func New(decider Decider, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("extproc server: buffer budget %d is below the body limit %d", cfg.BufferBudgetBytes, cfg.MaxBodyBytes)
 	}
 	s := &Server{decider: decider, cfg: cfg, log: log, health: health.NewServer(), drained: make(chan struct{}),
-		budget: newBufferBudget(cfg.BufferBudgetBytes)}
+		budget: newBufferBudget(cfg.BufferBudgetBytes), refused: newRefusalLog(log), bySource: map[string]int{},
+		sourceShare: max(1, cfg.MaxOpenStreams*cfg.MaxOpenPerSourcePercent/100)}
 	s.health.SetServingStatus(HealthLiveness, healthpb.HealthCheckResponse_SERVING)
 	s.setReady(healthpb.HealthCheckResponse_NOT_SERVING)
 	return s, nil
@@ -240,9 +275,10 @@ func (s *Server) enter() bool {
 	return true
 }
 
-func (s *Server) leave() {
+func (s *Server) leave(source string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.leaveSourceLocked(source)
 	s.active--
 	s.c.streamsActive.Add(-1)
 	if s.draining && s.active == 0 {
@@ -255,8 +291,13 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 	if !s.enter() {
 		// A local reply, not a gRPC error: with failure_mode_allow a gRPC
 		// error would let the request through unrouted, and without it the
-		// client would see status_on_error instead of the reason.
+		// client would see status_on_error instead of the reason. Envoy
+		// sends it as the request's local reply whatever failure_mode_allow
+		// says (ext_proc.cc Filter::onReceiveMessage → sendImmediateResponse
+		// → sendLocalReply; failure_mode_allow is read only in onGrpcError
+		// and the message timers).
 		s.c.refusedOpen.Add(1)
+		s.refused.note(refusedMaxOpen, s.peekSource(stream), fmt.Sprintf("%d streams open (extproc.streams.max_open)", s.cfg.MaxOpenStreams))
 		r := immediateResponse(http.StatusServiceUnavailable,
 			errorJSON(http.StatusServiceUnavailable, fmt.Sprintf("kvgate is serving its limit of %d requests at once; retry", s.cfg.MaxOpenStreams)),
 			map[string]string{"retry-after": "1"}, "kvgate_too_many_streams")
@@ -266,8 +307,8 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 		}
 		return nil
 	}
-	defer s.leave()
-	s.c.streamsStarted.Add(1)
 	st := &streamState{s: s, grpc: stream, ctx: stream.Context()}
+	defer func() { s.leave(st.source) }()
+	s.c.streamsStarted.Add(1)
 	return st.run()
 }

@@ -24,7 +24,8 @@ type Stats struct {
 	InvalidDecisions   uint64 // decisions rejected by validation (answered 500)
 	BufferedBytes      int64  // request bytes held against the buffer budget now
 	// LimitHits counts requests stopped by a stream limit, by limit name
-	// (buffer_budget, request_idle_timeout, request_timeout, max_duration).
+	// (buffer_budget, request_idle_timeout, request_timeout, max_duration,
+	// per_source_share, min_body_rate).
 	LimitHits map[string]uint64
 	// ServedUnreported counts upstream responses to requests sent with
 	// fallbacks that came without Envoy's served-host report (served.go).
@@ -38,10 +39,12 @@ const (
 	limitRequestIdle
 	limitRequestTime
 	limitStreamDuration
+	limitPerSource
+	limitBodyRate
 	numLimits
 )
 
-var limitNames = [numLimits]string{"buffer_budget", "request_idle_timeout", "request_timeout", "max_duration"}
+var limitNames = [numLimits]string{"buffer_budget", "request_idle_timeout", "request_timeout", "max_duration", "per_source_share", "min_body_rate"}
 
 type counters struct {
 	streamsStarted, refusedOpen                 atomic.Uint64

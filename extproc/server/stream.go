@@ -64,6 +64,10 @@ type streamState struct {
 	held          reservation // this stream's share of the buffer budget
 	gotBody       bool
 	routed        bool
+	// source is the client's key once its headers came (sources.go);
+	// bodyBytes the request body received so far, for the minimum rate.
+	source    string
+	bodyBytes int64
 
 	// after routing
 	ticket      Lifecycle
@@ -118,10 +122,23 @@ func (st *streamState) run() error {
 		maxDur = t.C
 	}
 	idleC, wholeC := idle.C, whole.C
+	// rate fires when a streamed request body falls below
+	// MinBodyBytesPerSecond (bodyDeadline); armed at the headers.
+	rate := time.NewTimer(time.Hour)
+	rate.Stop()
+	defer rate.Stop()
+	var rateC <-chan time.Time
 	for {
 		var r received
 		select {
 		case r = <-msgs:
+		case <-rateC:
+			st.s.c.limitHits[limitBodyRate].Add(1)
+			outcome = OutcomeTimeout
+			why := fmt.Sprintf("the request body arrived slower than %d bytes/s (%d bytes in %s; extproc.streams.min_body_bytes_per_second, after body_grace %s)",
+				st.s.cfg.MinBodyBytesPerSecond, st.bodyBytes, time.Since(st.started).Round(time.Millisecond), st.s.cfg.BodyRateGrace)
+			st.s.refused.note(refusedSlowBody, st.source, why)
+			return st.endWith(st.requestTimeout(why))
 		case <-idleC:
 			st.s.c.limitHits[limitRequestIdle].Add(1)
 			outcome = OutcomeTimeout
@@ -156,9 +173,14 @@ func (st *streamState) run() error {
 			// may stream for minutes; only MaxStreamDuration bounds it.
 			idle.Stop()
 			whole.Stop()
-			idleC, wholeC = nil, nil
+			rate.Stop()
+			idleC, wholeC, rateC = nil, nil, nil
 		} else if idleC != nil {
 			idle.Reset(st.s.cfg.RequestIdleTimeout)
+			if d, ok := st.bodyDeadline(); ok {
+				rate.Reset(time.Until(d))
+				rateC = rate.C
+			}
 		}
 		if err == nil {
 			continue
@@ -187,6 +209,23 @@ func (st *streamState) run() error {
 			return status.Errorf(codes.Internal, "%v", err)
 		}
 	}
+}
+
+// bodyDeadline is when a streamed request body that has delivered
+// bodyBytes falls below MinBodyBytesPerSecond: the headers' time plus
+// BodyRateGrace plus one second per MinBodyBytesPerSecond bytes received,
+// so a client keeping up the rate is never cut, whatever its body's size
+// (RequestTimeout still bounds the whole request). Only in
+// FULL_DUPLEX_STREAMED: there each chunk arrives as the client sends it;
+// in BUFFERED Envoy holds the body until it is whole and kvgate sees no
+// progress to judge.
+func (st *streamState) bodyDeadline() (time.Time, bool) {
+	rate := st.s.cfg.MinBodyBytesPerSecond
+	if rate <= 0 || !st.gotReqHeaders || st.routed || st.reqMode != filterv3.ProcessingMode_FULL_DUPLEX_STREAMED {
+		return time.Time{}, false
+	}
+	credit := time.Duration(float64(st.bodyBytes) / float64(rate) * float64(time.Second))
+	return st.started.Add(st.s.cfg.BodyRateGrace + credit), true
 }
 
 // endWith turns the error of a deadline's local reply into the stream's
@@ -316,6 +355,11 @@ func (st *streamState) onRequestHeaders(msg *extprocv3.ProcessingRequest, h *ext
 	req.SubsetHint = hint
 	req.Source, req.EnvoyDebug = sourceAddress(msg.GetAttributes()), envoyDebug(msg.GetMetadataContext())
 	st.req, st.spoofed = req, spoofed
+	src := st.s.sourceOf(&st.req)
+	if !st.s.admitSource(src) {
+		return st.overShare(src)
+	}
+	st.source = src
 
 	if h.GetEndOfStream() || st.reqMode == filterv3.ProcessingMode_NONE {
 		st.s.c.headerOnly.Add(1)
@@ -380,6 +424,7 @@ func (st *streamState) onRequestBody(b *extprocv3.HttpBody) error {
 		return nil
 	case filterv3.ProcessingMode_FULL_DUPLEX_STREAMED:
 		chunk := b.GetBody()
+		st.bodyBytes += int64(len(chunk))
 		if len(chunk) > limit-len(st.body) {
 			return st.tooLarge()
 		}
@@ -602,9 +647,23 @@ func (st *streamState) tooLarge() error {
 // client's fault (503, retry-after).
 func (st *streamState) overBudget() error {
 	st.s.c.limitHits[limitBuffer].Add(1)
+	st.s.refused.note(refusedBudget, st.s.sourceOf(&st.req), fmt.Sprintf("%d of %d bytes held (extproc.streams.buffer_budget_bytes)", st.s.budget.inUse(), st.s.cfg.BufferBudgetBytes))
 	st.releaseBody()
 	msg := fmt.Sprintf("kvgate is buffering its limit of %d request bytes; retry shortly", st.s.cfg.BufferBudgetBytes)
 	return st.immediate(http.StatusServiceUnavailable, errorJSON(http.StatusServiceUnavailable, msg), map[string]string{"retry-after": "1"}, "kvgate_buffer_budget")
+}
+
+// overShare refuses a stream whose source already holds its share of the
+// open streams while fewer than a share are free (sources.go). 429: it is
+// this client's load, not kvgate's, and Envoy's router never retries a
+// filter's local reply.
+func (st *streamState) overShare(source string) error {
+	st.s.c.limitHits[limitPerSource].Add(1)
+	st.releaseBody()
+	st.s.refused.note(refusedSource, source, fmt.Sprintf("source holds its share of %d streams (extproc.streams.max_open_per_source_percent %d%% of max_open %d)",
+		st.s.sourceShare, st.s.cfg.MaxOpenPerSourcePercent, st.s.cfg.MaxOpenStreams))
+	msg := fmt.Sprintf("too many requests in progress from this client (%d at once); retry shortly", st.s.sourceShare)
+	return st.immediate(http.StatusTooManyRequests, errorJSON(http.StatusTooManyRequests, msg), map[string]string{"retry-after": "1"}, "kvgate_source_share")
 }
 
 func (st *streamState) immediate(code int, body []byte, headers map[string]string, details string) error {

@@ -180,8 +180,13 @@ func extprocServerConfig(x extprocconfig.Config, onDecision func(time.Duration),
 		RequestIdleTimeout: x.Streams.RequestIdleTimeout.D(),
 		RequestTimeout:     x.Streams.RequestTimeout.D(),
 		MaxStreamDuration:  x.Streams.MaxDuration.D(),
-		OnDecision:         onDecision,
-		Logger:             log,
+
+		MaxOpenPerSourcePercent: x.Streams.MaxOpenPerSourcePercent,
+		SourceHeader:            x.Streams.SourceHeader,
+		MinBodyBytesPerSecond:   x.Streams.MinBodyBytesPerSecond,
+		BodyRateGrace:           x.Streams.BodyGrace.D(),
+		OnDecision:              onDecision,
+		Logger:                  log,
 	}
 }
 
