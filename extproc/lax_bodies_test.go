@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"unicode/utf16"
 
 	"github.com/kvgate/kvgate/e2e/envoyharness"
 	"github.com/kvgate/kvgate/internal/kvfleet"
@@ -38,6 +39,12 @@ func TestVLLMLaxBodiesAreRouted(t *testing.T) {
 		"temperature NaN":         []byte(strings.Replace(string(strict), `"stream":true`, `"stream":true,"temperature":NaN`, 1)),
 		"add_generation_prompt 1": []byte(strings.Replace(string(strict), `"stream":true`, `"stream":true,"add_generation_prompt":1`, 1)),
 	}
+	// json.loads decodes UTF-16 and UTF-32 bodies too (detect_encoding).
+	var le16 []byte
+	for _, u := range utf16.Encode([]rune(string(strict))) {
+		le16 = append(le16, byte(u), byte(u>>8))
+	}
+	lax["UTF-16LE with its mark"] = append([]byte{0xFF, 0xFE}, le16...)
 	before := len(r.router.debug.recent())
 	for name, body := range lax {
 		x, err := r.harness.Start(context.Background(), post(body))

@@ -145,7 +145,11 @@ func parseChat(body []byte, lim Limits) (*ChatRequest, *Error) {
 	if len(body) == 0 {
 		return nil, invalid("", "request body is empty: want a JSON object with model and messages")
 	}
-	s := newScanner(withoutBOM(body), lim)
+	text, terr := jsonText(body)
+	if terr != nil {
+		return nil, terr
+	}
+	s := newScanner(text, lim)
 	r := &ChatRequest{Body: body, AddGenerationPrompt: true}
 	if s.peek() != '{' {
 		return nil, invalid("", "request body must be a JSON object")

@@ -40,7 +40,11 @@ func parseCompletion(body []byte, lim Limits) (*CompletionRequest, *Error) {
 	if len(body) == 0 {
 		return nil, invalid("", "request body is empty: want a JSON object with model and prompt")
 	}
-	s := newScanner(withoutBOM(body), lim)
+	text, terr := jsonText(body)
+	if terr != nil {
+		return nil, terr
+	}
+	s := newScanner(text, lim)
 	r := &CompletionRequest{Body: body}
 	if s.peek() != '{' {
 		return nil, invalid("", "request body must be a JSON object")

@@ -58,6 +58,7 @@ func FuzzParseCompletion(f *testing.F) {
 		`{"prompt":[[1],[2,3]],"stream":false}`,
 		`{"prompt":[1,"2",3.0,true],"max_tokens":" 3 ","stream":1}`,
 		`{"prompt":["1","2"],"max_tokens":-Infinity}`,
+		"\xff\xfe{\x00\"\x00p\x00r\x00o\x00m\x00p\x00t\x00\"\x00:\x00\"\x00h\x00\"\x00}\x00",
 	} {
 		f.Add([]byte(s))
 	}

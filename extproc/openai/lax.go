@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 )
 
 // The engines (vLLM behind FastAPI) read a request body with Python's
@@ -325,16 +326,105 @@ func asciiEqualFold(s, lower string) bool {
 	return true
 }
 
-// withoutBOM drops one leading UTF-8 byte-order mark. FastAPI reads a JSON
-// body with Starlette's Request.json, json.loads(body) on the bytes
+// jsonText is the body as the engine's json.loads reads it. FastAPI reads
+// a JSON body with Starlette's Request.json, json.loads(body) on the bytes
 // (fastapi/routing.py get_request_handler; starlette/requests.py), and
-// CPython's json.loads decodes bytes with detect_encoding, which names
-// "utf-8-sig" for a body that starts with the mark (Lib/json/__init__.py):
-// the engine serves such a body as if the mark were absent. A second mark
-// is refused there ("Unexpected UTF-8 BOM"), and by the scanner here.
-func withoutBOM(body []byte) []byte {
-	if len(body) >= 3 && body[0] == 0xEF && body[1] == 0xBB && body[2] == 0xBF {
-		return body[3:]
+// CPython's json.loads decodes bytes in the encoding detect_encoding names
+// (Lib/json/__init__.py): a UTF-32 or UTF-16 byte-order mark, or the
+// pattern of zero bytes in the first four, selects UTF-32/UTF-16 (big- or
+// little-endian), a UTF-8 mark "utf-8-sig" (the mark dropped), anything
+// else UTF-8. UTF-8 text is used in place; other encodings are transcoded
+// (at most 1.5 times the body). A second mark, or text the codec refuses,
+// is refused there too (json.loads raises, FastAPI answers 400). One
+// deliberate difference stands: an unpaired surrogate, which Python's
+// "surrogatepass" lets through, is refused here as in UTF-8 strings
+// (readString: the engine's tokenizer cannot encode it).
+func jsonText(body []byte) ([]byte, *Error) {
+	b := body
+	switch {
+	case hasPrefix(b, 0x00, 0x00, 0xFE, 0xFF):
+		return fromUTF32(b[4:], true)
+	case hasPrefix(b, 0xFF, 0xFE, 0x00, 0x00):
+		return fromUTF32(b[4:], false)
+	case hasPrefix(b, 0xFE, 0xFF):
+		return fromUTF16(b[2:], true)
+	case hasPrefix(b, 0xFF, 0xFE):
+		return fromUTF16(b[2:], false)
+	case hasPrefix(b, 0xEF, 0xBB, 0xBF):
+		return b[3:], nil
 	}
-	return body
+	switch {
+	case len(b) >= 4 && b[0] == 0 && b[1] != 0:
+		return fromUTF16(b, true)
+	case len(b) >= 4 && b[0] == 0:
+		return fromUTF32(b, true)
+	case len(b) >= 4 && b[1] == 0 && (b[2] != 0 || b[3] != 0):
+		return fromUTF16(b, false)
+	case len(b) >= 4 && b[1] == 0:
+		return fromUTF32(b, false)
+	case len(b) == 2 && b[0] == 0:
+		return fromUTF16(b, true)
+	case len(b) == 2 && b[1] == 0:
+		return fromUTF16(b, false)
+	}
+	return b, nil
+}
+
+func hasPrefix(b []byte, p ...byte) bool {
+	if len(b) < len(p) {
+		return false
+	}
+	for i, c := range p {
+		if b[i] != c {
+			return false
+		}
+	}
+	return true
+}
+
+func fromUTF16(b []byte, bigEndian bool) ([]byte, *Error) {
+	if len(b)%2 != 0 {
+		return nil, invalid("", "request body: truncated UTF-16 data")
+	}
+	out := make([]byte, 0, len(b)*3/2)
+	unit := func(i int) rune {
+		if bigEndian {
+			return rune(b[i])<<8 | rune(b[i+1])
+		}
+		return rune(b[i+1])<<8 | rune(b[i])
+	}
+	for i := 0; i < len(b); i += 2 {
+		r := unit(i)
+		if r >= 0xD800 && r < 0xDC00 && i+3 < len(b) {
+			if lo := unit(i + 2); lo >= 0xDC00 && lo < 0xE000 {
+				r = 0x10000 + (r-0xD800)<<10 + (lo - 0xDC00)
+				i += 2
+			}
+		}
+		if r >= 0xD800 && r < 0xE000 {
+			return nil, invalid("", "request body: unpaired UTF-16 surrogate at byte %d", i)
+		}
+		out = utf8.AppendRune(out, r)
+	}
+	return out, nil
+}
+
+func fromUTF32(b []byte, bigEndian bool) ([]byte, *Error) {
+	if len(b)%4 != 0 {
+		return nil, invalid("", "request body: truncated UTF-32 data")
+	}
+	out := make([]byte, 0, len(b))
+	for i := 0; i < len(b); i += 4 {
+		var r rune
+		if bigEndian {
+			r = rune(b[i])<<24 | rune(b[i+1])<<16 | rune(b[i+2])<<8 | rune(b[i+3])
+		} else {
+			r = rune(b[i+3])<<24 | rune(b[i+2])<<16 | rune(b[i+1])<<8 | rune(b[i])
+		}
+		if r < 0 || r > unicode.MaxRune || (r >= 0xD800 && r < 0xE000) {
+			return nil, invalid("", "request body: invalid UTF-32 code point at byte %d", i)
+		}
+		out = utf8.AppendRune(out, r)
+	}
+	return out, nil
 }

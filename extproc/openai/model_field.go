@@ -3,7 +3,8 @@ package openai
 // ModelOf reads the top-level "model" of a JSON object body on a route
 // kvgate does not otherwise parse (/v1/embeddings, /v1/responses,
 // /v1/messages, /tokenize, …), under lim, the way the engine's json.loads
-// would (a leading UTF-8 BOM skipped, the last of repeated keys kept). ok
+// would (its encoding detected as json.loads does: jsonText; the last of
+// repeated keys kept). ok
 // is false when the body is not such an object or names no model as a
 // string: the engine will answer that request itself.
 func ModelOf(body []byte, lim Limits) (model string, ok bool) {
@@ -11,7 +12,11 @@ func ModelOf(body []byte, lim Limits) (model string, ok bool) {
 	if len(body) == 0 || len(body) > lim.MaxBodyBytes {
 		return "", false
 	}
-	s := newScanner(withoutBOM(body), lim)
+	text, terr := jsonText(body)
+	if terr != nil {
+		return "", false
+	}
+	s := newScanner(text, lim)
 	if s.peek() != '{' {
 		return "", false
 	}

@@ -204,6 +204,14 @@ RAW = [
     ("chat", b'\xef\xbb\xbf\xef\xbb\xbf{"model":"m",' + MSG.encode() + b'}'),
     ("completion", b'\xef\xbb\xbf{"model":"m","prompt":"hi"}'),
     ("chat", b' \n\t{"model":"m",' + MSG.encode() + b'}\r\n'),
+    # detect_encoding: UTF-16 and UTF-32, with and without a mark
+    ("chat", ('{"model":"m",' + MSG + ',"stream":"yes"}').encode("utf-16")),
+    ("chat", ('{"model":"m",' + MSG + '}').encode("utf-16-be")),
+    ("chat", ('{"model":"m",' + MSG + '}').encode("utf-16-le")),
+    ("completion", '{"model":"m","prompt":"h\u00e9 \U0001F600"}'.encode("utf-32")),
+    ("completion", '{"model":"m","prompt":"hi"}'.encode("utf-32-be")),
+    ("completion", '{"model":"m","prompt":"hi"}'.encode("utf-32-le")),
+    ("chat", ('{"model":"m",' + MSG + '}').encode("utf-16-le")[:-1]),
 ]
 
 
