@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 
 	"github.com/kvgate/kvgate/extproc/openai"
 	"github.com/kvgate/kvgate/extproc/preprocess"
@@ -36,7 +35,7 @@ func (r *Router) Decide(ctx context.Context, req *server.Request) (*server.Decis
 		return nil, rerr
 	}
 	if res == nil {
-		return r.routeWithoutBody(req)
+		return r.routeUnparsed(req)
 	}
 	p := r.fleet.Load().pools[res.Model.Name]
 	if p == nil {
@@ -64,12 +63,14 @@ func (r *Router) Decide(ctx context.Context, req *server.Request) (*server.Decis
 
 // preprocess parses, templates, tokenizes and hashes the body once
 // (extproc/preprocess). It returns nil and no error for a request kvgate
-// cannot key on a prompt (no body on a path without one, an unknown path):
-// routeWithoutBody routes those.
+// cannot key on a prompt (no body on a path without one, a route it does
+// not parse): routeUnparsed routes those. The route is read from :path as
+// the engines read it (endpointFor).
 func (r *Router) preprocess(ctx context.Context, req *server.Request) (*preprocess.Result, *server.RouteError) {
 	var res *preprocess.Result
 	var err error
-	chat, completion := strings.HasPrefix(req.Path, "/v1/chat/completions"), strings.HasPrefix(req.Path, "/v1/completions")
+	ep := endpointFor(req.Path)
+	chat, completion := ep == endpointChat, ep == endpointCompletion
 	switch {
 	case req.Body == nil && req.Method == http.MethodPost && (chat || completion):
 		// A POST without a body (Envoy sends end_of_stream on the headers)
@@ -110,22 +111,56 @@ func (r *Router) preprocess(ctx context.Context, req *server.Request) (*preproce
 	return res, nil
 }
 
-// routeWithoutBody routes requests kvgate cannot key on a prompt (GET
-// /v1/models, header-only requests, unknown paths) to the least-loaded
-// eligible worker of the whole fleet: gather → pick → book, nothing to
-// match, admit or record.
-func (r *Router) routeWithoutBody(req *server.Request) (*server.Decision, *server.RouteError) {
+// routeUnparsed routes requests kvgate cannot key on a prompt: gather →
+// pick → book, nothing to match or admit. One whose JSON body names a
+// model (/v1/embeddings, /v1/responses, /v1/messages, /tokenize, a
+// trailing-slash spelling the engine redirects, …) goes to the least-loaded
+// eligible worker of that model's pool, and its decision is recorded: the
+// whole fleet would hand it to engines that answer 404 model_not_found
+// (issue 31). A served name kvgate does not know is answered 404 as the
+// engines answer it, and as kvgate answers it on the routes it parses.
+// Requests that name no model (GET /v1/models, header-only requests,
+// bodies that are not a JSON object) go to the least-loaded eligible
+// worker of the whole fleet: any engine answers them.
+func (r *Router) routeUnparsed(req *server.Request) (*server.Decision, *server.RouteError) {
 	rnd := r.rand.get()
 	defer r.rand.put(rnd)
-	p := &pool{workers: r.fleet.Load().all}
+	f := r.fleet.Load()
+	p := &pool{workers: f.all}
+	var res *preprocess.Result
+	if name, ok := openai.ModelOf(req.Body, r.reg.Limits()); ok {
+		m, lora, known := r.reg.Lookup(name)
+		if !known {
+			r.metrics.requests.WithLabelValues("", "unknown_model").Inc()
+			e := &openai.Error{Status: http.StatusNotFound, Message: fmt.Sprintf("The model `%s` does not exist.", name),
+				Type: "invalid_request_error", Param: "model", Code: "model_not_found"}
+			return nil, &server.RouteError{Status: e.Status, Body: e.JSON()}
+		}
+		if p = f.pools[m.Name]; p == nil {
+			r.metrics.requests.WithLabelValues(name, "no_worker").Inc()
+			return nil, routeError(http.StatusServiceUnavailable, fmt.Sprintf("no worker serves model %s", name), "service_unavailable", "no_eligible_worker")
+		}
+		res = &preprocess.Result{Model: m, Served: name, LoRA: lora}
+	}
 	cands := r.gatherer.gather(p.workers, nil, req.SubsetHint, r.now(), rnd)
 	dec, err := picker.Pick(picker.Request{Stage: picker.StageAggregated, BlockSize: 1}, cands, r.pickConfig, rnd)
 	if err != nil || len(cands) == 0 {
-		r.metrics.requests.WithLabelValues("", "no_worker").Inc()
+		served := ""
+		if res != nil {
+			served = res.Served
+		}
+		r.metrics.requests.WithLabelValues(served, "no_worker").Inc()
 		return nil, routeError(http.StatusServiceUnavailable, "no eligible worker", "service_unavailable", "no_eligible_worker")
 	}
-	d := r.book(p, choice{dec: dec, cands: cands}, booking{}, r.now())
-	r.metrics.requests.WithLabelValues("", "routed").Inc()
+	c := choice{dec: dec, cands: cands}
+	now := r.now()
+	if res == nil {
+		d := r.book(p, c, booking{}, now)
+		r.metrics.requests.WithLabelValues("", "routed").Inc()
+		return d, nil
+	}
+	d := r.book(p, c, booking{model: res.Served}, now)
+	r.record(req, res, c, d, now)
 	return d, nil
 }
 

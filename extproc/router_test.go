@@ -109,7 +109,11 @@ func newRig(t *testing.T, mutate func(*config.Config), hcfg envoyharness.Config)
 	}
 	t.Cleanup(func() { conn.Close() })
 	// The workers are the worker cluster's endpoints, as EDS would deliver.
-	h, err := envoyharness.New(conn, hcfg.WithWorkers(workers...))
+	var hosts []string
+	for _, e := range cfg.Engines {
+		hosts = append(hosts, e.Endpoint)
+	}
+	h, err := envoyharness.New(conn, hcfg.WithWorkers(hosts...))
 	if err != nil {
 		t.Fatal(err)
 	}

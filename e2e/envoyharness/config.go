@@ -48,6 +48,11 @@ type Config struct {
 	// earlyRequestHeaders).
 	StripHeaders []HeaderMatcher
 
+	// Path is the HTTP connection manager's path normalisation, applied
+	// before ext_proc and the router (pathnorm.go); the zero value,
+	// Envoy's default, changes nothing.
+	Path PathNormalization
+
 	// Route is where the router sends the request.
 	Route Route
 	// ExtProc is the cluster of ext_proc servers (used by Proxy).

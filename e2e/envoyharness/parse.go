@@ -109,6 +109,10 @@ func (c *Config) fromBootstrap(v map[string]any) error {
 	if err := ls[0].GetFilterChains()[0].GetFilters()[0].GetTypedConfig().UnmarshalTo(&hcm); err != nil {
 		return fmt.Errorf("first network filter is not an HTTP connection manager: %w", err)
 	}
+	// normalize_path unset is the runtime key
+	// http_connection_manager.normalize_path, 0% by default: off.
+	c.Path = PathNormalization{Normalize: hcm.GetNormalizePath().GetValue(), MergeSlashes: hcm.GetMergeSlashes(),
+		EscapedSlashes: hcm.GetPathWithEscapedSlashesAction()}
 	for _, hf := range hcm.GetHttpFilters() {
 		if err := c.addHTTPFilter(hf); err != nil {
 			return err

@@ -425,6 +425,20 @@ var hopByHop = map[string]bool{
 
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
+	// The request target as the client sent it, normalised as the HTTP
+	// connection manager would before any filter runs (pathnorm.go):
+	// conn_manager_impl.cc answers 400 to a path normalisation refuses
+	// and 307 (Location: the new path) after unescaping slashes under
+	// UNESCAPE_AND_REDIRECT.
+	path, action := p.cfg.Path.apply(r.RequestURI)
+	switch action {
+	case pathReject:
+		writeLocal(w, &LocalReply{Status: http.StatusBadRequest, Body: []byte("Bad Request")})
+		return
+	case pathRedirect:
+		writeLocal(w, &LocalReply{Status: http.StatusTemporaryRedirect, Headers: []Header{{Name: "location", Value: path}}})
+		return
+	}
 	limit := p.opts.MaxRequestBytes
 	if limit <= 0 {
 		limit = 64 << 20
@@ -438,7 +452,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// Source: the connection's peer, what Envoy's source.address is.
-	req := &Request{Method: r.Method, Path: r.URL.RequestURI(), Authority: r.Host, Scheme: "http", Body: body, ChunkSize: p.opts.ChunkSize, Source: r.RemoteAddr}
+	req := &Request{Method: r.Method, Path: path, Authority: r.Host, Scheme: "http", Body: body, ChunkSize: p.opts.ChunkSize, Source: r.RemoteAddr}
 	for name, vs := range r.Header {
 		n := strings.ToLower(name)
 		if hopByHop[n] || n == "host" {

@@ -218,6 +218,12 @@ func (b *bridge) value(v openai.Value) jinja.Value {
 // number converts a JSON number as Python's json.loads would: an integer
 // literal is an int, anything with '.', 'e' or 'E' a float.
 func (b *bridge) number(lit string) jinja.Value {
+	if lit == "NaN" || strings.HasSuffix(lit, "Infinity") {
+		// json.loads takes these as floats (openai.parsePyNumber); how a
+		// template prints one is Python's business, not worth guessing.
+		b.flag("a NaN or Infinity the template would print")
+		return jinja.NewString(lit)
+	}
 	if !strings.ContainsAny(lit, ".eE") {
 		if n, err := strconv.ParseInt(lit, 10, 64); err == nil {
 			return jinja.NewInt(n)

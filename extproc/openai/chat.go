@@ -145,20 +145,28 @@ func parseChat(body []byte, lim Limits) (*ChatRequest, *Error) {
 	if len(body) == 0 {
 		return nil, invalid("", "request body is empty: want a JSON object with model and messages")
 	}
-	s := newScanner(body, lim)
+	text, terr := jsonText(body)
+	if terr != nil {
+		return nil, terr
+	}
+	s := newScanner(text, lim)
 	r := &ChatRequest{Body: body, AddGenerationPrompt: true}
 	if s.peek() != '{' {
 		return nil, invalid("", "request body must be a JSON object")
 	}
 	var maxTokens, maxCompletionTokens *int64
 	haveMessages := false
+	// Python truthiness of the two flags as sent, for vLLM's
+	// check_generation_prompt (a mode="before" validator: it sees the raw
+	// values, before pydantic coerces them).
+	var rawContinue, rawGeneration bool
 	err := s.object(func(key string) *Error {
 		var err *Error
 		switch key {
 		case "model":
 			r.Model, err = optionalString(s)
 		case "stream":
-			r.Stream, err = optionalBool(s, false)
+			r.Stream, _, err = laxBool(s, true, false)
 		case "max_tokens":
 			maxTokens, err = optionalInt(s)
 		case "max_completion_tokens":
@@ -173,11 +181,11 @@ func parseChat(body []byte, lim Limits) (*ChatRequest, *Error) {
 		case "chat_template_kwargs":
 			r.ChatTemplateKwargs, err = optionalObject(s)
 		case "add_generation_prompt":
-			r.AddGenerationPrompt, err = optionalBool(s, true)
+			r.AddGenerationPrompt, rawGeneration, err = laxBool(s, false, true)
 		case "continue_final_message":
-			r.ContinueFinalMessage, err = optionalBool(s, false)
+			r.ContinueFinalMessage, rawContinue, err = laxBool(s, false, false)
 		case "documents":
-			r.Documents, err = objectList(s)
+			r.Documents, err = documentList(s)
 		case "chat_template":
 			var tmpl *string
 			if tmpl, err = optionalStringPtr(s); tmpl != nil {
@@ -202,8 +210,11 @@ func parseChat(body []byte, lim Limits) (*ChatRequest, *Error) {
 	if len(r.Messages) == 0 {
 		return nil, at("messages", invalid("", "must contain at least one message"))
 	}
-	if r.ContinueFinalMessage && r.AddGenerationPrompt {
-		// vLLM's ChatCompletionRequest validator rejects the same pair.
+	if (rawContinue && rawGeneration) || (r.ContinueFinalMessage && r.AddGenerationPrompt) {
+		// vLLM's check_generation_prompt refuses the pair as sent (Python
+		// truthiness: "no" is truthy there); with add_generation_prompt
+		// left at its default, transformers' apply_chat_template refuses
+		// the coerced pair, and vLLM answers 400 either way.
 		return nil, invalid("continue_final_message", "cannot set both continue_final_message and add_generation_prompt to true")
 	}
 	for _, f := range []struct {
@@ -532,39 +543,18 @@ func optionalStringPtr(s *scanner) (*string, *Error) {
 	return nil, invalid("", "expected a string, got %s", k)
 }
 
-func optionalBool(s *scanner, def bool) (bool, *Error) {
-	k, err := s.peekKind()
-	if err != nil {
-		return def, err
-	}
-	switch k {
-	case KindNull:
-		return def, s.literal("null")
-	case KindBool:
-		return s.readBool()
-	}
-	return def, invalid("", "expected a boolean, got %s", k)
-}
-
+// optionalInt reads an `int | None` output-length bound with pydantic's
+// lax coercions (laxInt). A negative one is refused: vLLM's SamplingParams
+// refuses it too (400), after the model validated it.
 func optionalInt(s *scanner) (*int64, *Error) {
-	k, err := s.peekKind()
-	if err != nil {
+	n, err := laxInt(s)
+	if err != nil || n == nil {
 		return nil, err
 	}
-	switch k {
-	case KindNull:
-		return nil, s.literal("null")
-	case KindNumber:
-		n, err := s.readInt()
-		if err != nil {
-			return nil, err
-		}
-		if n < 0 {
-			return nil, invalid("", "must not be negative, got %d", n)
-		}
-		return &n, nil
+	if *n < 0 {
+		return nil, invalid("", "must not be negative, got %d", *n)
 	}
-	return nil, invalid("", "expected an integer, got %s", k)
+	return n, nil
 }
 
 // optionalObject reads an object's members in order (nil for null).
@@ -584,6 +574,24 @@ func optionalObject(s *scanner) ([]Member, *Error) {
 		return v.Members, err
 	}
 	return nil, invalid("", "expected an object, got %s", k)
+}
+
+// documentList reads documents, `list[dict[str, str]] | None` in vLLM's
+// ChatCompletionRequest: pydantic's lax str takes only strings, so a
+// document member that is not one is refused as vLLM refuses it.
+func documentList(s *scanner) ([]Value, *Error) {
+	docs, err := objectList(s)
+	if err != nil {
+		return nil, err
+	}
+	for i, d := range docs {
+		for _, m := range d.Members {
+			if m.Value.Kind != KindString {
+				return nil, at(index(i), at(m.Key, invalid("", "Input should be a valid string, got %s", m.Value.Kind)))
+			}
+		}
+	}
+	return docs, nil
 }
 
 // objectList reads an array of objects (nil for null).

@@ -40,7 +40,11 @@ func parseCompletion(body []byte, lim Limits) (*CompletionRequest, *Error) {
 	if len(body) == 0 {
 		return nil, invalid("", "request body is empty: want a JSON object with model and prompt")
 	}
-	s := newScanner(body, lim)
+	text, terr := jsonText(body)
+	if terr != nil {
+		return nil, terr
+	}
+	s := newScanner(text, lim)
 	r := &CompletionRequest{Body: body}
 	if s.peek() != '{' {
 		return nil, invalid("", "request body must be a JSON object")
@@ -55,7 +59,7 @@ func parseCompletion(body []byte, lim Limits) (*CompletionRequest, *Error) {
 		case "cache_salt":
 			r.CacheSalt, err = cacheSalt(s)
 		case "stream":
-			r.Stream, err = optionalBool(s, false)
+			r.Stream, _, err = laxBool(s, true, false)
 		case "max_tokens":
 			var n *int64
 			if n, err = optionalInt(s); n != nil {
@@ -84,8 +88,16 @@ func parseCompletion(body []byte, lim Limits) (*CompletionRequest, *Error) {
 	return r, nil
 }
 
-// parsePrompt reads the four shapes OpenAI allows for prompt. tokens counts
-// token ids across the request against MaxPromptTokens.
+// parsePrompt reads prompt, `list[int] | list[list[int]] | str | list[str]
+// | None` in vLLM's CompletionRequest, as pydantic's smart union picks a
+// member (pydantic-core src/validators/union.rs: the most exact success
+// wins, ties go to the first member): a string is a string; an array of
+// arrays is token-id lists, each id as lax int takes it (laxTokenID); an
+// array of strings only is text prompts (list[str] matches exactly even
+// when every string is numeric); any other array is token ids if every
+// element is one lax int takes ([1, "2", 3.0, true] is [1, 2, 3, 1]), and
+// refused otherwise. tokens counts token ids across the request against
+// MaxPromptTokens.
 func parsePrompt(s *scanner, tokens *int) ([]Prompt, *Error) {
 	k, err := s.peekKind()
 	if err != nil {
@@ -101,37 +113,30 @@ func parsePrompt(s *scanner, tokens *int) ([]Prompt, *Error) {
 	default:
 		return nil, invalid("", "expected a string, an array of strings, an array of token ids or an array of token-id arrays, got %s", k)
 	}
-	// The first element decides the shape; every later one must match it.
-	var prompts []Prompt
-	var shape Kind
-	var flat []uint32
+	// Both readings of a flat array are kept while they stay possible:
+	// texts while every element is a string, flat while every element is
+	// a lax int. Each is bounded by its own limit; one past its limit
+	// stops growing and answers 413 only if it is the reading chosen.
+	var (
+		prompts           []Prompt
+		flat              []uint32
+		nested, scalar    bool
+		allText, allIDs   = true, true
+		textOver, idsOver *Error
+		firstBad          = -1
+		firstBadErr       *Error
+		flatTokens        = *tokens
+	)
 	err = s.array(func(i int) *Error {
 		k, err := s.peekKind()
 		if err != nil {
 			return err
 		}
-		if i == 0 {
-			shape = k
-		} else if k != shape {
-			return at(index(i), invalid("", "expected %s like the first element, got %s", shape, k))
-		}
-		switch k {
-		case KindNumber:
-			id, err := readTokenID(s, tokens)
-			if err != nil {
-				return at(index(i), err)
+		if k == KindArray {
+			if scalar {
+				return at(index(i), invalid("", "expected a token id or a string like the elements before it, got an array"))
 			}
-			flat = append(flat, id)
-		case KindString:
-			if len(prompts) >= s.lim.MaxPrompts {
-				return tooLarge("", "more than %d prompts", s.lim.MaxPrompts)
-			}
-			text, err := s.readString()
-			if err != nil {
-				return at(index(i), err)
-			}
-			prompts = append(prompts, Prompt{Text: text})
-		case KindArray:
+			nested = true
 			if len(prompts) >= s.lim.MaxPrompts {
 				return tooLarge("", "more than %d prompts", s.lim.MaxPrompts)
 			}
@@ -151,32 +156,107 @@ func parsePrompt(s *scanner, tokens *int) ([]Prompt, *Error) {
 				return at(index(i), invalid("", "token-id prompt must not be empty"))
 			}
 			prompts = append(prompts, Prompt{IsTokens: true, TokenIDs: ids})
-		default:
-			return at(index(i), invalid("", "expected a string, a token id or an array of token ids, got %s", k))
+			return nil
+		}
+		if nested {
+			return at(index(i), invalid("", "expected an array of token ids like the elements before it, got %s", k))
+		}
+		scalar = true
+		var text string
+		isText := k == KindString
+		id, idErr := readTokenIDFrom(s, k, &flatTokens, &text)
+		if idErr != nil && idErr.Status == StatusRequestEntityTooLarge {
+			if idsOver == nil {
+				idsOver = at(index(i), idErr)
+			}
+			idErr = nil
+		}
+		if idErr != nil && !isText {
+			// Neither reading takes it (a string does not fail here: it
+			// may still be a text prompt).
+			return at(index(i), idErr)
+		}
+		if idErr != nil {
+			allIDs = false
+			if firstBad < 0 {
+				firstBad, firstBadErr = i, idErr
+			}
+		} else if allIDs && idsOver == nil {
+			flat = append(flat, id)
+		}
+		if !isText {
+			allText = false
+		} else if allText && textOver == nil {
+			if len(prompts) >= s.lim.MaxPrompts {
+				textOver = tooLarge("", "more than %d prompts", s.lim.MaxPrompts)
+			} else {
+				prompts = append(prompts, Prompt{Text: text})
+			}
+		}
+		if !allText && !allIDs {
+			return at(index(firstBad), firstBadErr)
 		}
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	if shape == KindNumber {
-		return []Prompt{{IsTokens: true, TokenIDs: flat}}, nil
-	}
-	if len(prompts) == 0 {
+	switch {
+	case nested:
+		return prompts, nil
+	case !scalar:
 		return nil, invalid("", "must not be an empty array")
+	case allText:
+		if textOver != nil {
+			return nil, textOver
+		}
+		return prompts, nil
 	}
-	return prompts, nil
+	if idsOver != nil {
+		return nil, idsOver
+	}
+	*tokens = flatTokens
+	return []Prompt{{IsTokens: true, TokenIDs: flat}}, nil
 }
 
+// readTokenID reads one element of a token-id list.
 func readTokenID(s *scanner, tokens *int) (uint32, *Error) {
-	if k, err := s.peekKind(); err != nil {
-		return 0, err
-	} else if k != KindNumber {
-		return 0, invalid("", "expected a token id, got %s", k)
-	}
-	n, err := s.readInt()
+	k, err := s.peekKind()
 	if err != nil {
 		return 0, err
+	}
+	if k == KindArray || k == KindObject || k == KindNull {
+		return 0, invalid("", "expected a token id, got %s", k)
+	}
+	var text string
+	return readTokenIDFrom(s, k, tokens, &text)
+}
+
+// readTokenIDFrom reads a token id of kind k as pydantic's lax int takes
+// it (laxInt: an int, a float without fraction, a bool, a numeric string);
+// a string's text is left in *text either way, for the caller's other
+// reading.
+func readTokenIDFrom(s *scanner, k Kind, tokens *int, text *string) (uint32, *Error) {
+	var n int64
+	if k == KindString {
+		str, err := s.readString()
+		if err != nil {
+			return 0, err
+		}
+		*text = str
+		var ok bool
+		if n, ok = strAsInt(str); !ok {
+			return 0, invalid("", "expected a token id, got the string %q", truncate(str))
+		}
+	} else {
+		p, err := laxInt(s)
+		if err != nil {
+			return 0, err
+		}
+		if p == nil {
+			return 0, invalid("", "expected a token id, got null")
+		}
+		n = *p
 	}
 	if n < 0 || n > math.MaxUint32 {
 		return 0, invalid("", "token id %d out of range", n)
@@ -186,4 +266,14 @@ func readTokenID(s *scanner, tokens *int) (uint32, *Error) {
 		return 0, tooLarge("", "more than %d prompt token ids", s.lim.MaxPromptTokens)
 	}
 	return uint32(n), nil
+}
+
+// truncate shortens a client's string for an error message.
+func truncate(s string) string {
+	for i := range s {
+		if i >= 32 {
+			return s[:i] + "…"
+		}
+	}
+	return s
 }

@@ -29,6 +29,8 @@ func FuzzParseChat(f *testing.F) {
 		`{"messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url","image_url":{"url":"u"}}]}],"tools":[{"type":"function","function":{"name":"f"}}]}`,
 		`{"messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"1","type":"function","function":{"name":"f","arguments":"{\"a\":1}"}}]}],"chat_template_kwargs":{"enable_thinking":false}}`,
 		`{"messages":[{"role":"tool","tool_call_id":"1","content":"x","reasoning":"r"}],"max_tokens":5,"stream":true}`,
+		"\xef\xbb\xbf" + `{"messages":[{"role":"user","content":"x"}],"max_tokens":"2.0","stream":"yes","temperature":NaN}`,
+		`{"messages":[{"role":"user","content":"x"}],"max_completion_tokens":2e0,"add_generation_prompt":0,"continue_final_message":"on","documents":[{"t":"x"}]}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -54,6 +56,9 @@ func FuzzParseCompletion(f *testing.F) {
 		`{"prompt":["a","b"],"max_tokens":3}`,
 		`{"prompt":[1,2,3]}`,
 		`{"prompt":[[1],[2,3]],"stream":false}`,
+		`{"prompt":[1,"2",3.0,true],"max_tokens":" 3 ","stream":1}`,
+		`{"prompt":["1","2"],"max_tokens":-Infinity}`,
+		"\xff\xfe{\x00\"\x00p\x00r\x00o\x00m\x00p\x00t\x00\"\x00:\x00\"\x00h\x00\"\x00}\x00",
 	} {
 		f.Add([]byte(s))
 	}

@@ -99,7 +99,9 @@ func (s *scanner) peekKind() (Kind, *Error) {
 		return KindBool, nil
 	case c == 'n':
 		return KindNull, nil
-	case c == '-' || (c >= '0' && c <= '9'):
+	case c == '-' || (c >= '0' && c <= '9') || c == 'N' || c == 'I':
+		// NaN, Infinity and -Infinity too: Python's json.loads, which the
+		// engines parse bodies with, accepts them (Lib/json/scanner.py).
 		return KindNumber, nil
 	case c == 0:
 		return 0, s.syntax("unexpected end of input")
@@ -222,6 +224,12 @@ func (s *scanner) readNumber() (string, *Error) {
 	s.skipSpace()
 	start := s.pos
 	b := s.buf
+	for _, word := range [...]string{"NaN", "Infinity", "-Infinity"} {
+		if len(b)-s.pos >= len(word) && string(b[s.pos:s.pos+len(word)]) == word {
+			s.pos += len(word)
+			return word, nil
+		}
+	}
 	if s.pos < len(b) && b[s.pos] == '-' {
 		s.pos++
 	}
@@ -260,21 +268,6 @@ func (s *scanner) readNumber() (string, *Error) {
 		return "", s.syntax("number literal longer than 64 bytes")
 	}
 	return string(b[start:s.pos]), nil
-}
-
-// readInt reads a number that must be an integer fitting in int64.
-func (s *scanner) readInt() (int64, *Error) {
-	start := s.pos
-	lit, err := s.readNumber()
-	if err != nil {
-		return 0, err
-	}
-	n, perr := strconv.ParseInt(lit, 10, 64)
-	if perr != nil {
-		s.pos = start
-		return 0, invalid("", "expected an integer, got %s", lit)
-	}
-	return n, nil
 }
 
 // readString consumes a string and returns its decoded contents. Invalid

@@ -102,8 +102,25 @@ func TestParseValueDuplicateKeysLikePython(t *testing.T) {
 	}
 }
 
+// NaN, Infinity and -Infinity are not JSON, but Python's json.loads, which
+// the engines read bodies (and tool-call arguments) with, takes them as
+// floats (Lib/json/scanner.py); so does kvgate, and writes them back as
+// they came.
+func TestParseValueAcceptsPythonsNonFiniteLiterals(t *testing.T) {
+	for _, d := range []string{`NaN`, `Infinity`, `-Infinity`, `[NaN,-Infinity]`} {
+		v, err := ParseValue([]byte(d), Limits{})
+		if err != nil {
+			t.Errorf("%q refused: %v", d, err)
+			continue
+		}
+		if got := string(v.AppendJSON(nil)); got != d {
+			t.Errorf("%q written back as %q", d, got)
+		}
+	}
+}
+
 func TestParseValueRejectsWhatEncodingJSONRejects(t *testing.T) {
-	for _, d := range []string{`{"a" 1}`, `[1,]`, `{"a":1,}`, `01`, `1.`, `.5`, `-`, `1e`, `tru`, `nul`, `"\x"`, `"a`, `[`, `{`, `NaN`, `Infinity`, "\"\x01\"", `'a'`} {
+	for _, d := range []string{`{"a" 1}`, `[1,]`, `{"a":1,}`, `01`, `1.`, `.5`, `-`, `1e`, `tru`, `nul`, `"\x"`, `"a`, `[`, `{`, `nan`, `Inf`, `-NaN`, "\"\x01\"", `'a'`} {
 		if _, err := ParseValue([]byte(d), Limits{}); err == nil {
 			t.Errorf("%q accepted", d)
 		}

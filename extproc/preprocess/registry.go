@@ -134,6 +134,9 @@ func (r *Registry) Lookup(name string) (m *Model, lora string, ok bool) {
 	return s.model, s.lora, ok
 }
 
+// Limits are the parser bounds requests are read under.
+func (r *Registry) Limits() openai.Limits { return r.limits }
+
 // Names lists the served model names.
 func (r *Registry) Names() []string {
 	out := make([]string, 0, len(r.names))

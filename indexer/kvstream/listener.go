@@ -376,7 +376,9 @@ func (s *Subscriber) runAttached(ctx context.Context) error {
 	}
 	defer s.cfg.Listener.detach(s.cfg.Topic, q)
 	s.c.connects.Add(1)
-	s.log.Info("kv event stream attached to the bound socket", "topic", s.cfg.Topic)
+	// s.log already carries the topic (NewSubscriber: Logger.With("topic")):
+	// naming it again writes the key twice in one JSON object.
+	s.log.Info("kv event stream attached to the bound socket")
 	_, err := s.serve(ctx, q)
 	if ctx.Err() != nil {
 		return nil
