@@ -160,7 +160,9 @@ func (r *Router) routeUnparsed(req *server.Request) (*server.Decision, *server.R
 		return d, nil
 	}
 	d := r.book(p, c, booking{model: res.Served}, now)
-	r.record(req, res, c, d, now)
+	// Not admitted by priority (nothing is estimated for these routes to
+	// shed against), but recorded with it like every decision.
+	r.record(req, res, c, d, r.priorityOf(req), now)
 	return d, nil
 }
 
