@@ -19,9 +19,15 @@ func TestRequestContextFollowsTheFilterConfig(t *testing.T) {
 		return x
 	}
 
-	// The shipped envoy.yaml lists neither the attribute nor the kvgate
-	// namespace: nothing of either reaches the processor.
-	x := exchange(DefaultConfig())
+	// A filter that lists neither the attribute nor the kvgate namespace
+	// (the shipped envoy.yaml lists source.address, issue 31 finding 2):
+	// nothing of either reaches the processor.
+	bare := DefaultConfig()
+	if len(bare.RequestAttributes) != 1 || bare.RequestAttributes[0] != "source.address" {
+		t.Fatalf("the shipped envoy.yaml's request_attributes = %v, want [source.address]", bare.RequestAttributes)
+	}
+	bare.RequestAttributes = nil
+	x := exchange(bare)
 	m := x.withAttributes(&extprocv3.ProcessingRequest{}, req)
 	if m.Attributes != nil {
 		t.Fatalf("a filter without request_attributes sent %v", m.Attributes)
