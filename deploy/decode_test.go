@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	kjson "k8s.io/apimachinery/pkg/runtime/serializer/json"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	giev1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gatewayv1beta1 "sigs.k8s.io/gateway-api/apis/v1beta1"
 )
@@ -26,7 +27,8 @@ var meshKinds = map[string]string{
 
 // strictDecoder decodes YAML into the registered API types (core, apps,
 // policy, autoscaling, rbac, networking from client-go; the Prometheus
-// Operator's monitoring.coreos.com/v1; Gateway API v1beta1 and v1), failing on unknown or duplicate
+// Operator's monitoring.coreos.com/v1; Gateway API v1beta1 and v1; GIE's
+// InferencePool v1), failing on unknown or duplicate
 // fields, as `kubectl apply --validate=strict` does.
 type strictDecoder struct {
 	scheme *runtime.Scheme
@@ -46,6 +48,10 @@ func newStrictDecoder() (*strictDecoder, error) {
 	}
 	// BackendTLSPolicy (TLS from Envoy Gateway to kvgate) is GA in v1.
 	if err := gatewayv1.Install(s); err != nil {
+		return nil, err
+	}
+	// InferencePool (inference.networking.k8s.io/v1, GIE v1.6.2 api/v1).
+	if err := giev1.Install(s); err != nil {
 		return nil, err
 	}
 	ser := kjson.NewSerializerWithOptions(kjson.DefaultMetaFactory, s, s, kjson.SerializerOptions{Yaml: true, Strict: true})

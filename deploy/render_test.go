@@ -3,17 +3,19 @@ package deploy
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"path"
-	"sort"
 	"strings"
 	"testing"
 
-	"helm.sh/helm/v3/pkg/chart/loader"
-	"helm.sh/helm/v3/pkg/chartutil"
-	"helm.sh/helm/v3/pkg/engine"
+	"helm.sh/helm/v4/pkg/action"
+	"helm.sh/helm/v4/pkg/chart/common"
+	chartutil "helm.sh/helm/v4/pkg/chart/common/util"
+	"helm.sh/helm/v4/pkg/chart/loader"
+	releasev1 "helm.sh/helm/v4/pkg/release/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 )
@@ -33,6 +35,7 @@ var scenarios = []string{
 	"testdata/values-full.yaml",
 	"testdata/values-istio.yaml",
 	"testdata/values-envoy-gateway.yaml",
+	"testdata/values-inference-pool.yaml",
 }
 
 func scenarioName(valuesFile string) string {
@@ -55,66 +58,86 @@ func (m manifest) String() string {
 	return fmt.Sprintf("%s[%d] %s/%s", m.Template, m.Index, m.Kind, m.Name)
 }
 
+// kubeVersion is the Kubernetes the tests render for: the oldest the chart
+// claims (Chart.yaml kubeVersion), so every API version it uses must exist
+// there. (Helm's default, from client-go's build info, is newer.)
+var kubeVersion = common.KubeVersion{Version: "v1.27.0", Major: "1", Minor: "27"}
+
 // renderChart renders the chart as `helm install kvgate -n kvgate-system -f
-// valuesFile` would, plus overrides (merged over the file, as --set is).
+// valuesFile` does, plus overrides (merged over the file, as --set is): Helm
+// v4's own install action (helm.sh/helm/v4 pkg/action, Install.RunWithContext)
+// with the client-side dry run of `helm template`, so dependencies, the values
+// schema, the kubeVersion check, rendering, hook sorting and the install
+// order are Helm's, not a copy. Its manifest is split back into documents by
+// the "# Source:" line Helm writes before each (action.go renderResources).
 func renderChart(valuesFile string, overrides map[string]any) ([]manifest, error) {
-	ch, err := loader.Load(chartDir)
+	charter, err := loader.Load(chartDir)
 	if err != nil {
 		return nil, fmt.Errorf("loading %s: %w", chartDir, err)
 	}
-	vals := chartutil.Values{}
+	vals := map[string]any{}
 	if valuesFile != "" {
-		if vals, err = chartutil.ReadValuesFile(valuesFile); err != nil {
+		if vals, err = common.ReadValuesFile(valuesFile); err != nil {
 			return nil, err
 		}
 	}
 	if overrides != nil {
 		vals = chartutil.CoalesceTables(deepCopy(overrides), vals)
 	}
-	// Render for the oldest Kubernetes the chart claims (Chart.yaml
-	// kubeVersion): every API version it uses must exist there. (Helm's
-	// default, taken from client-go's build info, is v1.20 in tests.)
-	caps := chartutil.DefaultCapabilities.Copy()
-	caps.KubeVersion = chartutil.KubeVersion{Version: "v1.27.0", Major: "1", Minor: "27"}
-	if !chartutil.IsCompatibleRange(ch.Metadata.KubeVersion, caps.KubeVersion.String()) {
-		return nil, fmt.Errorf("chart kubeVersion %q does not accept Kubernetes %s", ch.Metadata.KubeVersion, caps.KubeVersion.String())
-	}
-	top, err := chartutil.ToRenderValues(ch, vals, chartutil.ReleaseOptions{
-		Name: releaseName, Namespace: releaseNamespace, Revision: 1, IsInstall: true, IsUpgrade: false,
-	}, caps)
+	install := action.NewInstall(action.NewConfiguration())
+	install.DryRunStrategy = action.DryRunClient
+	install.ReleaseName = releaseName
+	install.Namespace = releaseNamespace
+	kv := kubeVersion
+	install.KubeVersion = &kv
+	rel, err := install.RunWithContext(context.Background(), charter, vals)
 	if err != nil {
 		return nil, err
 	}
-	files, err := engine.Render(ch, top)
+	r, ok := rel.(*releasev1.Release)
+	if !ok {
+		return nil, fmt.Errorf("helm install returned a %T, not a v1 release", rel)
+	}
+	if len(r.Hooks) != 0 {
+		return nil, fmt.Errorf("the chart renders %d hooks; the tests see only the manifest", len(r.Hooks))
+	}
+	return splitManifest(r.Manifest)
+}
+
+// splitManifest cuts Helm's release manifest into its documents, each
+// labelled by the "# Source: <chart>/templates/<file>" line Helm puts first.
+func splitManifest(s string) ([]manifest, error) {
+	docs, err := splitYAML(s)
 	if err != nil {
 		return nil, err
 	}
-	names := make([]string, 0, len(files))
-	for name := range files {
-		names = append(names, name)
-	}
-	sort.Strings(names)
 	var out []manifest
-	for _, name := range names {
-		if !strings.HasSuffix(name, ".yaml") || strings.HasPrefix(path.Base(name), "_") {
-			continue
-		}
-		docs, err := splitYAML(files[name])
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", name, err)
-		}
-		for i, doc := range docs {
-			var head struct {
-				Kind     string `json:"kind"`
-				Metadata struct {
-					Name string `json:"name"`
-				} `json:"metadata"`
+	count := map[string]int{}
+	for i, doc := range docs {
+		var src []byte
+		for _, line := range bytes.Split(doc, []byte("\n")) {
+			if t := bytes.TrimSpace(line); len(t) != 0 && string(t) != "---" {
+				if rest, ok := bytes.CutPrefix(t, []byte("# Source: ")); ok {
+					src = rest
+				}
+				break
 			}
-			if err := yaml.Unmarshal(doc, &head); err != nil {
-				return nil, fmt.Errorf("%s[%d]: not YAML: %w", name, i, err)
-			}
-			out = append(out, manifest{Template: strings.TrimPrefix(name, "kvgate/"), Index: i, YAML: doc, Kind: head.Kind, Name: head.Metadata.Name})
 		}
+		if len(src) == 0 {
+			return nil, fmt.Errorf("manifest document %d has no # Source line first", i)
+		}
+		name := strings.TrimPrefix(string(src), "kvgate/")
+		var head struct {
+			Kind     string `json:"kind"`
+			Metadata struct {
+				Name string `json:"name"`
+			} `json:"metadata"`
+		}
+		if err := yaml.Unmarshal(doc, &head); err != nil {
+			return nil, fmt.Errorf("%s: not YAML: %w", name, err)
+		}
+		out = append(out, manifest{Template: name, Index: count[name], YAML: doc, Kind: head.Kind, Name: head.Metadata.Name})
+		count[name]++
 	}
 	return out, nil
 }

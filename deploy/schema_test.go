@@ -19,7 +19,7 @@ var updateSchema = flag.Bool("update-schema", false, "rewrite helm/kvgate/values
 var freeForm = map[string]bool{
 	"config": true, "commonLabels": true, "podAnnotations": true, "nodeSelector": true, "affinity": true,
 	"resources": true, "annotations": true, "labels": true, "gatewaySelector": true,
-	"podSecurityContext": true, "securityContext": true,
+	"podSecurityContext": true, "securityContext": true, "matchLabels": true,
 }
 
 // schemaFor derives a JSON schema from a default value: objects list their

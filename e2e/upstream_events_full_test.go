@@ -19,7 +19,9 @@ import (
 
 	"github.com/kvgate/kvgate/e2e/enginesim"
 	"github.com/kvgate/kvgate/e2e/procs"
+	"github.com/kvgate/kvgate/indexer/kvevents"
 	"github.com/kvgate/kvgate/indexer/kvindex"
+	"github.com/kvgate/kvgate/indexer/kvstream"
 	"github.com/kvgate/kvgate/internal/kvfleet"
 	"github.com/kvgate/kvgate/internal/testkit/freeport"
 	"github.com/kvgate/kvgate/internal/testkit/modelfiles"
@@ -325,22 +327,72 @@ func TestBindModeIndexerWithConnectingEngines(t *testing.T) {
 			e.complete(t, concat(system, randomTokens(rng, (2+i%4)*blockSize+3)))
 		}
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		got := redisBlocksByWorker(t, rds.Client(), reader, prefix)
-		var bad []string
-		for _, e := range engines {
-			want := e.cache(t)
-			if stale, missing := blockDiff(got[e.endpoint], want); stale != 0 || missing != 0 || len(want) == 0 {
-				bad = append(bad, fmt.Sprintf("%s: engine %d blocks, index %d (%d stale, %d missing)", e.name, len(want), len(got[e.endpoint]), stale, missing))
+	agree := func(when string) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			got := redisBlocksByWorker(t, rds.Client(), reader, prefix)
+			var bad []string
+			for _, e := range engines {
+				want := e.cache(t)
+				if stale, missing := blockDiff(got[e.endpoint], want); stale != 0 || missing != 0 || len(want) == 0 {
+					bad = append(bad, fmt.Sprintf("%s: engine %d blocks, index %d (%d stale, %d missing)", e.name, len(want), len(got[e.endpoint]), stale, missing))
+				}
 			}
+			if len(bad) == 0 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("bind mode, %s: index and engines disagree:\n%s\nindexer log:\n%s", when, strings.Join(bad, "\n"), indexer.Output())
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
-		if len(bad) == 0 {
-			break
+	}
+	agree("the engines alone")
+
+	// Issue 31, finding 3: another peer allowed on the bound socket (a
+	// process on the indexer's host, here on 127.0.0.9) publishes under
+	// engine 0's topic: a publisher of its own, so its first batch is
+	// sequence 0 (once taken as engine 0 restarting, dropping its entries),
+	// then forged prefixes (once credited to engine 0). The indexer binds
+	// the topic to engine 0's address: it refuses them and the index still
+	// equals every engine's cache.
+	forger, err := kvstream.NewPublisher(kvstream.PublisherConfig{Endpoint: bind, Connect: true, From: "127.0.0.9", Topic: fmt.Sprintf("kv@engine-%d@%s", 0, modelName)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer forger.Close()
+	var forged []uint32
+	for _, tok := range randomTokens(rng, 4*blockSize) {
+		forged = append(forged, uint32(tok))
+	}
+	payload, err := kvevents.Encode(kvevents.Batch{Events: []kvevents.Event{{Kind: kvevents.BlockStored, BlockSize: blockSize, TokenIDs: forged,
+		BlockHashes: []uint64{9001, 9002, 9003, 9004}}}}, kvevents.EncodingMap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "three forged batches refused by the indexer", 20*time.Second, func() error {
+		if _, err := forger.Publish(payload); err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("bind mode: index and engines disagree:\n%s\nindexer log:\n%s", strings.Join(bad, "\n"), indexer.Output())
+		m, err := scrape("http://" + idxAt + "/metrics")
+		if err != nil {
+			return err
 		}
-		time.Sleep(50 * time.Millisecond)
+		if n := m[`kvgate_indexer_bind_refused_total{reason="foreign_topic"}`]; n < 3 {
+			return fmt.Errorf("kvgate_indexer_bind_refused_total{reason=\"foreign_topic\"} = %v", n)
+		}
+		return nil
+	})
+	for i := range 4 {
+		engines[0].complete(t, concat(system, randomTokens(rng, (2+i)*blockSize+1)))
+	}
+	agree("after the forged batches")
+	m, err := scrape("http://" + idxAt + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := m["kvgate_indexer_publisher_restarts_total"]; n != 0 {
+		t.Errorf("kvgate_indexer_publisher_restarts_total = %v after the forged sequence reset, want 0", n)
 	}
 }

@@ -9,21 +9,46 @@ import (
 // Problem is one thing wrong with a config: the field path it concerns
 // (proto field names, [i] for list items, [key] for map entries) and what
 // is wrong there.
+//
+// An error (Warning false) is a config Envoy refuses, or one with which
+// kvgate cannot route. A warning is a config Envoy accepts and kvgate
+// routes through, but that costs something kvgate cannot make up for: a
+// fallback's request booked on the primary because Envoy never reports
+// the host it used, fallbacks never walked because the route does not
+// retry. `kvgate validate-envoy` exits 0 on warnings alone unless
+// --strict.
 type Problem struct {
 	Path    string
 	Message string
+	Warning bool
 }
 
 func (p Problem) String() string {
-	if p.Path == "" {
-		return p.Message
+	s := p.Message
+	if p.Path != "" {
+		s = p.Path + ": " + s
 	}
-	return p.Path + ": " + p.Message
+	if p.Warning {
+		s = "warning: " + s
+	}
+	return s
 }
 
-// Error is returned by Validate when a config has problems.
+// Error is returned by Validate when a config has problems, warnings
+// included (the strict reading; see Fatal).
 type Error struct {
 	Problems []Problem
+}
+
+// Fatal reports whether any problem is an error rather than a warning:
+// Envoy would refuse the config, or kvgate could not route through it.
+func (e *Error) Fatal() bool {
+	for _, p := range e.Problems {
+		if !p.Warning {
+			return true
+		}
+	}
+	return false
 }
 
 func (e *Error) Error() string {
@@ -41,6 +66,12 @@ type problems struct {
 
 func (ps *problems) add(path, format string, args ...any) {
 	ps.list = append(ps.list, Problem{Path: path, Message: fmt.Sprintf(format, args...)})
+}
+
+// warn records a warning: Envoy accepts the config and kvgate routes, but
+// kvgate cannot account something (see Problem).
+func (ps *problems) warn(path, format string, args ...any) {
+	ps.list = append(ps.list, Problem{Path: path, Message: fmt.Sprintf(format, args...), Warning: true})
 }
 
 func (ps *problems) empty() bool { return len(ps.list) == 0 }

@@ -233,7 +233,7 @@ func checkOverrideHost(ps *problems, f *facts, path string, oh *overridehostv3.O
 	if sk := oh.GetSelectedHostKey(); sk == nil {
 		f.unreported = append(f.unreported, path)
 	} else if segs := sk.GetPath(); sk.GetKey() != DestinationNamespace || len(segs) != 1 || segs[0].GetKey() != ServedKey {
-		ps.add(field(path, "selected_host_key"), "must be {key: %s, path: [{key: %s}]}, where kvgate reads the served endpoint (GIE endpoint-picker protocol)", DestinationNamespace, ServedKey)
+		ps.warn(field(path, "selected_host_key"), "must be {key: %s, path: [{key: %s}]}, where kvgate reads the served endpoint (GIE endpoint-picker protocol); elsewhere kvgate never sees it and books a fallback's request on the primary", DestinationNamespace, ServedKey)
 	}
 	for i, src := range oh.GetOverrideHostSources() {
 		p := index(field(path, "override_host_sources"), i)
@@ -333,17 +333,21 @@ func checkFile(ps *problems, f *facts) {
 			}
 		}
 		if len(f.overrideHosts) > 0 && ep.seesResponse && !slices.Contains(ep.forwarding, DestinationNamespace) {
-			ps.add(ep.forwardingPath, "does not include %q: Envoy sends kvgate only the metadata namespaces listed here (ext_proc.cc addDynamicMetadata), so override_host's served-host report (selected_host_key) never reaches kvgate", DestinationNamespace)
+			ps.warn(ep.forwardingPath, "does not include %q: Envoy sends kvgate only the metadata namespaces listed here (ext_proc.cc addDynamicMetadata), so override_host's served-host report (selected_host_key) never reaches kvgate, which books a fallback's request on the primary", DestinationNamespace)
 		}
 	}
 	// kvgate's contract: where kvgate sees the response, the host Envoy
 	// used comes back to it, or a request served by a fallback is booked
 	// on the primary (load, outlier credit,
 	// kvgate_extproc_fallbacks_used_total). With the response not sent to
-	// kvgate at all the report could not reach it anyway.
+	// kvgate at all the report could not reach it anyway. A warning, not
+	// an error: Envoy accepts override_host without selected_host_key
+	// (GIE-generated gateway configs may lack it) and kvgate routes through
+	// it; what it cannot account it counts
+	// (kvgate_extproc_served_host_unreported_total) and logs once.
 	if slices.ContainsFunc(f.extProcs, func(e extProcFact) bool { return e.seesResponse }) {
 		for _, p := range f.unreported {
-			ps.add(field(p, "selected_host_key"), "required: without it Envoy never reports the host it used (load_balancer.cc addSelectedHostKey), so kvgate books a fallback's request on the primary; set {key: %s, path: [{key: %s}]}", DestinationNamespace, ServedKey)
+			ps.warn(field(p, "selected_host_key"), "unset: Envoy never reports the host it used (load_balancer.cc addSelectedHostKey), so kvgate books a fallback's request on the primary; set {key: %s, path: [{key: %s}]}", DestinationNamespace, ServedKey)
 		}
 	}
 	checkKvgate(ps, f)
@@ -369,7 +373,7 @@ func checkKvgate(ps *problems, f *facts) {
 			continue
 		}
 		if cp, ok := f.clusters[r.cluster]; ok && slices.ContainsFunc(f.overrideHosts, func(p string) bool { return strings.HasPrefix(p, cp+".") }) {
-			ps.add(field(r.path, "retry_policy"), "missing: kvgate sends %d fallbacks (extproc.fallbacks) but override_host moves to the next one only when the router retries (load_balancer.cc getEndpoint on each host choice); without a retry policy a dead primary fails the request", k.Fallbacks)
+			ps.warn(field(r.path, "retry_policy"), "missing: kvgate sends %d fallbacks (extproc.fallbacks) but override_host moves to the next one only when the router retries (load_balancer.cc getEndpoint on each host choice); without a retry policy a dead primary fails the request", k.Fallbacks)
 		}
 	}
 }

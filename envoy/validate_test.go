@@ -84,6 +84,9 @@ type mutation struct {
 	old, new string // old must occur exactly once in file
 	wantPath string
 	wantMsg  string
+	// warning: Envoy accepts the config and kvgate routes through it, but
+	// cannot account something (Problem.Warning; not Fatal).
+	warning bool
 }
 
 const (
@@ -260,17 +263,17 @@ var mutations = []mutation{
 	{
 		name: "override_host that never reports the served host", file: "envoy.yaml",
 		old: "            selected_host_key:\n              key: envoy.lb\n              path:\n              - key: x-gateway-destination-endpoint-served\n", new: "",
-		wantPath: ohost + ".selected_host_key", wantMsg: "load_balancer.cc addSelectedHostKey",
+		wantPath: ohost + ".selected_host_key", wantMsg: "load_balancer.cc addSelectedHostKey", warning: true,
 	},
 	{
 		name: "served host reported under another key", file: "envoy.yaml",
 		old: "              - key: x-gateway-destination-endpoint-served", new: "              - key: served",
-		wantPath: ohost + ".selected_host_key", wantMsg: "must be {key: envoy.lb, path: [{key: x-gateway-destination-endpoint-served}]}",
+		wantPath: ohost + ".selected_host_key", wantMsg: "must be {key: envoy.lb, path: [{key: x-gateway-destination-endpoint-served}]}", warning: true,
 	},
 	{
 		name: "served host not forwarded to kvgate", file: "envoy.yaml",
 		old: "untyped: [envoy.lb, envoy.lb.subset_hint]", new: "untyped: [envoy.lb.subset_hint]",
-		wantPath: extProc + ".metadata_options.forwarding_namespaces.untyped", wantMsg: "ext_proc.cc addDynamicMetadata",
+		wantPath: extProc + ".metadata_options.forwarding_namespaces.untyped", wantMsg: "ext_proc.cc addDynamicMetadata", warning: true,
 	},
 	{
 		name: "Istio: ext_proc added after the router", file: "istio/envoyfilter.yaml",
@@ -378,6 +381,7 @@ var kvgateMutations = []struct {
 	kvgate   Kvgate
 	wantPath string // "" means: accepted
 	wantMsg  string
+	warning  bool // see mutation.warning
 }{
 	{name: "ORIGINAL_DST with kvgate sending fallbacks", file: "envoy-original-dst.yaml", kvgate: Kvgate{EnvoyRouting: "override_host", Fallbacks: 2},
 		wantPath: odst + ".original_dst_lb_config", wantMsg: "parseInternetAddressAndPortNoThrow"},
@@ -390,7 +394,7 @@ var kvgateMutations = []struct {
 	{name: "override_host with kvgate's list", file: "envoy.yaml", kvgate: Kvgate{EnvoyRouting: "override_host", Fallbacks: 2}},
 	{name: "override_host with kvgate sending one endpoint", file: "envoy.yaml", kvgate: Kvgate{EnvoyRouting: "original_dst"}},
 	{name: "override_host fallbacks never walked", file: "envoy.yaml", noRetry: true, kvgate: Kvgate{EnvoyRouting: "override_host", Fallbacks: 2},
-		wantPath: hcm + ".route_config.virtual_hosts[0].routes[0].route.retry_policy", wantMsg: "load_balancer.cc getEndpoint"},
+		wantPath: hcm + ".route_config.virtual_hosts[0].routes[0].route.retry_policy", wantMsg: "load_balancer.cc getEndpoint", warning: true},
 	{name: "override_host without retries and kvgate sending one endpoint", file: "envoy.yaml", noRetry: true, kvgate: Kvgate{EnvoyRouting: "original_dst"}},
 }
 
@@ -412,6 +416,7 @@ func TestKvgateConfigChecked(t *testing.T) {
 				return
 			}
 			assertProblem(t, err, m.wantPath, m.wantMsg)
+			assertSeverity(t, err, m.wantPath, m.warning)
 		})
 	}
 }
@@ -457,6 +462,7 @@ func TestBrokenConfigsRejected(t *testing.T) {
 			broken := strings.Replace(string(orig), m.old, m.new, 1)
 			_, err = Validate([]byte(broken))
 			assertProblem(t, err, m.wantPath, m.wantMsg)
+			assertSeverity(t, err, m.wantPath, m.warning)
 		})
 	}
 }
@@ -475,4 +481,23 @@ func assertProblem(t *testing.T, err error, wantPath, wantMsg string) {
 		}
 	}
 	t.Fatalf("no problem at %q containing %q; got:\n%v", wantPath, wantMsg, verr)
+}
+
+// assertSeverity checks the problem at wantPath is a warning or an error
+// as wanted, and that a config whose only problem is a warning is not
+// Fatal (validate-envoy exits 0 on it without --strict).
+func assertSeverity(t *testing.T, err error, wantPath string, warning bool) {
+	t.Helper()
+	var verr *Error
+	if !errors.As(err, &verr) {
+		t.Fatalf("got %v, want *Error", err)
+	}
+	for _, p := range verr.Problems {
+		if p.Path == wantPath && p.Warning != warning {
+			t.Fatalf("problem at %s: warning %v, want %v", wantPath, p.Warning, warning)
+		}
+	}
+	if verr.Fatal() == warning {
+		t.Fatalf("Fatal() = %v for a config whose problem is a warning=%v:\n%v", verr.Fatal(), warning, verr)
+	}
 }

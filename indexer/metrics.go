@@ -43,6 +43,8 @@ var (
 	mLastSeq      = prometheus.NewDesc("kvgate_indexer_last_sequence", "Sequence number of the last delivered batch.", workerLabels, nil)
 	mWorkerBlocks = prometheus.NewDesc("kvgate_indexer_worker_blocks", "(block, tier) entries this worker holds in the index.", workerLabels, nil)
 
+	mBindRefused = prometheus.NewDesc("kvgate_indexer_bind_refused_total", "Bind mode (indexer.events_bind): connections and batches refused, by reason: peer_not_allowed (neither loopback nor events_bind_allow; connection closed), foreign_topic (a batch under an engine's topic from a peer that is not that engine; dropped, connection cut), unknown_topic (no engine has the topic; dropped).", []string{"reason"}, nil)
+
 	mIndexBlocks  = prometheus.NewDesc("kvgate_index_blocks", "Distinct blocks with at least one holder (Redis: approximate).", nil, nil)
 	mIndexEntries = prometheus.NewDesc("kvgate_index_entries", "(block, worker, tier) entries (Redis: approximate).", nil, nil)
 	mIndexWorkers = prometheus.NewDesc("kvgate_index_workers", "Workers known to the index.", nil, nil)
@@ -53,7 +55,7 @@ var (
 func (collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{mBatches, mReplayed, mEvents, mRejected, mDecodeErr, mMalformed, mGaps, mGapsRepaired,
 		mReplays, mReplayFail, mResets, mDeadResets, mRestarts, mHandlerErr, mConnected, mLag, mLastSeq, mWorkerBlocks,
-		mIndexBlocks, mIndexEntries, mIndexWorkers, mIndexUp, mIndexWipes} {
+		mBindRefused, mIndexBlocks, mIndexEntries, mIndexWorkers, mIndexUp, mIndexWipes} {
 		ch <- d
 	}
 }
@@ -92,6 +94,11 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(mWorkerBlocks, float64(is.SequenceEntries), w, m)
 	}
 	counter(mIndexWipes, c.s.wipes.Load())
+	if ls, ok := c.s.listenerStats(); ok {
+		counter(mBindRefused, ls.RejectedPeers, "peer_not_allowed")
+		counter(mBindRefused, ls.ForeignTopic, "foreign_topic")
+		counter(mBindRefused, ls.UnknownTopic, "unknown_topic")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	stats, err := c.s.idx.Stats(ctx)

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -205,8 +206,16 @@ func (s *Service) snapshot() []*stream {
 func (s *Service) newStream(w kvfleet.Worker, m *kvfleet.Model) (*stream, error) {
 	events := w.Events
 	var listener *kvstream.Listener
+	var publishers []netip.Prefix
 	if w.Events == kvfleet.EventsBindMode {
-		var err error
+		// The engine's batches must come from the engine: its endpoint's
+		// address, which is where its PUB connects from in a pod or on a
+		// host without NAT (kvstream.Listener binds the topic to it).
+		ap, err := netip.ParseAddrPort(w.ID.Endpoint)
+		if err != nil {
+			return nil, fmt.Errorf("worker %s: bind mode needs the engine's address: %w", w.ID, err)
+		}
+		publishers = []netip.Prefix{netip.PrefixFrom(ap.Addr().Unmap(), ap.Addr().Unmap().BitLen())}
 		if listener, err = s.listener(w.ID.DPRank); err != nil {
 			return nil, err
 		}
@@ -215,7 +224,7 @@ func (s *Service) newStream(w kvfleet.Worker, m *kvfleet.Model) (*stream, error)
 	// With a kvagent stream beside it, each stream's reset must remove only
 	// its own entries (ingest.Config.ScopedClear).
 	ing := ingest.NewWorker(w.ID, s.idx, ingest.Config{BlockSize: m.BlockSize, Namespace: m.Namespace, ScopedClear: w.TierEvents != ""})
-	return s.subscribe(w.ID, m, ing, strings.Join([]string{w.ID.String(), m.Name, events, w.Replay, w.Topic, w.TierEvents}, "|"), events, listener, w.Replay, w.Topic, "")
+	return s.subscribe(w.ID, m, ing, strings.Join([]string{w.ID.String(), m.Name, events, w.Replay, w.Topic, w.TierEvents}, "|"), events, listener, publishers, w.Replay, w.Topic, "")
 }
 
 // listener returns the bound socket of bind mode for a data-parallel rank,
@@ -244,6 +253,29 @@ func (s *Service) listener(rank int) (*kvstream.Listener, error) {
 	}
 	s.listeners[rank] = l
 	return l, nil
+}
+
+// listenerStats sums bind mode's sockets' counters; false when there is
+// none.
+func (s *Service) listenerStats() (kvstream.ListenerStats, bool) {
+	s.mu.Lock()
+	ls := make([]*kvstream.Listener, 0, len(s.listeners))
+	for _, l := range s.listeners {
+		ls = append(ls, l)
+	}
+	s.mu.Unlock()
+	var sum kvstream.ListenerStats
+	for _, l := range ls {
+		st := l.Stats()
+		sum.Messages += st.Messages
+		sum.UnknownTopic += st.UnknownTopic
+		sum.QueueFull += st.QueueFull
+		sum.Malformed += st.Malformed
+		sum.RejectedPeers += st.RejectedPeers
+		sum.ForeignTopic += st.ForeignTopic
+		sum.AttachedTopics += st.AttachedTopics
+	}
+	return sum, len(ls) > 0
 }
 
 // closeListeners closes bind mode's sockets (Run's end).
@@ -277,12 +309,13 @@ func (s *Service) newTierStream(w kvfleet.Worker, m *kvfleet.Model, gpu *stream)
 		icfg.ParentSeq = gpu.ing.SeqOf
 	}
 	key := strings.Join([]string{w.ID.String() + tierStreamSuffix, m.Name, w.TierEvents, w.TierReplay, w.Events}, "|")
-	return s.subscribe(w.ID, m, ingest.NewWorker(w.ID, s.idx, icfg), key, w.TierEvents, nil, w.TierReplay, "", tierStreamSuffix)
+	return s.subscribe(w.ID, m, ingest.NewWorker(w.ID, s.idx, icfg), key, w.TierEvents, nil, nil, w.TierReplay, "", tierStreamSuffix)
 }
 
 // subscribe makes the stream's subscriber: dialing events, or attached to
-// listener (bind mode, events is then only a label).
-func (s *Service) subscribe(w kvfleet.WorkerID, m *kvfleet.Model, ing *ingest.Worker, key, events string, listener *kvstream.Listener, replay, topic, suffix string) (*stream, error) {
+// listener (bind mode, events is then only a label) for the batches
+// publishers send.
+func (s *Service) subscribe(w kvfleet.WorkerID, m *kvfleet.Model, ing *ingest.Worker, key, events string, listener *kvstream.Listener, publishers []netip.Prefix, replay, topic, suffix string) (*stream, error) {
 	st := &stream{
 		key:      key,
 		worker:   w,
@@ -300,6 +333,7 @@ func (s *Service) subscribe(w kvfleet.WorkerID, m *kvfleet.Model, ing *ingest.Wo
 	st.sub, err = kvstream.NewSubscriber(kvstream.Config{
 		Endpoint:       dial,
 		Listener:       listener,
+		Publishers:     publishers,
 		ReplayEndpoint: replay,
 		Topic:          topic,
 		ReplayTimeout:  s.cfg.Indexer.ReplayTimeout.D(),

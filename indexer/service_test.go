@@ -399,24 +399,26 @@ func TestServiceResyncsIdleWorkersAfterRedisFlushAll(t *testing.T) {
 	}
 }
 
-// Bind mode end to end in one process: engines' publishers connect to the
-// indexer's bound socket, each is told apart by its topic, and its gaps
-// are repaired through its own replay endpoint.
-func TestServiceBindMode(t *testing.T) {
-	port := freeport.Pick(t)
+// startBindEngines configures n bind-mode engines whose publishers
+// connect to cfg's bound socket, engine i from its own endpoint's address
+// (127.0.0.(i+2): every 127/8 address is loopback on Linux), as an engine
+// in a pod connects from its pod IP.
+func startBindEngines(t *testing.T, n int) ([]*testEngine, config.Config) {
+	t.Helper()
 	cfg := config.Default()
 	cfg.Indexer.Listen = "127.0.0.1:0"
-	cfg.Indexer.EventsBind = fmt.Sprintf("tcp://127.0.0.1:%d", port)
+	cfg.Indexer.EventsBind = fmt.Sprintf("tcp://127.0.0.1:%d", freeport.Pick(t))
 	cfg.Models = []config.Model{{Name: "m", BlockSize: testBlockSize, Namespace: "tenant"}}
 	var engines []*testEngine
-	for i := 0; i < 2; i++ {
-		topic := fmt.Sprintf("kv@10.0.0.%d@m", i+1)
-		pub, err := kvstream.NewPublisher(kvstream.PublisherConfig{Endpoint: cfg.Indexer.EventsBind, Connect: true, Topic: topic, ReplayEndpoint: "tcp://127.0.0.1:0"})
+	for i := 0; i < n; i++ {
+		ip := fmt.Sprintf("127.0.0.%d", i+2)
+		topic := fmt.Sprintf("kv@%s@m", ip)
+		pub, err := kvstream.NewPublisher(kvstream.PublisherConfig{Endpoint: cfg.Indexer.EventsBind, Connect: true, From: ip, Topic: topic, ReplayEndpoint: "tcp://" + ip + ":0"})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { pub.Close() })
-		e := &testEngine{pub: pub, id: kvfleet.WorkerID{Endpoint: fmt.Sprintf("10.0.0.%d:8000", i+1)}, enc: kvevents.EncodingMap}
+		e := &testEngine{pub: pub, id: kvfleet.WorkerID{Endpoint: ip + ":8000"}, enc: kvevents.EncodingMap}
 		engines = append(engines, e)
 		cfg.Engines = append(cfg.Engines, config.Engine{Endpoint: e.id.Endpoint, Model: "m", DPRanks: 1, Topic: topic,
 			Events: config.EventsBindMode, Replay: "tcp://" + pub.ReplayAddr().String()})
@@ -424,6 +426,14 @@ func TestServiceBindMode(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
+	return engines, cfg
+}
+
+// Bind mode end to end in one process: engines' publishers connect to the
+// indexer's bound socket, each is told apart by its topic, and its gaps
+// are repaired through its own replay endpoint.
+func TestServiceBindMode(t *testing.T) {
+	engines, cfg := startBindEngines(t, 2)
 	idx := kvindex.NewMemory(kvindex.MemoryConfig{})
 	svc := runService(t, cfg, idx)
 	engines[0].storeChain(t, seqTokens(1, 8), true)
@@ -438,4 +448,69 @@ func TestServiceBindMode(t *testing.T) {
 	if m[engines[0].id][kvfleet.TierDevice] != 4 || m[engines[1].id][kvfleet.TierDevice] != 1 {
 		t.Fatalf("bind mode index %v, want depths 4 and 1", m)
 	}
+}
+
+// Issue 31, finding 3, end to end in the indexer: a peer allowed on the
+// bound socket (another loopback address: any process on the indexer's
+// host, or a host in events_bind_allow) publishes under an engine's topic
+// from a publisher of its own, so its first batch is sequence 0, which
+// used to be taken as the engine restarting (every entry of the engine
+// dropped), and its batches store forged prefixes in the engine's name
+// (which used to move routing to it). With each topic bound to its
+// engine's address, neither changes the index: the engine keeps exactly
+// what it published, nothing forged is credited, no reset happens, and
+// the refusals are counted (kvgate_indexer_bind_refused_total).
+func TestServiceBindModeRefusesAnotherPeersBatchesUnderAnEnginesTopic(t *testing.T) {
+	engines, cfg := startBindEngines(t, 1)
+	victim := engines[0]
+	idx := kvindex.NewMemory(kvindex.MemoryConfig{})
+	svc := runService(t, cfg, idx)
+	victim.storeChain(t, seqTokens(1, 16), true)
+	waitBatches(t, svc, engines)
+
+	pub, err := kvstream.NewPublisher(kvstream.PublisherConfig{Endpoint: cfg.Indexer.EventsBind, Connect: true, From: "127.0.0.9", Topic: cfg.Engines[0].Topic})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pub.Close() })
+	forger := &testEngine{pub: pub, id: victim.id, enc: kvevents.EncodingMap}
+	forged := seqTokens(1000, 16)
+	// The forger's first batches go out before its connection is up (a PUB
+	// drops them) and each refusal cuts it, so it publishes until three
+	// batches, the sequence-0 one among them or not, have been refused.
+	poll.True(t, "three forged batches refused", 20*time.Second, func() bool {
+		forger.storeChain(t, forged[:4], true)
+		ls, _ := svc.listenerStats()
+		return ls.ForeignTopic >= 3
+	})
+	victim.storeChain(t, seqTokens(17, 4), true)
+	st := waitBatches(t, svc, engines)
+	m, err := idx.Match(context.Background(), chain(seqTokens(1, 20)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := m[victim.id][kvfleet.TierDevice]; got != 5 {
+		t.Errorf("engine's own chain: depth %d, want all 5 blocks it published (index %v)", got, m)
+	}
+	if m, err = idx.Match(context.Background(), chain(forged[:4])); err != nil {
+		t.Fatal(err)
+	} else if len(m) != 0 {
+		t.Errorf("forged prefix credited: %v", m)
+	}
+	if w := st.Workers[0].Stream; w.Resets != 0 || w.PublisherRestarts != 0 {
+		t.Errorf("engine stream %+v: want no reset and no publisher restart", w)
+	}
+	srv := httptest.NewServer(svc.Handler())
+	defer srv.Close()
+	body := get(t, srv.URL+"/metrics", 200)
+	var refused float64
+	if _, err := fmt.Sscan(after(body, `kvgate_indexer_bind_refused_total{reason="foreign_topic"} `), &refused); err != nil || refused < 3 {
+		t.Errorf("kvgate_indexer_bind_refused_total{reason=\"foreign_topic\"} = %v (%v), want >= 3", refused, err)
+	}
+}
+
+// after is what follows the first occurrence of marker in s ("" if none).
+func after(s, marker string) string {
+	_, rest, _ := strings.Cut(s, marker)
+	return rest
 }

@@ -57,6 +57,9 @@ type gatewayPlan struct {
 	listen  string
 	extproc []string
 	workers []string // nil: the Envoy config's own (ORIGINAL_DST has none)
+	// envoyWarnings are validate-envoy's warnings for the Envoy file with
+	// the kvgate config, logged at start.
+	envoyWarnings []envoy.Problem
 	// logFormat is the kvgate config's log.format ("" without --config).
 	logFormat string
 	exposed   bool // listen is beyond loopback
@@ -175,8 +178,15 @@ func planGateway(f gatewayFlags) (gatewayPlan, error) {
 		p.logFormat = c.Log.Format
 		// What kvgate sends must be what this Envoy file can route (the
 		// check `kvgate validate-envoy --config` runs).
+		// Warnings (Envoy accepts it and kvgate routes, but cannot account
+		// something) are logged at start, as validate-envoy without
+		// --strict passes them.
 		if _, err := envoy.ValidateWith(envoyData, &envoy.Kvgate{EnvoyRouting: c.Extproc.EnvoyRouting, Fallbacks: c.Extproc.Fallbacks}); err != nil {
-			return p, fmt.Errorf("--config %s does not fit --envoy-config %s: %w", f.cfgPath, p.source, err)
+			var verr *envoy.Error
+			if !errors.As(err, &verr) || verr.Fatal() {
+				return p, fmt.Errorf("--config %s does not fit --envoy-config %s: %w", f.cfgPath, p.source, err)
+			}
+			p.envoyWarnings = verr.Problems
 		}
 	}
 
@@ -311,6 +321,9 @@ func serveGateway(ctx context.Context, stopSignals func(), p gatewayPlan, drain 
 		"ext_proc", p.extproc, "workers", workers, "allow_client_debug", p.debugSet)
 	fmt.Fprintf(stdout, "kvgate-lab gateway: DEVELOPMENT GATEWAY, NOT FOR PRODUCTION: http://%s plays %s; ext_proc %s; workers %s\n",
 		ln.Addr(), p.source, strings.Join(p.extproc, ","), workersLabel(workers, proxy.Config()))
+	for _, w := range p.envoyWarnings {
+		log.Warn("the Envoy config routes, but kvgate cannot account everything through it", "envoy_config", p.source, "problem", w.String())
+	}
 	if p.exposed {
 		log.Warn("listening beyond loopback: anyone who reaches this address can send requests to the fleet", "listen", p.listen)
 	}

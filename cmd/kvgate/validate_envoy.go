@@ -13,21 +13,25 @@ import (
 
 func init() {
 	register("validate-envoy", cli.Command{
-		Summary: "check Envoy bootstraps, Istio EnvoyFilter/DestinationRule and Envoy Gateway policies: [--config kvgate.yaml] FILE...",
+		Summary: "check Envoy bootstraps, Istio EnvoyFilter/DestinationRule and Envoy Gateway policies: [--config kvgate.yaml] [--strict] FILE...",
 		Run:     runValidateEnvoy,
 	})
 }
 
 // runValidateEnvoy prints "FILE: ok" for each valid file and
-// "FILE: <field path>: <problem>" for each problem. Exit status: 0 all
-// valid; 1 a file could not be read (the check is incomplete, so this
-// wins); 2 a config is invalid or the usage is wrong.
+// "FILE: <field path>: <problem>" for each problem ("FILE: warning: …"
+// for a warning: Envoy accepts it and kvgate routes, but cannot account
+// something, envoy.Problem). Exit status: 0 all valid, or only warnings
+// without --strict; 1 a file could not be read (the check is incomplete,
+// so this wins); 2 a config is invalid (with --strict, a warning too) or
+// the usage is wrong.
 func runValidateEnvoy(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("kvgate validate-envoy", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	kvgateConfig := fs.String("config", "", "kvgate configuration: also check that Envoy can route what it sends (extproc.envoy_routing, extproc.fallbacks)")
+	strict := fs.Bool("strict", false, "fail (exit 2) on warnings too: for CI on configs you ship")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: kvgate validate-envoy [--config kvgate.yaml] FILE...")
+		fmt.Fprintln(stderr, "usage: kvgate validate-envoy [--config kvgate.yaml] [--strict] FILE...")
 		fmt.Fprintln(stderr, "  FILE: an Envoy bootstrap (YAML/JSON), or Kubernetes YAML holding Istio EnvoyFilter /")
 		fmt.Fprintln(stderr, "  DestinationRule or Envoy Gateway EnvoyExtensionPolicy / EnvoyPatchPolicy / ClientTrafficPolicy objects")
 		fs.PrintDefaults()
@@ -59,7 +63,9 @@ func runValidateEnvoy(args []string, _ io.Reader, stdout, stderr io.Writer) int 
 		case err == nil:
 			fmt.Fprintf(stdout, "%s: ok\n", file)
 		case errors.As(err, &verr):
-			invalid = true
+			if verr.Fatal() || *strict {
+				invalid = true
+			}
 			for _, p := range verr.Problems {
 				fmt.Fprintf(stdout, "%s: %s\n", file, p)
 			}

@@ -27,8 +27,10 @@ func runValidateEnvoyCLI(t *testing.T, args ...string) (int, string, string) {
 	return code, out.String(), errb.String()
 }
 
+// The shipped configs pass strictly: no error and no warning (what CI
+// holds configs it ships to).
 func TestValidateEnvoyCLIShippedConfigsOK(t *testing.T) {
-	code, out, errOut := runValidateEnvoyCLI(t, shippedEnvoyConfigs...)
+	code, out, errOut := runValidateEnvoyCLI(t, append([]string{"--strict"}, shippedEnvoyConfigs...)...)
 	if code != 0 {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
@@ -87,7 +89,7 @@ func TestValidateEnvoyCLIUnreadableFile(t *testing.T) {
 
 func TestValidateEnvoyCLIUsage(t *testing.T) {
 	code, out, errOut := runValidateEnvoyCLI(t)
-	if code != 2 || out != "" || !strings.Contains(errOut, "usage: kvgate validate-envoy [--config kvgate.yaml] FILE...") {
+	if code != 2 || out != "" || !strings.Contains(errOut, "usage: kvgate validate-envoy [--config kvgate.yaml] [--strict] FILE...") {
 		t.Fatalf("no args: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 	if code, _, _ := runValidateEnvoyCLI(t, "--help"); code != 0 {
@@ -120,5 +122,27 @@ func TestValidateEnvoyCLIWithKvgateConfig(t *testing.T) {
 	bad := write("bad.yaml", "extproc: {envoy_routing: original_dst, fallbacks: 1}\n")
 	if code, _, errOut := runValidateEnvoyCLI(t, "--config", bad, odst); code != 2 || !strings.Contains(errOut, "extproc.fallbacks: must be 0") {
 		t.Fatalf("invalid kvgate config: exit %d, stderr %q", code, errOut)
+	}
+}
+
+// Issue 31, finding 7: override_host without selected_host_key (as
+// GIE-generated gateway configs may be) is a config Envoy accepts and
+// kvgate routes through, though it books a fallback's request on the
+// primary: a warning, exit 0, unless --strict (exit 2). An error (Envoy
+// refuses the config) stays exit 2 either way.
+func TestValidateEnvoyCLIWarningsExitZeroUnlessStrict(t *testing.T) {
+	unreported := writeBrokenCopy(t, "../../envoy/envoy.yaml",
+		"            selected_host_key:\n              key: envoy.lb\n              path:\n              - key: x-gateway-destination-endpoint-served\n", "")
+	const warning = ": warning: static_resources.clusters[1].load_balancing_policy.policies[0].typed_extension_config.typed_config.selected_host_key: unset: Envoy never reports the host it used"
+	code, out, _ := runValidateEnvoyCLI(t, unreported)
+	if code != 0 || !strings.HasPrefix(out, unreported+warning) || strings.Contains(out, ": ok") {
+		t.Fatalf("without --strict: exit %d, stdout:\n%s\nwant exit 0 and %q", code, out, unreported+warning)
+	}
+	if code, out, _ := runValidateEnvoyCLI(t, "--strict", unreported); code != 2 || !strings.HasPrefix(out, unreported+warning) {
+		t.Fatalf("--strict: exit %d, stdout:\n%s\nwant exit 2", code, out)
+	}
+	broken := writeBrokenCopy(t, "../../envoy/envoy-original-dst.yaml", "lb_policy: CLUSTER_PROVIDED", "lb_policy: ROUND_ROBIN")
+	if code, out, _ := runValidateEnvoyCLI(t, unreported, broken); code != 2 || !strings.Contains(out, broken+": static_resources.clusters[1].lb_policy: ORIGINAL_DST requires CLUSTER_PROVIDED") {
+		t.Fatalf("an error beside a warning: exit %d, stdout:\n%s\nwant exit 2", code, out)
 	}
 }

@@ -142,6 +142,12 @@ type ExtProcCluster struct {
 	// Outlier is its passive outlier detection on connection failures;
 	// nil: none.
 	Outlier *OutlierDetection
+	// Retry is the ext_proc filter's grpc_service.retry_policy; nil: none.
+	Retry *StreamRetry
+	// MaxRetries is the cluster's circuit breaker on retries in flight at
+	// once (circuit_breakers default-priority max_retries; Envoy's default
+	// is 3, cluster/v3/circuit_breaker.proto): a retry past it is not made.
+	MaxRetries int
 	// TLS: the cluster has a transport_socket (envoy-mtls.yaml): Envoy
 	// dials its hosts with TLS; the Proxy dials with ProxyOptions.DialOptions
 	// (default plaintext).
@@ -157,6 +163,32 @@ type OutlierDetection struct {
 	Consecutive        int
 	BaseEjection       time.Duration
 	MaxEjectionPercent int
+}
+
+// StreamRetry is the ext_proc stream's retry policy: the filter's
+// grpc_service.retry_policy (config/core/v3 RetryPolicy). Envoy's gRPC
+// client turns it into a route retry policy
+// (source/common/grpc/async_client_impl.cc, AsyncClientImpl's constructor,
+// through Http::Utility::convertCoreToRouteRetryPolicy in
+// source/common/http/utility.cc: retry_on, num_retries (default 1), the
+// back-off (default base 1 s, max 10 × base), retry_host_predicate and
+// host_selection_retry_max_attempts carried over) and ext_proc buffers
+// what it sent so that a retry can replay it (ext_proc.cc openStream:
+// setBufferBodyForRetry(grpc_service.has_retry_policy()); the async
+// client's retry buffer is unbounded, async_client_impl.h
+// retryShadowBufferLimit). The router retries a stream only before its
+// response has started, so only a stream the processor never answered is
+// retried.
+type StreamRetry struct {
+	// On: the retry_on conditions the harness plays: "connect-failure"
+	// (the stream could not open), "reset" (it opened, or not, and ended
+	// without any reply), "refused-stream", and "5xx", which includes both.
+	On              map[string]bool
+	NumRetries      int
+	BaseInterval    time.Duration
+	MaxInterval     time.Duration
+	PreviousHosts   bool // retry_host_predicate envoy.retry_host_predicates.previous_hosts
+	HostSelectTries int  // host_selection_retry_max_attempts (default 1)
 }
 
 // HealthCheck is a cluster's grpc_health_check.

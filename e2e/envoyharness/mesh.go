@@ -2,6 +2,7 @@ package envoyharness
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/kvgate/kvgate/envoy"
 )
@@ -22,6 +24,11 @@ import (
 // objects (the Service's cluster and its endpoints) come from
 // ProxyOptions.
 func (c *Config) fromIstio(docs []envoy.Document) error {
+	// Istio's clusters allow any number of retries in flight unless a
+	// DestinationRule's connectionPool.http.maxRetries says otherwise
+	// (istio pilot/pkg/networking/core cluster_traffic_policy.go
+	// getDefaultCircuitBreakerThresholds: MaxRetries math.MaxUint32).
+	c.ExtProc.MaxRetries = math.MaxInt32
 	for _, d := range docs {
 		if d.Kind != envoy.KindEnvoyFilter {
 			continue
@@ -71,7 +78,7 @@ func (c *Config) fromIstio(docs []envoy.Document) error {
 			}
 		}
 		if cl := merged[c.ExtProc.Name]; cl != nil {
-			c.ExtProc.healthCheckFrom(cl)
+			c.ExtProc.mergeFrom(cl)
 		}
 	}
 	return nil
@@ -104,6 +111,8 @@ func (c *Config) fromEnvoyGateway(docs []envoy.Document) error {
 			}
 			c.ExtProc.HealthCheck = egHealthCheck(procs[0].(map[string]any))
 			c.ExtProc.Outlier = egPassive(procs[0].(map[string]any))
+			c.ExtProc.Retry = egRetry(procs[0].(map[string]any))
+			c.ExtProc.MaxRetries = egMaxParallelRetries(procs[0].(map[string]any))
 		case envoy.KindEnvoyPatchPolicy:
 			patches, _ := spec["jsonPatches"].([]any)
 			for i, p := range patches {
@@ -248,6 +257,47 @@ func egPassive(p map[string]any) *OutlierDetection {
 		return nil
 	}
 	return o
+}
+
+// egRetry reads backendSettings.retry as Envoy Gateway writes it into the
+// filter's grpc_service.retry_policy (internal/xds/translator
+// buildNonRouteRetryPolicy): retry_on from retryOn.triggers, or
+// "connect-failure,refused-stream,unavailable,cancelled,retriable-status-codes"
+// without them; num_retries; the back-off in whole seconds; no host
+// predicate.
+func egRetry(p map[string]any) *StreamRetry {
+	bs, _ := p["backendSettings"].(map[string]any)
+	rr, _ := bs["retry"].(map[string]any)
+	if rr == nil {
+		return nil
+	}
+	rp := &corev3.RetryPolicy{RetryOn: "connect-failure,refused-stream,unavailable,cancelled,retriable-status-codes"}
+	if on, ok := rr["retryOn"].(map[string]any); ok {
+		if ts := stringList(on["triggers"]); len(ts) > 0 {
+			rp.RetryOn = strings.Join(ts, ",")
+		}
+	}
+	if n, ok := number(rr["numRetries"]); ok {
+		rp.NumRetries = wrapperspb.UInt32(uint32(n))
+	}
+	per, _ := rr["perRetry"].(map[string]any)
+	if bo, ok := per["backOff"].(map[string]any); ok {
+		base, _ := time.ParseDuration(fmt.Sprint(bo["baseInterval"]))
+		maxI, _ := time.ParseDuration(fmt.Sprint(bo["maxInterval"]))
+		rp.RetryBackOff = &corev3.BackoffStrategy{BaseInterval: durationpb.New(base.Truncate(time.Second)), MaxInterval: durationpb.New(maxI.Truncate(time.Second))}
+	}
+	return streamRetryFrom(rp)
+}
+
+// egMaxParallelRetries is backendSettings.circuitBreaker.maxParallelRetries
+// (the cluster's max_retries), Envoy's 3 when unset.
+func egMaxParallelRetries(p map[string]any) int {
+	bs, _ := p["backendSettings"].(map[string]any)
+	cb, _ := bs["circuitBreaker"].(map[string]any)
+	if n, ok := number(cb["maxParallelRetries"]); ok {
+		return n
+	}
+	return 3
 }
 
 func number(v any) (int, bool) {

@@ -2,6 +2,7 @@ package envoyharness
 
 import (
 	"fmt"
+	"math"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -9,6 +10,7 @@ import (
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	headermutationv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/header_mutation/v3"
@@ -194,7 +196,42 @@ func (c *Config) fromExtProc(ep *extprocfilterv3.ExternalProcessor) error {
 	if c.ExtProc.Name == "" {
 		return fmt.Errorf("the ext_proc filter uses no envoy_grpc cluster")
 	}
+	if rp := ep.GetGrpcService().GetRetryPolicy(); rp != nil {
+		c.ExtProc.Retry = streamRetryFrom(rp)
+	}
 	return nil
+}
+
+// streamRetryFrom reads grpc_service.retry_policy with the defaults
+// Http::Utility::convertCoreToRouteRetryPolicy applies (num_retries 1,
+// back-off base 1 s, max 10 × base) and RetryPolicyImpl's
+// (host_selection_retry_max_attempts 1).
+func streamRetryFrom(rp *corev3.RetryPolicy) *StreamRetry {
+	r := &StreamRetry{On: map[string]bool{}, NumRetries: 1, BaseInterval: time.Second, HostSelectTries: 1}
+	for _, on := range strings.Split(rp.GetRetryOn(), ",") {
+		if on = strings.TrimSpace(on); on != "" {
+			r.On[on] = true
+		}
+	}
+	if n := rp.GetNumRetries(); n != nil {
+		r.NumRetries = int(n.GetValue())
+	}
+	if b := rp.GetRetryBackOff(); b != nil {
+		r.BaseInterval = b.GetBaseInterval().AsDuration()
+		r.MaxInterval = b.GetMaxInterval().AsDuration()
+	}
+	if r.MaxInterval == 0 {
+		r.MaxInterval = 10 * r.BaseInterval
+	}
+	for _, hp := range rp.GetRetryHostPredicate() {
+		if hp.GetName() == "envoy.retry_host_predicates.previous_hosts" {
+			r.PreviousHosts = true
+		}
+	}
+	if n := rp.GetHostSelectionRetryMaxAttempts(); n > 0 {
+		r.HostSelectTries = int(n)
+	}
+	return r
 }
 
 func (c *Config) setRoute(ra *routev3.RouteAction, vhRetry *routev3.RetryPolicy) {
@@ -300,7 +337,18 @@ func usesTLS(cl *clusterv3.Cluster) bool {
 func (e *ExtProcCluster) from(cl *clusterv3.Cluster) {
 	e.Hosts = clusterHosts(cl)
 	e.TLS = usesTLS(cl)
+	e.MaxRetries = 3 // circuit_breaker.proto Thresholds.max_retries default
+	e.mergeFrom(cl)
+}
+
+// mergeFrom takes what a cluster says about failing hosts: health check,
+// outlier detection, the retry circuit breaker (an Istio MERGE patch
+// carries only these).
+func (e *ExtProcCluster) mergeFrom(cl *clusterv3.Cluster) {
 	e.healthCheckFrom(cl)
+	if n, ok := maxRetriesOf(cl); ok {
+		e.MaxRetries = n
+	}
 	if od := cl.GetOutlierDetection(); od != nil {
 		o := &OutlierDetection{Consecutive: 5, BaseEjection: 30 * time.Second, MaxEjectionPercent: 10}
 		n := od.GetConsecutiveGatewayFailure()
@@ -318,6 +366,17 @@ func (e *ExtProcCluster) from(cl *clusterv3.Cluster) {
 		}
 		e.Outlier = o
 	}
+}
+
+// maxRetriesOf is the default-priority circuit breaker's max_retries, if
+// the cluster sets it.
+func maxRetriesOf(cl *clusterv3.Cluster) (int, bool) {
+	for _, t := range cl.GetCircuitBreakers().GetThresholds() {
+		if t.GetPriority() == corev3.RoutingPriority_DEFAULT && t.GetMaxRetries() != nil {
+			return int(min(t.GetMaxRetries().GetValue(), math.MaxInt32)), true
+		}
+	}
+	return 0, false
 }
 
 func (e *ExtProcCluster) healthCheckFrom(cl *clusterv3.Cluster) {

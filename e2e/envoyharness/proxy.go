@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptrace"
@@ -55,15 +56,17 @@ type ProxyOptions struct {
 // A client that goes away cancels the exchange. It is the base of a
 // development gateway: Load(envoyYAML, options).
 type Proxy struct {
-	cfg    Config
-	opts   ProxyOptions
-	hosts  []*extProcHost
-	rr     atomic.Uint64
-	client *http.Client
-	log    *slog.Logger
-	stop   context.CancelFunc
-	wg     sync.WaitGroup
-	owned  []*grpc.ClientConn
+	cfg   Config
+	opts  ProxyOptions
+	hosts []*extProcHost
+	rr    atomic.Uint64
+	// retries in flight on the ext_proc cluster (its max_retries breaker)
+	retries atomic.Int64
+	client  *http.Client
+	log     *slog.Logger
+	stop    context.CancelFunc
+	wg      sync.WaitGroup
+	owned   []*grpc.ClientConn
 }
 
 // extProcHost is one kvgate replica in the ext_proc cluster.
@@ -225,8 +228,12 @@ func (p *Proxy) healthCheck(ctx context.Context, host *extProcHost, hc *HealthCh
 // pick chooses the ext_proc host for a new stream: round robin over the
 // healthy hosts that outlier detection has not ejected, or over all of
 // them in panic mode (fewer than half usable: healthy_panic_threshold's
-// default 50 %).
-func (p *Proxy) pick() *extProcHost {
+// default 50 %). A retry with the previous_hosts predicate re-picks up to
+// host_selection_retry_max_attempts times while the choice is a host this
+// request already tried, then takes the last choice
+// (source/common/router/router.cc, the retry's chooseHost consulting
+// RetryState::shouldSelectAnotherHost).
+func (p *Proxy) pick(tried map[*extProcHost]bool, tries int) *extProcHost {
 	var healthy []*extProcHost
 	now := time.Now()
 	for _, h := range p.hosts {
@@ -241,40 +248,147 @@ func (p *Proxy) pick() *extProcHost {
 	if 2*len(healthy) < len(p.hosts) {
 		pool = p.hosts
 	}
-	return pool[(p.rr.Add(1)-1)%uint64(len(pool))]
-}
-
-// Start runs one request's request path on the next ext_proc host.
-func (p *Proxy) Start(ctx context.Context, req *Request) (*Exchange, error) {
-	host := p.pick()
-	x, err := host.h.Start(ctx, req)
-	if err == nil {
-		p.observe(host, x)
+	host := pool[(p.rr.Add(1)-1)%uint64(len(pool))]
+	for i := 0; i < tries && tried[host]; i++ {
+		host = pool[(p.rr.Add(1)-1)%uint64(len(pool))]
 	}
-	return x, err
+	return host
 }
 
-// observe feeds outlier detection: a stream that failed with UNAVAILABLE
-// before any reply is the host refusing connections (a local-origin
-// failure, reported by Envoy's connection pool); any reply is a success.
-// Ejection lasts base_ejection_time × the times ejected, and takes no more
-// than max_ejection_percent of the hosts, but always at least one
-// (outlier_detection.proto max_ejection_percent).
-func (p *Proxy) observe(host *extProcHost, x *Exchange) {
+// Start runs one request's request path on the next ext_proc host,
+// retrying as the ext_proc filter's grpc_service.retry_policy allows
+// (StreamRetry): a stream that could not open, or ended with no reply, is
+// replayed on another host, up to num_retries times, after Envoy's
+// jittered back-off, while the cluster's retry circuit breaker has room.
+// A stream that got any reply is never retried (the router retries only
+// before the response starts).
+func (p *Proxy) Start(ctx context.Context, req *Request) (*Exchange, error) {
+	r := p.cfg.ExtProc.Retry
+	var tried map[*extProcHost]bool
+	selectTries := 0
+	if r != nil && r.PreviousHosts {
+		tried, selectTries = map[*extProcHost]bool{}, r.HostSelectTries
+	}
+	held := false // a place under the retry breaker, until the retried attempt's outcome
+	release := func() {
+		if held {
+			p.retries.Add(-1)
+			held = false
+		}
+	}
+	for attempt := 0; ; attempt++ {
+		host := p.pick(tried, selectTries)
+		x, err := host.h.Start(ctx, req)
+		failure := p.observe(host, x, err)
+		release()
+		if failure == "" || r == nil || !r.covers(failure) || attempt >= r.NumRetries || ctx.Err() != nil {
+			return x, err
+		}
+		if !p.retrySlot() {
+			return x, err // circuit breaker: upstream_rq_retry_overflow
+		}
+		held = true
+		if x != nil {
+			x.Cancel()
+		}
+		if tried != nil {
+			tried[host] = true
+		}
+		select {
+		case <-ctx.Done():
+			release()
+			return x, err
+		case <-time.After(r.backOff(attempt)):
+		}
+	}
+}
+
+// retrySlot takes a place under the retry circuit breaker (max_retries:
+// retries in flight at once; Envoy's default 3). Start holds the place
+// from scheduling the retry until the retried attempt's outcome, as Envoy
+// holds the cluster's retries resource (source/common/router/
+// retry_state_impl.cc: shouldRetry refuses with upstream_rq_retry_overflow
+// when retries().canCreate() is false, else takes it with retries().inc()
+// before enableBackoffTimer; resetRetry, at the next retry decision or
+// when the request ends, gives it back).
+func (p *Proxy) retrySlot() bool {
+	limit := int64(p.cfg.ExtProc.MaxRetries)
+	if limit <= 0 {
+		limit = 3
+	}
+	if p.retries.Add(1) > limit {
+		p.retries.Add(-1)
+		return false
+	}
+	return true
+}
+
+// covers reports whether a failure is one of the policy's retry_on
+// conditions (source/common/router/retry_state_impl.cc
+// wouldRetryFromReset: "reset" and "5xx" take any reset, connect failures
+// included; "connect-failure" only a failed connection; "refused-stream"
+// a stream refused by the host, which is how a stream open fails on a
+// draining host's GOAWAY).
+func (r *StreamRetry) covers(failure string) bool {
+	if r.On["reset"] || r.On["5xx"] {
+		return true
+	}
+	switch failure {
+	case failureConnect:
+		return r.On["connect-failure"] || r.On["refused-stream"]
+	}
+	return false
+}
+
+// backOff is the wait before retry n (0-based): Envoy's
+// JitteredExponentialBackOffStrategy, a random time below
+// base × 2^n, at most max_interval (source/common/common/backoff_strategy.cc).
+func (r *StreamRetry) backOff(n int) time.Duration {
+	ceiling := r.BaseInterval << min(n, 30)
+	if ceiling <= 0 || ceiling > r.MaxInterval {
+		ceiling = r.MaxInterval
+	}
+	if ceiling <= 0 {
+		return 0
+	}
+	return time.Duration(rand.Int64N(int64(ceiling)))
+}
+
+// Failures the ext_proc client sees before any reply.
+const (
+	failureConnect = "connect-failure" // the stream could not open (Envoy: the pool's connect failed)
+	failureReset   = "reset"           // it opened but ended with UNAVAILABLE and no reply
+)
+
+// observe feeds outlier detection and names the failure, if any, before
+// any reply. A stream that could not open (grpc-go refuses it while the
+// connection is down: Envoy's pool failing to connect reports
+// LocalOriginConnectFailed, source/common/conn_pool/conn_pool_base.cc) or
+// failed with UNAVAILABLE before any reply is a local-origin failure;
+// any reply is a success. Ejection lasts base_ejection_time × the times
+// ejected, and takes no more than max_ejection_percent of the hosts, but
+// always at least one (outlier_detection.proto max_ejection_percent).
+func (p *Proxy) observe(host *extProcHost, x *Exchange, startErr error) string {
+	failure := ""
+	switch {
+	case startErr != nil:
+		failure = failureConnect
+	case x.Local != nil && x.Local.Cause == "grpc_error" && StatusCode(x.Local.Err) == codes.Unavailable && len(x.Trace()) == 0:
+		failure = failureReset
+	}
 	od := p.cfg.ExtProc.Outlier
 	if od == nil || od.Consecutive <= 0 {
-		return
+		return failure
 	}
-	failed := x.Local != nil && x.Local.Cause == "grpc_error" && StatusCode(x.Local.Err) == codes.Unavailable && len(x.Trace()) == 0
 	host.mu.Lock()
 	defer host.mu.Unlock()
-	if !failed {
+	if failure == "" {
 		host.failures = 0
-		return
+		return failure
 	}
 	host.failures++
 	if host.failures < od.Consecutive {
-		return
+		return failure
 	}
 	ejected := 0
 	now := time.Now()
@@ -288,11 +402,12 @@ func (p *Proxy) observe(host *extProcHost, x *Exchange) {
 		}
 	}
 	if ejected > 0 && (ejected+1)*100 > od.MaxEjectionPercent*len(p.hosts) {
-		return
+		return failure
 	}
 	host.ejections++
 	host.failures = 0
 	host.ejectedUntil = now.Add(od.BaseEjection * time.Duration(host.ejections))
+	return failure
 }
 
 var defaultTransport = &http.Transport{

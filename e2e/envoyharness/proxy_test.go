@@ -313,3 +313,195 @@ func TestGatewayReportsUpstreamAndLocalStatuses(t *testing.T) {
 		}
 	}
 }
+
+// Issue 31, finding 5: one of two ext_proc replicas dies without a drain
+// (its listener gone: every connection refused, as after kill -9). With
+// envoy.yaml's grpc_service.retry_policy (connect-failure, reset; the
+// previous_hosts predicate) and outlier detection, every request that
+// starts after the death is served through the other replica: a stream
+// that cannot open on the dead one is opened again on the live one. The
+// same gateway without the retry policy (Envoy with only outlier
+// detection) fails the request whose stream met the dead replica first.
+func TestGatewayFailsOverADeadExtProcReplica(t *testing.T) {
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "ok")
+	}))
+	t.Cleanup(backend.Close)
+	worker := hostPort(t, backend.URL)
+	decider := deciderFunc(func(ctx context.Context, req *server.Request) (*server.Decision, *server.RouteError) {
+		return &server.Decision{Endpoint: worker, Ticket: &gwTicket{done: make(chan struct{})}}, nil
+	})
+	for _, c := range []struct {
+		name  string
+		retry bool
+	}{{"with the shipped retry policy", true}, {"without a retry policy", false}} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := envoyharness.MustShipped("envoy.yaml")
+			if cfg.ExtProc.Retry == nil || !cfg.ExtProc.Retry.PreviousHosts || cfg.ExtProc.MaxRetries < 1000 {
+				t.Fatalf("envoy.yaml's ext_proc retry policy %+v, max_retries %d", cfg.ExtProc.Retry, cfg.ExtProc.MaxRetries)
+			}
+			if !c.retry {
+				cfg.ExtProc.Retry = nil
+			}
+			var addrs []string
+			var servers []*grpc.Server
+			for range 2 {
+				srv, err := server.New(decider, server.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+				if err != nil {
+					t.Fatal(err)
+				}
+				srv.SetServing()
+				lis, err := net.Listen("tcp", "127.0.0.1:0")
+				if err != nil {
+					t.Fatal(err)
+				}
+				g := grpc.NewServer()
+				srv.Register(g)
+				go func() { _ = g.Serve(lis) }()
+				t.Cleanup(g.Stop)
+				addrs, servers = append(addrs, lis.Addr().String()), append(servers, g)
+			}
+			p, err := envoyharness.NewProxy(cfg, envoyharness.ProxyOptions{ExtProc: addrs, Workers: []string{worker},
+				Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { p.Close() })
+			ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+			defer cancel()
+			if err := p.WaitHealthy(ctx); err != nil {
+				t.Fatal(err)
+			}
+			gw := httptest.NewServer(p)
+			t.Cleanup(gw.Close)
+			post := func() int {
+				resp, err := http.Post(gw.URL+"/v1/completions", "application/json", strings.NewReader(`{"model":"m","prompt":"hi"}`))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer resp.Body.Close()
+				_, _ = io.Copy(io.Discard, resp.Body)
+				return resp.StatusCode
+			}
+			for range 4 {
+				if s := post(); s != http.StatusOK {
+					t.Fatalf("before the death: status %d", s)
+				}
+			}
+			servers[0].Stop() // its listener closes: connections refused from now on
+			var failed []int
+			for i := range 40 {
+				if s := post(); s != http.StatusOK {
+					failed = append(failed, i)
+				}
+			}
+			switch {
+			case c.retry && len(failed) != 0:
+				t.Errorf("requests %v failed after the replica died; the retry policy should have moved them to the live one", failed)
+			case !c.retry && (len(failed) == 0 && p.Healthy()[0] || len(failed) > 1):
+				// Without retries the first stream sent to the dead replica
+				// fails and ejects it (unless the health check got there
+				// first); no later one fails.
+				t.Errorf("without retries: requests %v failed (health %v), want exactly the first stream on the dead replica", failed, p.Healthy())
+			}
+		})
+	}
+}
+
+// Issue 31, finding 7: override_host without selected_host_key (Envoy
+// accepts it; GIE-generated gateway configs may lack it). kvgate still
+// routes: the dead primary is skipped for the fallback, the client gets
+// the fallback's answer. What it cannot account (which host served) it
+// counts per response and says once in its log.
+func TestGatewayWithoutServedHostReportRoutesAndSaysSo(t *testing.T) {
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok") }))
+	defer backend.Close()
+	dead, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadAddr := dead.Addr().String()
+	dead.Close()
+	live := hostPort(t, backend.URL)
+
+	cfg := envoyharness.MustShipped("envoy.yaml")
+	cfg.Route.Cluster.OverrideHost.SelectedHostKey = nil // as validate-envoy's warning describes
+	var logs syncBuffer
+	var tickets []*gwTicket
+	var mu sync.Mutex
+	srv, err := server.New(deciderFunc(func(context.Context, *server.Request) (*server.Decision, *server.RouteError) {
+		tk := &gwTicket{done: make(chan struct{})}
+		mu.Lock()
+		tickets = append(tickets, tk)
+		mu.Unlock()
+		return &server.Decision{Endpoint: deadAddr, Fallbacks: []string{live}, Ticket: tk}, nil
+	}), server.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.SetServing()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	srv.Register(g)
+	go func() { _ = g.Serve(lis) }()
+	t.Cleanup(g.Stop)
+	p, err := envoyharness.NewProxy(cfg, envoyharness.ProxyOptions{ExtProc: []string{lis.Addr().String()}, Workers: []string{deadAddr, live},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+	defer cancel()
+	if err := p.WaitHealthy(ctx); err != nil {
+		t.Fatal(err)
+	}
+	gw := httptest.NewServer(p)
+	t.Cleanup(gw.Close)
+	for i := range 2 {
+		resp, err := http.Get(gw.URL + "/v1/models")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || string(b) != "ok" {
+			t.Fatalf("request %d: %d %q, want the fallback's 200", i, resp.StatusCode, b)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for i, tk := range tickets {
+		tk.wait(t)
+		if tk.served.Load() != nil {
+			t.Errorf("ticket %d: served %v reported, with no selected_host_key", i, tk.served.Load())
+		}
+	}
+	if n := srv.Stats().ServedUnreported; n != 2 {
+		t.Errorf("ServedUnreported = %d, want 2", n)
+	}
+	if n := strings.Count(logs.String(), "Envoy reports no served host"); n != 1 {
+		t.Errorf("%d log lines about the missing report, want exactly 1:\n%s", n, logs.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the server's concurrent log writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

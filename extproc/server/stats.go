@@ -26,6 +26,9 @@ type Stats struct {
 	// LimitHits counts requests stopped by a stream limit, by limit name
 	// (buffer_budget, request_idle_timeout, request_timeout, max_duration).
 	LimitHits map[string]uint64
+	// ServedUnreported counts upstream responses to requests sent with
+	// fallbacks that came without Envoy's served-host report (served.go).
+	ServedUnreported uint64
 }
 
 // Stream limits, as counted in Stats.LimitHits and in the
@@ -47,6 +50,7 @@ type counters struct {
 	protocolErrors, deciderPanics, badDecisions atomic.Uint64
 	limitHits                                   [numLimits]atomic.Uint64
 	immediate                                   [600]atomic.Uint64 // index: HTTP status
+	servedUnreported                            atomic.Uint64
 }
 
 // Stats returns a snapshot of the counters.
@@ -66,6 +70,7 @@ func (s *Server) Stats() Stats {
 		InvalidDecisions:   c.badDecisions.Load(),
 		BufferedBytes:      s.budget.inUse(),
 		LimitHits:          map[string]uint64{},
+		ServedUnreported:   c.servedUnreported.Load(),
 	}
 	for status := range c.immediate {
 		if n := c.immediate[status].Load(); n > 0 {
@@ -87,6 +92,7 @@ var (
 	mBuffered      = prometheus.NewDesc("kvgate_extproc_buffered_bytes", "Request header and body bytes held against extproc.streams.buffer_budget_bytes.", nil, nil)
 	mBudget        = prometheus.NewDesc("kvgate_extproc_buffer_budget_bytes", "The configured buffer budget.", nil, nil)
 	mProtoErrors   = prometheus.NewDesc("kvgate_extproc_protocol_errors_total", "Streams ended for a message Envoy would never send in that state.", nil, nil)
+	mUnreported    = prometheus.NewDesc("kvgate_extproc_served_host_unreported_total", "Upstream responses to requests sent with fallbacks that came without Envoy's served-host report (override_host without selected_host_key, or envoy.lb not forwarded): booked on the primary, whichever host served.", nil, nil)
 )
 
 // Collector exports the server's counters as Prometheus metrics.
@@ -95,7 +101,7 @@ func (s *Server) Collector() prometheus.Collector { return serverCollector{s} }
 type serverCollector struct{ s *Server }
 
 func (c serverCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{mStreams, mStreamsActive, mRefused, mLocalReplies, mLimitHits, mBuffered, mBudget, mProtoErrors} {
+	for _, d := range []*prometheus.Desc{mStreams, mStreamsActive, mRefused, mLocalReplies, mLimitHits, mBuffered, mBudget, mProtoErrors, mUnreported} {
 		ch <- d
 	}
 }
@@ -114,4 +120,5 @@ func (c serverCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(mBuffered, prometheus.GaugeValue, float64(st.BufferedBytes))
 	ch <- prometheus.MustNewConstMetric(mBudget, prometheus.GaugeValue, float64(c.s.cfg.BufferBudgetBytes))
 	ch <- prometheus.MustNewConstMetric(mProtoErrors, prometheus.CounterValue, float64(st.ProtocolErrors))
+	ch <- prometheus.MustNewConstMetric(mUnreported, prometheus.CounterValue, float64(st.ServedUnreported))
 }

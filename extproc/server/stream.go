@@ -645,6 +645,7 @@ func (st *streamState) onResponseHeaders(msg *extprocv3.ProcessingRequest, h *ex
 	st.resHeaders = true
 	st.resStatus = responseStatus(h.GetHeaders())
 	st.reportServed(msg)
+	st.noteUnreported(h)
 	if r, ok := st.ticket.(ResponseReporter); ok && !st.finished {
 		r.ResponseStatus(st.resStatus, hasHeader(h.GetHeaders(), headerUpstreamServiceTime))
 	}

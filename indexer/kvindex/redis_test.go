@@ -399,7 +399,13 @@ func TestRedisWorkerExpiresWithoutHeartbeat(t *testing.T) {
 	for _, tg := range redisTargets(t) {
 		t.Run(tg.name, func(t *testing.T) {
 			prefix := uniquePrefix(t)
-			cfg := RedisConfig{Prefix: prefix, WorkerTTL: 600 * time.Millisecond, RegistryStaleness: 20 * time.Millisecond}
+			// The steps before the writer's Close assume its heartbeats (every
+			// WorkerTTL/3) land in time. With 600 ms a loaded 2-core machine
+			// starved the heartbeat goroutine or redis-server past the TTL and
+			// the worker expired while its writer still ran (issue 31, finding
+			// 9: failed once in a helper's run); 3 s leaves a 2 s slack, as
+			// the replica test below has, and the expiry wait (10 s) covers it.
+			cfg := RedisConfig{Prefix: prefix, WorkerTTL: 3 * time.Second, RegistryStaleness: 20 * time.Millisecond}
 			writer, err := NewRedis(tctx, RedisConfig{Client: tg.client(), Prefix: cfg.Prefix, WorkerTTL: cfg.WorkerTTL, RegistryStaleness: cfg.RegistryStaleness})
 			must(t, err)
 			defer writer.Close()

@@ -182,7 +182,7 @@ func TestInteropBindModeWithPyzmqPublisher(t *testing.T) {
 			py := startPyPublisher(t, "--topic", topic, "--replay-layout", layout, "--connect", "tcp://"+l.Addr().String())
 			py.publish(t, false, "before-0")
 			r := newRecorder()
-			s := runSubscriber(t, Config{Listener: l, Topic: topic, ReplayEndpoint: py.info.Replay}, r)
+			s := runSubscriber(t, Config{Listener: l, Topic: topic, Publishers: loopbackPublisher, ReplayEndpoint: py.info.Replay}, r)
 			py.probeUntilDelivered(t, r, s)
 			py.publish(t, false, "gap")
 			last := py.publish(t, true, "after-gap")

@@ -9,11 +9,13 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/go-zeromq/zmq4"
+	"github.com/go-zeromq/zmq4/security/null"
 )
 
 // Bind mode: one central SUB socket that engines' PUB sockets connect to,
@@ -26,6 +28,23 @@ import (
 // each Subscriber attached to a Listener receives the messages whose topic
 // frame equals its Config.Topic, and keeps its own sequence state and
 // replay endpoint exactly as a dialing Subscriber does.
+//
+// The topic is only a label the sender chooses, so it is bound to a
+// sender: each attached topic names the networks its engine publishes
+// from (Config.Publishers, the engine's own address), and a message under
+// that topic from any other peer is refused and its connection cut. That
+// needs to know which connection each message came from, which zmq4's
+// SUB socket does not say (Socket.Recv merges every connection's
+// messages; Msg has no peer): the Listener therefore accepts the
+// connections itself and runs each one's ZMTP session with zmq4's
+// exported per-connection API (zmq4.Open, Conn.RecvMsg), as zmq4's own
+// socket does in socket.accept and qreader.listen, and subscribes each to
+// everything as SUB does on a new connection (socket.addConn sends
+// [0x01 + topic], here the empty topic). vLLM's publisher offers no
+// authentication (ZmqEventPublisher sets no CURVE or PLAIN options), so
+// the address is the strongest binding an unmodified engine allows;
+// processes sharing an engine's address (its pod, or the host for a
+// loopback engine) are indistinguishable from it.
 
 // ListenerConfig configures a Listener.
 type ListenerConfig struct {
@@ -45,30 +64,42 @@ type ListenerConfig struct {
 
 // ListenerStats counts what a Listener saw. Counters only grow.
 type ListenerStats struct {
-	Messages       uint64 // messages read from the socket
-	UnknownTopic   uint64 // messages whose topic no attached Subscriber has
-	QueueFull      uint64 // messages dropped because the Subscriber's queue was full (its gap is repaired by replay)
-	Malformed      uint64 // messages without a topic frame, or connections cut by the frame guard
-	RejectedPeers  uint64 // connections refused: not loopback, not allowed
-	AttachedTopics int    // gauge
+	Messages     uint64 // messages read from the socket
+	UnknownTopic uint64 // messages whose topic no attached Subscriber has
+	QueueFull    uint64 // messages dropped because the Subscriber's queue was full (its gap is repaired by replay)
+	Malformed    uint64 // messages without a topic frame, or connections cut by the frame guard
+	// RejectedPeers counts connections refused: not loopback, not allowed.
+	RejectedPeers uint64
+	// ForeignTopic counts messages under an attached topic from a peer
+	// outside that topic's Publishers: dropped, and the connection cut.
+	ForeignTopic   uint64
+	AttachedTopics int // gauge
 }
 
 // Listener is the bound SUB socket of bind mode.
 type Listener struct {
 	cfg    ListenerConfig
 	log    *slog.Logger
-	sock   zmq4.Socket
+	ln     net.Listener
 	ctx    context.Context
 	cancel context.CancelFunc
-	done   chan struct{}
+	wg     sync.WaitGroup
 
 	mu     sync.Mutex
-	routes map[string]*liveQueue
+	routes map[string]listenerRoute
+	conns  map[net.Conn]struct{}
 
-	messages, unknownTopic, queueFull, malformed, rejectedPeers atomic.Uint64
+	messages, unknownTopic, queueFull, malformed, rejectedPeers, foreignTopic atomic.Uint64
 }
 
-// NewListener binds the socket and starts reading it.
+// listenerRoute is one attached topic: where its messages go and who may
+// send them.
+type listenerRoute struct {
+	q          *liveQueue
+	publishers []netip.Prefix
+}
+
+// NewListener binds the socket and starts accepting engines.
 func NewListener(cfg ListenerConfig) (*Listener, error) {
 	if cfg.MaxPayloadBytes < 0 || cfg.HandshakeTimeout < 0 {
 		return nil, errors.New("kvstream listener config: negative limit")
@@ -82,10 +113,7 @@ func NewListener(cfg ListenerConfig) (*Listener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kvstream listener config Endpoint: %w", err)
 	}
-	if err := registerGuardedTransports(); err != nil {
-		return nil, fmt.Errorf("kvstream: %w", err)
-	}
-	l := &Listener{cfg: cfg, log: cfg.Logger.With("bind", cfg.Endpoint), routes: map[string]*liveQueue{}, done: make(chan struct{})}
+	l := &Listener{cfg: cfg, log: cfg.Logger.With("bind", cfg.Endpoint), routes: map[string]listenerRoute{}, conns: map[net.Conn]struct{}{}}
 	limits := guardLimits{
 		maxFrameBytes:    uint64(max(cfg.MaxPayloadBytes, minGuardFrameBytes)),
 		handshakeTimeout: cfg.HandshakeTimeout,
@@ -102,20 +130,19 @@ func NewListener(cfg ListenerConfig) (*Listener, error) {
 			}
 		},
 	}
+	scheme, addr, _ := strings.Cut(ep, "://")
+	tr := guardedTransport{network: "tcp"}
+	if scheme == guardedIPC {
+		tr.network = "unix"
+	}
 	ctx, cancel := context.WithCancel(withGuardLimits(context.Background(), limits))
 	l.ctx, l.cancel = ctx, cancel
-	l.sock = zmq4.NewSub(ctx, zmq4.WithLogger(slog.NewLogLogger(l.log.Handler(), slog.LevelDebug)))
-	// Everything: routing is by exact topic, below.
-	if err := l.sock.SetOption(zmq4.OptionSubscribe, ""); err != nil {
+	if l.ln, err = tr.Listen(ctx, addr); err != nil {
 		cancel()
-		return nil, fmt.Errorf("kvstream listener: subscribe: %w", err)
-	}
-	if err := l.sock.Listen(ep); err != nil {
-		cancel()
-		l.sock.Close()
 		return nil, fmt.Errorf("kvstream listener: bind %s: %w", cfg.Endpoint, err)
 	}
-	go l.read()
+	l.wg.Add(1)
+	go l.accept()
 	return l, nil
 }
 
@@ -131,7 +158,7 @@ func listenEndpoint(ep string) (string, error) {
 }
 
 // Addr is the bound address (useful with port 0).
-func (l *Listener) Addr() net.Addr { return l.sock.Addr() }
+func (l *Listener) Addr() net.Addr { return l.ln.Addr() }
 
 // Stats returns the counters.
 func (l *Listener) Stats() ListenerStats {
@@ -140,73 +167,181 @@ func (l *Listener) Stats() ListenerStats {
 	l.mu.Unlock()
 	return ListenerStats{
 		Messages: l.messages.Load(), UnknownTopic: l.unknownTopic.Load(), QueueFull: l.queueFull.Load(),
-		Malformed: l.malformed.Load(), RejectedPeers: l.rejectedPeers.Load(), AttachedTopics: n,
+		Malformed: l.malformed.Load(), RejectedPeers: l.rejectedPeers.Load(), ForeignTopic: l.foreignTopic.Load(),
+		AttachedTopics: n,
 	}
 }
 
-// attach routes topic's messages to q until detach.
-func (l *Listener) attach(topic string, q *liveQueue) error {
+// attach routes topic's messages from publishers to q until detach.
+func (l *Listener) attach(topic string, publishers []netip.Prefix, q *liveQueue) error {
+	if len(publishers) == 0 {
+		return fmt.Errorf("kvstream listener %s: topic %q attached without the networks its engine publishes from", l.cfg.Endpoint, topic)
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if _, ok := l.routes[topic]; ok {
 		return fmt.Errorf("kvstream listener %s: topic %q is already attached", l.cfg.Endpoint, topic)
 	}
-	l.routes[topic] = q
+	l.routes[topic] = listenerRoute{q: q, publishers: publishers}
 	return nil
 }
 
 func (l *Listener) detach(topic string, q *liveQueue) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.routes[topic] == q {
+	if l.routes[topic].q == q {
 		delete(l.routes, topic)
 	}
 }
 
-func (l *Listener) read() {
-	defer close(l.done)
+// accept hands each admitted connection (loopback or allowed, frame
+// guarded: guardedListener.Accept) to its own session, so that a slow
+// handshake holds up no other engine.
+func (l *Listener) accept() {
+	defer l.wg.Done()
 	for {
-		msg, err := l.sock.Recv()
+		conn, err := l.ln.Accept()
 		if err != nil {
 			if l.ctx.Err() != nil {
 				return
 			}
-			// A peer's connection broke; the socket goes on with the others.
-			l.log.Debug("kv event listener receive", "err", err)
+			// A transient failure (out of file descriptors): pause rather
+			// than spin.
+			l.log.Debug("kv event listener accept", "err", err)
 			time.Sleep(10 * time.Millisecond)
 			continue
 		}
-		if msg.Type == zmq4.CmdMsg {
-			continue
-		}
-		l.messages.Add(1)
-		if len(msg.Frames) == 0 {
-			l.malformed.Add(1)
-			continue
-		}
 		l.mu.Lock()
-		q := l.routes[string(msg.Frames[0])] // no allocation for the lookup
-		l.mu.Unlock()
-		if q == nil {
-			if n := l.unknownTopic.Add(1); bits.OnesCount64(n) == 1 {
-				l.log.Warn("kv event batch with a topic no engine is configured for", "topic", truncateForLog(msg.Frames[0]), "unknown_topic_total", n)
-			}
-			continue
+		if l.ctx.Err() != nil {
+			l.mu.Unlock()
+			conn.Close()
+			return
 		}
-		if !q.offer(msg.Frames) {
-			// Never block the socket for one slow stream: the dropped
-			// batch is a gap its Subscriber repairs by replay.
-			l.queueFull.Add(1)
+		l.conns[conn] = struct{}{}
+		l.mu.Unlock()
+		l.wg.Add(1)
+		go l.session(conn)
+	}
+}
+
+// session runs one publisher's connection: the ZMTP handshake as a SUB,
+// a subscription to everything (routing is by exact topic, below), then
+// each message, attributed to this peer.
+func (l *Listener) session(conn net.Conn) {
+	defer l.wg.Done()
+	defer func() {
+		l.mu.Lock()
+		delete(l.conns, conn)
+		l.mu.Unlock()
+		conn.Close()
+	}()
+	peer := peerAddr(conn.RemoteAddr())
+	zc, err := zmq4.Open(conn, null.Security(), zmq4.Sub, zmq4.SocketIdentity(nil), true, nil)
+	if err != nil {
+		l.log.Debug("kv event listener handshake", "peer", conn.RemoteAddr().String(), "err", err)
+		return
+	}
+	if err := zc.SendMsg(zmq4.NewMsg([]byte{1})); err != nil {
+		l.log.Debug("kv event listener subscribe", "peer", conn.RemoteAddr().String(), "err", err)
+		return
+	}
+	for {
+		msg, err := zc.RecvMsg()
+		if err != nil {
+			// The peer went away or broke the framing (counted by the
+			// guard); the other connections go on.
+			return
+		}
+		if msg.Type == zmq4.CmdMsg {
+			continue // PING and the like carry no batch
+		}
+		if !l.route(peer, conn.RemoteAddr(), msg.Frames) {
+			return
 		}
 	}
 }
 
-// Close stops reading and closes the socket; attached Subscribers see no
-// more messages.
+// route delivers one message to its topic's Subscriber; false cuts the
+// connection (a peer sending under a topic that is not its own).
+func (l *Listener) route(peer netip.Addr, from net.Addr, frames [][]byte) bool {
+	l.messages.Add(1)
+	if len(frames) == 0 {
+		l.malformed.Add(1)
+		return true
+	}
+	l.mu.Lock()
+	r, ok := l.routes[string(frames[0])] // no allocation for the lookup
+	l.mu.Unlock()
+	if !ok {
+		if n := l.unknownTopic.Add(1); bits.OnesCount64(n) == 1 {
+			l.log.Warn("kv event batch with a topic no engine is configured for", "topic", truncateForLog(frames[0]), "unknown_topic_total", n)
+		}
+		return true
+	}
+	if !prefixesContain(r.publishers, peer) {
+		// Never delivered: a forged batch would credit or, as a sequence
+		// reset, wipe the engine's blocks. The connection is cut since
+		// everything else it sends is as suspect.
+		if n := l.foreignTopic.Add(1); bits.OnesCount64(n) == 1 {
+			l.log.Warn("refused a kv event batch from a peer that is not the topic's engine; connection cut",
+				"topic", truncateForLog(frames[0]), "peer", from.String(), "engine_publishes_from", prefixesString(r.publishers), "foreign_topic_total", n)
+		}
+		return false
+	}
+	if !r.q.offer(frames) {
+		// Never block the socket for one slow stream: the dropped
+		// batch is a gap its Subscriber repairs by replay.
+		l.queueFull.Add(1)
+	}
+	return true
+}
+
+// peerAddr is the peer's IP; a Unix-socket peer is on this host, so it
+// counts as loopback (both families).
+func peerAddr(a net.Addr) netip.Addr {
+	if ap, err := netip.ParseAddrPort(a.String()); err == nil {
+		return ap.Addr().Unmap()
+	}
+	return netip.Addr{}
+}
+
+func prefixesContain(ps []netip.Prefix, a netip.Addr) bool {
+	if !a.IsValid() {
+		// A Unix-socket peer: same host, so a loopback publisher.
+		for _, p := range ps {
+			if p.Addr().IsLoopback() {
+				return true
+			}
+		}
+		return false
+	}
+	for _, p := range ps {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+func prefixesString(ps []netip.Prefix) string {
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = p.String()
+	}
+	return strings.Join(s, ",")
+}
+
+// Close stops accepting, closes every connection and waits for their
+// sessions; attached Subscribers see no more messages.
 func (l *Listener) Close() error {
+	l.mu.Lock()
 	l.cancel()
-	err := l.sock.Close()
-	<-l.done
+	for c := range l.conns {
+		c.Close()
+	}
+	l.mu.Unlock()
+	err := l.ln.Close()
+	l.wg.Wait()
 	if errors.Is(err, net.ErrClosed) {
 		err = nil
 	}
@@ -236,7 +371,7 @@ func (q *liveQueue) offer(frames [][]byte) bool {
 // Listener delivers.
 func (s *Subscriber) runAttached(ctx context.Context) error {
 	q := s.newLiveQueue()
-	if err := s.cfg.Listener.attach(s.cfg.Topic, q); err != nil {
+	if err := s.cfg.Listener.attach(s.cfg.Topic, s.cfg.Publishers, q); err != nil {
 		return err
 	}
 	defer s.cfg.Listener.detach(s.cfg.Topic, q)

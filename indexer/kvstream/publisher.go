@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/go-zeromq/zmq4"
+	"github.com/go-zeromq/zmq4/transport"
 )
 
 // PublisherConfig configures a Publisher.
@@ -24,6 +26,12 @@ type PublisherConfig struct {
 	// ZmqEventPublisher._socket_setup), to reach a central subscriber
 	// (kvgate's bind mode, llm-d's indexer).
 	Connect bool
+	// From, with Connect to a tcp:// endpoint, is the local IP the PUB
+	// connects from ("" = the system's choice). Bind mode binds each topic
+	// to its engine's address (Config.Publishers), so tests play a second
+	// peer on one host by connecting from another loopback address
+	// (127.0.0.2: every 127/8 address is the loopback interface's on Linux).
+	From string
 	// ReplayEndpoint, if set, is bound for the ROUTER replay socket.
 	ReplayEndpoint string
 	// Topic is sent as the first frame of every message (vLLM default "").
@@ -75,6 +83,18 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 		cfg.Logger = slog.Default()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	if cfg.From != "" {
+		from, err := netip.ParseAddr(cfg.From)
+		if err != nil || !cfg.Connect || !strings.HasPrefix(cfg.Endpoint, "tcp://") {
+			cancel()
+			return nil, fmt.Errorf("kvstream publisher: From %q: want an IP address, with Connect to a tcp:// endpoint", cfg.From)
+		}
+		if err := registerFromTransport(); err != nil {
+			cancel()
+			return nil, fmt.Errorf("kvstream publisher: %w", err)
+		}
+		ctx = context.WithValue(ctx, dialFromKey{}, from)
+	}
 	p := &Publisher{cfg: cfg, log: cfg.Logger.With("endpoint", cfg.Endpoint), cancel: cancel}
 	logOpt := zmq4.WithLogger(slog.NewLogLogger(p.log.Handler(), slog.LevelDebug))
 	opts := []zmq4.Option{logOpt}
@@ -117,8 +137,12 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 // Publisher closes. Batches published before then are dropped, as a
 // libzmq PUB without peers drops them; replay recovers them.
 func (p *Publisher) dialLoop(ctx context.Context) {
+	ep := p.cfg.Endpoint
+	if p.cfg.From != "" {
+		ep = fromTCP + strings.TrimPrefix(ep, "tcp")
+	}
 	for {
-		err := p.pub.Dial(p.cfg.Endpoint)
+		err := p.pub.Dial(ep)
 		if err == nil || ctx.Err() != nil {
 			return
 		}
@@ -130,6 +154,34 @@ func (p *Publisher) dialLoop(ctx context.Context) {
 		}
 	}
 }
+
+// fromTCP is the transport of a Publisher with From: TCP dialed from the
+// address in the socket's context (zmq4 hands Transport.Dial the socket's
+// context and its net.Dialer, socket.Dial).
+const fromTCP = "kvstream-from-tcp"
+
+type dialFromKey struct{}
+
+var registerFromTransport = sync.OnceValue(func() error {
+	if err := zmq4.RegisterTransport(fromTCP, fromTransport{inner: transport.New("tcp")}); err != nil {
+		return fmt.Errorf("register %s transport: %w", fromTCP, err)
+	}
+	return nil
+})
+
+type fromTransport struct{ inner transport.Transport }
+
+func (t fromTransport) Dial(ctx context.Context, _ transport.Dialer, addr string) (net.Conn, error) {
+	from, _ := ctx.Value(dialFromKey{}).(netip.Addr)
+	d := net.Dialer{LocalAddr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(from, 0))}
+	return d.DialContext(ctx, "tcp", addr)
+}
+
+func (t fromTransport) Listen(ctx context.Context, addr string) (net.Listener, error) {
+	return nil, fmt.Errorf("%s: dial only", fromTCP)
+}
+
+func (t fromTransport) Addr(ep string) (string, error) { return t.inner.Addr(ep) }
 
 // Addr is the bound PUB address (useful with port 0); with Connect, the
 // address dialed (nil if it is not a tcp host:port).

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/bits"
 	"math/rand/v2"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,6 +51,12 @@ type Config struct {
 	// equals Topic exactly (which must then be non-empty and unique on the
 	// Listener). DeadAfter does not apply: nothing is dialed.
 	Listener *Listener
+	// Publishers, with Listener: the networks this engine's PUB connects
+	// from (its own address; the indexer takes the worker's endpoint IP).
+	// A message under Topic from any other peer is refused and its
+	// connection cut, so that no one else can write this engine's blocks
+	// or wipe them with a sequence reset. Required in bind mode.
+	Publishers []netip.Prefix
 	// ReplayEndpoint is the engine's ROUTER replay socket; empty = none,
 	// and every gap then costs a Reset.
 	ReplayEndpoint string
@@ -243,6 +250,9 @@ func NewSubscriber(cfg Config, h Handler) (*Subscriber, error) {
 		}
 		if cfg.Topic == "" {
 			return nil, errors.New("kvstream config: bind mode (Listener) needs the engine's Topic")
+		}
+		if len(cfg.Publishers) == 0 {
+			return nil, errors.New("kvstream config: bind mode (Listener) needs the networks the engine publishes from (Publishers)")
 		}
 	default:
 		if s.dialEP, err = guardedEndpoint(cfg.Endpoint); err != nil {

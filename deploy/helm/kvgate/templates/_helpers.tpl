@@ -128,6 +128,33 @@ authorization:
 {{- end -}}
 {{- end -}}
 
+{{/* The InferencePool's name (inferencePool.name, else the release name as
+in GIE's inferencepool chart, templates/inferencepool.yaml). */}}
+{{- define "kvgate.inferencePoolName" -}}
+{{- default .Release.Name .Values.inferencePool.name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* config.extproc.discovery as the extproc reads it, as YAML: the user's,
+and with inferencePool.enabled an inference_pool section naming the
+chart's pool in the release namespace (name and namespace chart-owned; the
+other keys, e.g. events_port, are the user's). The RBAC and the
+ServiceAccount token follow this, so a pool the chart did not render (a
+platform's own) gets the same grants from config alone. */}}
+{{- define "kvgate.extprocDiscovery" -}}
+{{- $d := deepCopy (default dict (default dict .Values.config.extproc).discovery) -}}
+{{- if .Values.inferencePool.enabled -}}
+{{- if $d.kubernetes -}}
+{{- fail "inferencePool.enabled: the extproc follows the InferencePool's pods; remove config.extproc.discovery.kubernetes (one discovery at a time)" -}}
+{{- end -}}
+{{- if or .Values.mesh.istio.enabled .Values.mesh.envoyGateway.enabled -}}
+{{- fail "inferencePool.enabled: the gateway programs ext_proc from the InferencePool itself; turn mesh.istio.enabled and mesh.envoyGateway.enabled off (they would add a second ext_proc filter)" -}}
+{{- end -}}
+{{- $pool := mustMergeOverwrite (deepCopy (default dict $d.inference_pool)) (dict "name" (include "kvgate.inferencePoolName" .) "namespace" .Release.Namespace) -}}
+{{- $_ := set $d "inference_pool" $pool -}}
+{{- end -}}
+{{- toYaml $d -}}
+{{- end -}}
+
 {{/* The kvgate config file: config values with the chart-owned keys set. */}}
 {{- define "kvgate.config" -}}
 {{- $c := deepCopy .Values.config -}}
@@ -158,6 +185,10 @@ authorization:
 {{- $admin = printf ":%d" (int .Values.extproc.adminPort) -}}
 {{- end -}}
 {{- $extproc := dict "listen" (printf ":%d" (int .Values.extproc.grpcPort)) "admin" $admin -}}
+{{- $discovery := include "kvgate.extprocDiscovery" . | fromYaml -}}
+{{- if $discovery -}}
+{{- $_ := set $extproc "discovery" $discovery -}}
+{{- end -}}
 {{- if include "kvgate.extprocAdminExposed" . -}}
 {{- $_ := set $extproc "admin_auth" (include "kvgate.adminAuthSection" . | fromYaml) -}}
 {{- end -}}
