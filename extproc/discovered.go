@@ -19,15 +19,35 @@ import (
 // pool's InferenceObjective priorities, and poolState (may be nil) hears
 // whether the pool is there (the caller fails readiness while it is not).
 func DiscoverySource(d extprocconfig.Discovery, r *Router, poolState func(error), log *slog.Logger) (discovery.Source, error) {
+	if err := ValidateDiscovery(d); err != nil {
+		return nil, err
+	}
 	switch {
-	case d.Kubernetes != nil && d.InferencePool != nil:
-		return nil, errors.New("extproc.discovery: kubernetes and inference_pool are exclusive (one source of workers)")
 	case d.Kubernetes != nil:
 		return KubernetesSource(d.Kubernetes, log)
 	case d.InferencePool != nil:
 		return InferencePoolSource(*d.InferencePool, r, poolState, log)
 	}
 	return nil, nil
+}
+
+// ValidateDiscovery checks the discovery section the extproc is about to
+// start (every other process ignores it): the chosen source's keys, and
+// that at most one is chosen.
+func ValidateDiscovery(d extprocconfig.Discovery) error {
+	switch {
+	case d.Kubernetes != nil && d.InferencePool != nil:
+		return errors.New("extproc.discovery: kubernetes and inference_pool are exclusive (one source of workers)")
+	case d.Kubernetes != nil:
+		if err := d.Kubernetes.Validate(); err != nil {
+			return fmt.Errorf("extproc.discovery.kubernetes: %w", err)
+		}
+	case d.InferencePool != nil:
+		if err := d.InferencePool.Validate(); err != nil {
+			return fmt.Errorf("extproc.discovery.inference_pool: %w", err)
+		}
+	}
+	return nil
 }
 
 // InferencePoolSource builds the InferencePool discovery. An empty

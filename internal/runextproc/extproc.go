@@ -104,6 +104,12 @@ func Run(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "kvgate extproc: %v\n", err)
 		return 2
 	}
+	// The discovery section (--pool-* included) is checked before the
+	// tokenizers load: a typo is a configuration error, said at once.
+	if err := extproc.ValidateDiscovery(cfg.Extproc.Discovery); err != nil {
+		fmt.Fprintf(stderr, "kvgate extproc: %v\n", err)
+		return 2
+	}
 	if err := checkTokenizerDirs(cfg.Models, filepath.Dir(*cfgPath)); err != nil {
 		fmt.Fprintf(stderr, "kvgate extproc: config %s: %v\n", *cfgPath, err)
 		return 2
