@@ -34,8 +34,11 @@ import (
 // (free loopback ports), the tokenizer path, the client's kubeconfig (the
 // ServiceAccount's identity instead of the in-cluster token), and no
 // engine probes or KV-event ports (nothing listens at the pod's address).
-func TestRenderedPickerRunsAsItsServiceAccount(t *testing.T) {
-	srv := kubeapi.Start(t)
+// startRenderedPicker applies the InferencePool rendering, a ready pod and
+// an InferenceObjective, and starts the rendered extproc with the client
+// identity given; it returns the process and its gRPC and admin addresses.
+func startRenderedPicker(t *testing.T, srv *kubeapi.Server, identity kubeapi.Identity) (p *process, grpcAddr, admin string) {
+	t.Helper()
 	tokenizer, err := modelfiles.Model("qwen3")
 	if err != nil {
 		t.Fatal(err)
@@ -57,7 +60,6 @@ func TestRenderedPickerRunsAsItsServiceAccount(t *testing.T) {
 			t.Fatalf("%s refused: %v", m, err)
 		}
 	}
-	ctx := context.Background()
 	kubeapi.CreatePod(t, srv.Clientset, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "vllm-0", Namespace: releaseNamespace, Labels: map[string]string{"app": "vllm-qwen3"}},
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "vllm", Image: "vllm/vllm-openai"}}},
@@ -79,18 +81,25 @@ spec:
 	if err := yaml.Unmarshal([]byte(renderedConfig(t, objs)), &cfg); err != nil {
 		t.Fatal(err)
 	}
-	sa := srv.ServiceAccount(t, releaseNamespace, releaseName+"-extproc")
-	dig(t, cfg, "extproc", "discovery", "inference_pool")["kubeconfig"] = sa.Kubeconfig
+	dig(t, cfg, "extproc", "discovery", "inference_pool")["kubeconfig"] = identity.Kubeconfig
 	out, err := yaml.Marshal(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := startRendered(t, container(t, objs, "extproc"), string(out), `ext_proc gRPC on (\S+, admin on http://\S+)`,
+	p = startRendered(t, container(t, objs, "extproc"), string(out), `ext_proc gRPC on (\S+, admin on http://\S+)`,
 		"--listen=127.0.0.1:0", "--admin=127.0.0.1:0")
-	grpcAddr, admin, ok := strings.Cut(p.addr, ", admin on http://")
+	var ok bool
+	grpcAddr, admin, ok = strings.Cut(p.addr, ", admin on http://")
 	if !ok {
 		t.Fatalf("start-up line %q", p.addr)
 	}
+	return p, grpcAddr, admin
+}
+
+func TestRenderedPickerRunsAsItsServiceAccount(t *testing.T) {
+	srv := kubeapi.Start(t)
+	ctx := context.Background()
+	p, grpcAddr, admin := startRenderedPicker(t, srv, srv.ServiceAccount(t, releaseNamespace, releaseName+"-extproc"))
 	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -130,6 +139,43 @@ spec:
 			}
 			return nil
 		})
+	}
+	p.stop(t)
+}
+
+// The same process as an identity no Role is bound to: it cannot list the
+// pool or the pods, knows no worker, and must not say it is ready (it did:
+// readiness only waited for start-up). /readyz names why.
+func TestRenderedPickerWithoutItsRoleIsNotReady(t *testing.T) {
+	srv := kubeapi.Start(t)
+	ctx := context.Background()
+	p, grpcAddr, admin := startRenderedPicker(t, srv, srv.ServiceAccount(t, releaseNamespace, "not-the-picker"))
+	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// Started (the start-up line is printed after readiness is first
+	// decided), yet not ready, and still not after the informers' first
+	// retries have been refused.
+	token := secretValue(tokenSecretName)
+	for i := 0; i < 3; i++ {
+		resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: "readiness"})
+		if err != nil || resp.Status == healthpb.HealthCheckResponse_SERVING {
+			t.Fatalf("readiness without RBAC: %v %v\n%s", resp, err, p.stderr)
+		}
+		req, _ := http.NewRequest(http.MethodGet, "http://"+admin+"/readyz", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		r, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(r.Body)
+		r.Body.Close()
+		if r.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "no worker set yet") {
+			t.Fatalf("/readyz without RBAC: %s %q", r.Status, body)
+		}
+		time.Sleep(time.Second)
 	}
 	p.stop(t)
 }

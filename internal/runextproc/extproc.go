@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os/signal"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"time"
 
@@ -296,8 +297,17 @@ func Serve(ctx context.Context, cfg config.Config, o Options) error {
 		close(indexerDone)
 	}
 	if src != nil {
+		ready.awaitingDiscovery = true
+		var first sync.Once
+		follow := func(ctx context.Context, ws []kvfleet.Worker) error {
+			first.Do(ready.discovered)
+			if setWorkers == nil {
+				return nil
+			}
+			return setWorkers(ctx, ws)
+		}
 		go func() {
-			if err := extproc.FollowDiscovery(runCtx, src, router, setWorkers, o.Log); err != nil {
+			if err := extproc.FollowDiscovery(runCtx, src, router, follow, o.Log); err != nil {
 				o.Log.Error("discovery stopped", "err", err)
 			}
 		}()

@@ -15,10 +15,23 @@ import (
 type readiness struct {
 	srv *server.Server
 
-	mu        sync.Mutex
-	started   bool
-	draining  bool
-	discovery error
+	mu       sync.Mutex
+	started  bool
+	draining bool
+	// awaitingDiscovery: a discovery source is configured and has not
+	// reported its first worker set yet (its informers' caches have not
+	// synced). A picker that cannot list its pool or pods (the API server
+	// unreachable, or RBAC refusing) knows no workers and must not be ready.
+	awaitingDiscovery bool
+	discovery         error
+}
+
+// discovered records that discovery reported a worker set.
+func (r *readiness) discovered() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.awaitingDiscovery = false
+	r.apply()
 }
 
 // setDiscovery records discovery's problem (nil = none) and applies it.
@@ -62,6 +75,8 @@ func (r *readiness) reason() string {
 		return "not ready"
 	case r.draining:
 		return "draining"
+	case r.awaitingDiscovery:
+		return "discovery: no worker set yet (the informers have not synced: is the API server reachable, and does RBAC let kvgate list and watch the pool and its pods?)"
 	case r.discovery != nil:
 		return "discovery: " + r.discovery.Error()
 	}
