@@ -26,6 +26,7 @@ FUZZ_TARGETS := \
 	./extproc/openai:FuzzParseChat \
 	./extproc/openai:FuzzParseCompletion \
 	./extproc/openai:FuzzParseValue \
+	./extproc/openai:FuzzStrAsInt \
 	./indexer/kvindex:FuzzRedisApplyBlock \
 	./indexer/kvindex:FuzzMemoryAgainstModel \
 	./extproc/tokenizer:FuzzEncodeRoundTrip \

@@ -94,11 +94,12 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(mWorkerBlocks, float64(is.SequenceEntries), w, m)
 	}
 	counter(mIndexWipes, c.s.wipes.Load())
-	if ls, ok := c.s.listenerStats(); ok {
-		counter(mBindRefused, ls.RejectedPeers, "peer_not_allowed")
-		counter(mBindRefused, ls.ForeignTopic, "foreign_topic")
-		counter(mBindRefused, ls.UnknownTopic, "unknown_topic")
-	}
+	// Zero without bind mode, so that an alert on its increase and a
+	// dashboard panel read the same series whatever the mode.
+	ls, _ := c.s.listenerStats()
+	counter(mBindRefused, ls.RejectedPeers, "peer_not_allowed")
+	counter(mBindRefused, ls.ForeignTopic, "foreign_topic")
+	counter(mBindRefused, ls.UnknownTopic, "unknown_topic")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	stats, err := c.s.idx.Stats(ctx)
