@@ -8,7 +8,6 @@ import (
 	"maps"
 	"slices"
 	"sync/atomic"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -228,12 +227,8 @@ func (s *InferencePoolSource) Run(ctx context.Context, onChange func([]kvfleet.W
 	}
 	defer cancel()
 
-	kick := make(chan struct{}, 1)
-	handler := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { signalKick(kick) },
-		UpdateFunc: func(any, any) { signalKick(kick) },
-		DeleteFunc: func(any) { signalKick(kick) },
-	}
+	ch := newChanges()
+	handler := ch.handler()
 	poolInf := gieFactory.Inference().V1().InferencePools()
 	podInf := coreFactory.Core().V1().Pods()
 	for name, inf := range map[string]cache.SharedIndexInformer{"inferencepool": poolInf.Informer(), "pod": podInf.Informer()} {
@@ -286,8 +281,6 @@ func (s *InferencePoolSource) Run(ctx context.Context, onChange func([]kvfleet.W
 		lastPrio  map[string]int
 		first     = true
 	)
-	timer := time.NewTimer(0)
-	defer timer.Stop()
 	poolName := c.Namespace + "/" + c.Name
 	for {
 		pool, err := poolLister.Get(c.Name)
@@ -356,17 +349,8 @@ func (s *InferencePoolSource) Run(ctx context.Context, onChange func([]kvfleet.W
 			}
 		}
 		first = false
-		select {
-		case <-ctx.Done():
+		if !ch.next(ctx, c.Debounce) {
 			return nil
-		case <-kick:
-		}
-		// Let the burst this event belongs to land before recomputing.
-		timer.Reset(c.Debounce)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-timer.C:
 		}
 	}
 }
@@ -385,12 +369,4 @@ func (s *InferencePoolSource) listObjectives(l cache.GenericNamespaceLister) (ma
 	}
 	prio, skipped := objectivePriorities(us, s.cfg)
 	return prio, skipped, nil
-}
-
-// signalKick wakes the recompute loop; kicks meanwhile coalesce.
-func signalKick(kick chan struct{}) {
-	select {
-	case kick <- struct{}{}:
-	default:
-	}
 }

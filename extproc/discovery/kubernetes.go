@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"slices"
 	"sync/atomic"
-	"time"
 
 	"github.com/kvgate/kvgate/extproc/discovery/kubeselect"
 	"github.com/kvgate/kvgate/internal/kvfleet"
@@ -16,7 +15,6 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 )
 
@@ -101,18 +99,8 @@ func (k *KubernetesSource) Run(ctx context.Context, onChange func([]kvfleet.Work
 	defer factory.Shutdown()
 	defer cancel()
 
-	kick := make(chan struct{}, 1)
-	signal := func() {
-		select {
-		case kick <- struct{}{}:
-		default:
-		}
-	}
-	handler := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { signal() },
-		UpdateFunc: func(any, any) { signal() },
-		DeleteFunc: func(any) { signal() },
-	}
+	ch := newChanges()
+	handler := ch.handler()
 
 	var compute func() ([]kvfleet.Worker, []string, error)
 	if c.Service != "" {
@@ -157,8 +145,6 @@ func (k *KubernetesSource) Run(ctx context.Context, onChange func([]kvfleet.Work
 
 	var last []kvfleet.Worker
 	first := true
-	timer := time.NewTimer(0)
-	defer timer.Stop()
 	for {
 		ws, skipped, err := compute()
 		if err != nil {
@@ -174,18 +160,8 @@ func (k *KubernetesSource) Run(ctx context.Context, onChange func([]kvfleet.Work
 			onChange(slices.Clone(ws))
 			last, first = ws, false
 		}
-		select {
-		case <-ctx.Done():
+		if !ch.next(ctx, c.Debounce) {
 			return nil
-		case <-kick:
-		}
-		// Let the burst this event belongs to (a rollout touches many pods)
-		// land before recomputing; events meanwhile are coalesced by kick.
-		timer.Reset(c.Debounce)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-timer.C:
 		}
 	}
 }

@@ -140,16 +140,23 @@ func (c Config) Validate() error {
 	if c.ReplayPort != 0 && c.EventsPort == 0 {
 		return errors.New("kubernetes.replay_port: set without events_port")
 	}
-	for _, l := range []struct{ name, key string }{{"model_label", c.ModelLabel}, {"role_label", c.RoleLabel}} {
+	return validateLabelsAndTiming("kubernetes", c.ModelLabel, c.RoleLabel, c.ResyncPeriod, c.Debounce)
+}
+
+// validateLabelsAndTiming checks what both discovery sections share: the
+// model and role label keys (Kubernetes qualified names) and the informer
+// timings; section prefixes the key path in the message.
+func validateLabelsAndTiming(section, modelLabel, roleLabel string, resync, debounce time.Duration) error {
+	for _, l := range []struct{ name, key string }{{"model_label", modelLabel}, {"role_label", roleLabel}} {
 		if errs := validation.IsQualifiedName(l.key); len(errs) > 0 {
-			return fmt.Errorf("kubernetes.%s %q: %s", l.name, l.key, strings.Join(errs, "; "))
+			return fmt.Errorf("%s.%s %q: %s", section, l.name, l.key, strings.Join(errs, "; "))
 		}
 	}
-	if c.ResyncPeriod < 0 {
-		return errors.New("kubernetes.resync_period: must be >= 0")
+	if resync < 0 {
+		return fmt.Errorf("%s.resync_period: must be >= 0", section)
 	}
-	if c.Debounce < 0 || c.Debounce > time.Minute {
-		return errors.New("kubernetes.debounce: must be in 0..1m")
+	if debounce < 0 || debounce > time.Minute {
+		return fmt.Errorf("%s.debounce: must be in 0..1m", section)
 	}
 	return nil
 }

@@ -149,16 +149,5 @@ func (p InferencePool) Validate() error {
 	if p.ReplayPort != 0 && p.EventsPort == 0 {
 		return errors.New("inference_pool.replay_port: set without events_port")
 	}
-	for _, l := range []struct{ name, key string }{{"model_label", p.ModelLabel}, {"role_label", p.RoleLabel}} {
-		if errs := validation.IsQualifiedName(l.key); len(errs) > 0 {
-			return fmt.Errorf("inference_pool.%s %q: %s", l.name, l.key, strings.Join(errs, "; "))
-		}
-	}
-	if p.ResyncPeriod < 0 {
-		return errors.New("inference_pool.resync_period: must be >= 0")
-	}
-	if p.Debounce < 0 || p.Debounce > time.Minute {
-		return errors.New("inference_pool.debounce: must be in 0..1m")
-	}
-	return nil
+	return validateLabelsAndTiming("inference_pool", p.ModelLabel, p.RoleLabel, p.ResyncPeriod, p.Debounce)
 }
