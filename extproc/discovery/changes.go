@@ -14,16 +14,11 @@ import (
 // recompute from their informer caches rather than patching event by
 // event, so a missed or reordered event cannot leave the set wrong.
 type changes struct {
-	kick  chan struct{}
-	timer *time.Timer
+	kick chan struct{}
 }
 
 func newChanges() *changes {
-	t := time.NewTimer(0)
-	if !t.Stop() {
-		<-t.C
-	}
-	return &changes{kick: make(chan struct{}, 1), timer: t}
+	return &changes{kick: make(chan struct{}, 1)}
 }
 
 // handler is the event handler to add to each informer.
@@ -49,12 +44,12 @@ func (c *changes) next(ctx context.Context, debounce time.Duration) bool {
 		return false
 	case <-c.kick:
 	}
-	c.timer.Reset(debounce)
+	t := time.NewTimer(debounce)
+	defer t.Stop()
 	select {
 	case <-ctx.Done():
-		c.timer.Stop()
 		return false
-	case <-c.timer.C:
+	case <-t.C:
 		return true
 	}
 }
