@@ -132,8 +132,7 @@ func (r *Router) routeUnparsed(req *server.Request) (*server.Decision, *server.R
 		m, lora, known := r.reg.Lookup(name)
 		if !known {
 			r.metrics.requests.WithLabelValues("", "unknown_model").Inc()
-			e := &openai.Error{Status: http.StatusNotFound, Message: fmt.Sprintf("The model `%s` does not exist.", name),
-				Type: "invalid_request_error", Param: "model", Code: "model_not_found"}
+			e := openai.ModelNotFound(name)
 			return nil, &server.RouteError{Status: e.Status, Body: e.JSON()}
 		}
 		if p = f.pools[m.Name]; p == nil {

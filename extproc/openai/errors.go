@@ -137,3 +137,10 @@ func finish(err *Error) *Error {
 }
 
 func index(i int) string { return "[" + strconv.Itoa(i) + "]" }
+
+// ModelNotFound is the answer to a request naming a model no engine
+// serves, worded as vLLM words it (404 model_not_found), on every route.
+func ModelNotFound(model string) *Error {
+	return &Error{Status: StatusNotFound, Message: fmt.Sprintf("The model `%s` does not exist.", model),
+		Type: "invalid_request_error", Param: "model", Code: "model_not_found"}
+}

@@ -290,7 +290,7 @@ func (r *Registry) resolve(model string) (*Result, error) {
 	}
 	s, ok := r.names[model]
 	if !ok {
-		return nil, &openai.Error{Status: openai.StatusNotFound, Message: fmt.Sprintf("The model `%s` does not exist.", model), Type: "invalid_request_error", Param: "model", Code: "model_not_found"}
+		return nil, openai.ModelNotFound(model)
 	}
 	return &Result{Model: s.model, Served: model, LoRA: s.lora}, nil
 }
