@@ -40,8 +40,13 @@ func repoRoot() string {
 // by a hash of the nested module's files, so a changed pin builds anew and an
 // unchanged one is reused across test packages, runs and clones' caches. A
 // file lock serialises the build between test binaries that start together.
+// KVGATE_KUBE_ASSETS names a folder already holding both binaries (another
+// checkout's .cache/kubeassets/<hash>), skipping the build and its check.
 func binaries(t testing.TB) string {
 	t.Helper()
+	if env := os.Getenv("KVGATE_KUBE_ASSETS"); env != "" {
+		return env
+	}
 	src := assetsDir()
 	h := sha256.New()
 	for _, f := range []string{"go.mod", "go.sum", "etcd/main.go"} {
@@ -51,9 +56,6 @@ func binaries(t testing.TB) string {
 		}
 		fmt.Fprintf(h, "%s\x00%d\x00", f, len(b))
 		h.Write(b)
-	}
-	if env := os.Getenv("KVGATE_KUBE_ASSETS"); env != "" {
-		return env
 	}
 	cache := filepath.Join(repoRoot(), ".cache", "kubeassets")
 	dir := filepath.Join(cache, hex.EncodeToString(h.Sum(nil))[:16])
