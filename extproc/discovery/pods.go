@@ -51,11 +51,18 @@ func workersFromPods(pods []*corev1.Pod, c kubeselect.Config) (ws []kvfleet.Work
 			continue
 		}
 		seen[ep] = true
-		draining := p.DeletionTimestamp != nil || p.Labels[kubeselect.DrainingKey] == "true" || p.Annotations[kubeselect.DrainingKey] == "true"
+		draining := podDraining(p)
 		ws = append(ws, rankWorkers(ip, port, model, role, draining, c)...)
 	}
 	sortWorkers(ws)
 	return ws, skipped
+}
+
+// podDraining: a pod being deleted (deletionTimestamp set, still ready
+// while it finishes) or marked kvgate.io/draining=true, as a label or an
+// annotation, gets no new requests but stays known.
+func podDraining(p *corev1.Pod) bool {
+	return p.DeletionTimestamp != nil || p.Labels[kubeselect.DrainingKey] == "true" || p.Annotations[kubeselect.DrainingKey] == "true"
 }
 
 func podReady(p *corev1.Pod) bool {

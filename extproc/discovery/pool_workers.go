@@ -88,7 +88,7 @@ func workersFromPool(pool *giev1.InferencePool, pods []*corev1.Pod, c kubeselect
 			// is nothing to repair.
 			replay = 0
 		}
-		draining := p.DeletionTimestamp != nil || p.Labels[kubeselect.DrainingKey] == "true" || p.Annotations[kubeselect.DrainingKey] == "true"
+		draining := podDraining(p)
 		for i, port := range ports {
 			ep := net.JoinHostPort(ip, strconv.Itoa(port))
 			if seen[ep] {
