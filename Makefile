@@ -22,25 +22,25 @@ FUZZTIME  ?= 5000x
 FUZZ_TARGETS := \
 	./cmd/kvgate:FuzzHashInput \
 	./config:FuzzParse \
-	./indexer/kvevents:FuzzDecode \
+	./kv/kvevents:FuzzDecode \
 	./extproc/openai:FuzzParseChat \
 	./extproc/openai:FuzzParseCompletion \
 	./extproc/openai:FuzzParseValue \
 	./extproc/openai:FuzzStrAsInt \
-	./indexer/kvindex:FuzzRedisApplyBlock \
-	./indexer/kvindex:FuzzMemoryAgainstModel \
+	./kv/kvindex:FuzzRedisApplyBlock \
+	./kv/kvindex:FuzzMemoryAgainstModel \
 	./extproc/tokenizer:FuzzEncodeRoundTrip \
 	./picker:FuzzPick \
 	./extproc/server:FuzzProcessStream \
 	./envoy:FuzzValidate \
-	./e2e/replay:FuzzParseTrace \
-	./e2e/enginesim:FuzzGenerateRequest \
+	./lab/replay:FuzzParseTrace \
+	./lab/enginesim:FuzzGenerateRequest \
 	./extproc/enginemetrics:FuzzParse \
 	./kvagent/store:FuzzDecodeHeader \
 	./kvagent/connector:FuzzValidateRequest \
 	./kvagent/transfer:FuzzReadFrame \
 	./kvagent/transfer:FuzzLoadRemoteMetadata \
-	./e2e/plannersim:FuzzParseAzure \
+	./lab/plannersim:FuzzParseAzure \
 	./planner-sidecar/perfmodel:FuzzReadProfile \
 	./planner-sidecar/collect:FuzzParseAnswer \
 	./planner-sidecar/journal:FuzzRead \
@@ -49,8 +49,8 @@ FUZZ_TARGETS := \
 	./internal/secretfiles:FuzzParseCABundle \
 	./deploy/inventory:FuzzParseDesc \
 	./deploy/inventory:FuzzCheck \
-	./indexer/kvstream:FuzzParseFrames \
-	./indexer/kvstream:FuzzFrameLimitScan
+	./kv/kvstream:FuzzParseFrames \
+	./kv/kvstream:FuzzFrameLimitScan
 
 # Test binaries are linked without DWARF (-w): linking is a large share of a
 # test run's time (tens of large test binaries) and nobody debugs them.
@@ -139,7 +139,7 @@ e2e: build models kube-test
 	$(GO) test -count=1 -tags e2e ./e2e/...
 
 # Tests against a real Kubernetes API server: kube-apiserver and etcd built
-# from the Go modules (internal/testkit/kubeapi/assets; into
+# from the Go modules (lab/testkit/kubeapi/assets; into
 # .cache/kubeassets on first use), started by the tests on free loopback
 # ports. Measured on this project's 2-core machine: the API server's 2,181
 # packages from a cold Go cache in 7.5 minutes idle (11 minutes loaded), the
@@ -149,7 +149,7 @@ e2e: build models kube-test
 KUBE_PKGS = $(sort $(dir $(shell grep -rl --include='*_test.go' '^//go:build kubeapiserver' .)))
 kube-test: models
 	@echo "kube-test: building kube-apiserver and etcd from k8s.io/kubernetes (a cold cache compiles about 2,200 packages: 7–11 minutes, counted below)…"
-	cd internal/testkit/kubeapi/assets && GOWORK=off GO=$(GO) bash ../../../../scripts/gobuild.sh kube-test -trimpath -o /dev/null k8s.io/kubernetes/cmd/kube-apiserver ./etcd
+	cd lab/testkit/kubeapi/assets && GOWORK=off GO=$(GO) bash ../../../../scripts/gobuild.sh kube-test -trimpath -o /dev/null k8s.io/kubernetes/cmd/kube-apiserver ./etcd
 	$(GO) test -count=1 -timeout 30m -tags kubeapiserver $(KUBE_PKGS)
 
 # ≥ 1,000 requests/s through the harness and simulated engines for
@@ -167,7 +167,7 @@ golden: models
 	bash scripts/golden-hash.sh
 	bash scripts/golden-tokenizer.sh
 	bash scripts/golden-chat.sh
-	/usr/bin/python3 indexer/kvevents/testdata/gen_fixtures.py
+	/usr/bin/python3 kv/kvevents/testdata/gen_fixtures.py
 
 # Dashboard pictures for the README: runs `kvgate-lab demo`, scrapes it, evaluates
 # every panel's PromQL with Prometheus' engine and draws the boards.

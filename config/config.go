@@ -20,7 +20,8 @@ import (
 	"github.com/kvgate/kvgate/extproc/extprocconfig"
 	"github.com/kvgate/kvgate/indexer/indexerconfig"
 	"github.com/kvgate/kvgate/internal/confaddr"
-	"github.com/kvgate/kvgate/internal/kvfleet"
+	"github.com/kvgate/kvgate/kv/indexconfig"
+	"github.com/kvgate/kvgate/kv/kvfleet"
 	"github.com/kvgate/kvgate/kvagent/agentconfig"
 	"github.com/kvgate/kvgate/planner-sidecar/plannerconfig"
 )
@@ -34,7 +35,7 @@ type Config struct {
 	// Extproc by extproc (extprocconfig), Kvagent by the kvagent
 	// (agentconfig), Planner by the planner (plannerconfig); config
 	// composes them and checks what spans sections.
-	Index   indexerconfig.Index  `yaml:"index"`
+	Index   indexconfig.Index    `yaml:"index"`
 	Indexer indexerconfig.Config `yaml:"indexer"`
 	Extproc extprocconfig.Config `yaml:"extproc"`
 	Models  []Model              `yaml:"models"`

@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvgate/kvgate/indexer/indexerconfig"
 	"github.com/kvgate/kvgate/internal/secretfiles"
-	"github.com/kvgate/kvgate/internal/testkit/tlstest"
 	"github.com/kvgate/kvgate/internal/yamlconf"
+	"github.com/kvgate/kvgate/kv/indexconfig"
+	"github.com/kvgate/kvgate/lab/testkit/tlstest"
 )
 
 // The TLS and secret sections as config composes them: parsed from YAML,
@@ -103,17 +103,17 @@ func TestRedisAuthErrors(t *testing.T) {
 	}
 	t.Setenv("KVGATE_TEST_REDIS_PW", "hunter2-hunter2")
 	cases := []struct {
-		redis indexerconfig.RedisIndex
+		redis indexconfig.RedisIndex
 		want  string
 	}{
-		{indexerconfig.RedisIndex{PasswordEnv: "KVGATE_TEST_REDIS_PW", PasswordFile: empty}, "index.redis: set password_env or password_file, not both"},
-		{indexerconfig.RedisIndex{PasswordFile: empty}, "index.redis.password_file: " + empty + " is empty"},
-		{indexerconfig.RedisIndex{PasswordFile: filepath.Join(dir, "missing")}, "index.redis.password_file: open "},
-		{indexerconfig.RedisIndex{Username: "kv gate", PasswordEnv: "KVGATE_TEST_REDIS_PW"}, "index.redis.username: byte 2"},
-		{indexerconfig.RedisIndex{Username: "kvgate"}, "index.redis.username: an ACL user needs a password"},
-		{indexerconfig.RedisIndex{TLS: secretfiles.ClientTLS{CAFile: empty}}, "index.redis.tls.ca_file: set but index.redis.tls.enabled is false"},
-		{indexerconfig.RedisIndex{TLS: secretfiles.ClientTLS{Enabled: true, CAFile: empty}}, "index.redis.tls.ca_file: CA bundle"},
-		{indexerconfig.RedisIndex{TLS: secretfiles.ClientTLS{Enabled: true, KeyFile: empty}}, "index.redis.tls.cert_file: required with index.redis.tls.key_file"},
+		{indexconfig.RedisIndex{PasswordEnv: "KVGATE_TEST_REDIS_PW", PasswordFile: empty}, "index.redis: set password_env or password_file, not both"},
+		{indexconfig.RedisIndex{PasswordFile: empty}, "index.redis.password_file: " + empty + " is empty"},
+		{indexconfig.RedisIndex{PasswordFile: filepath.Join(dir, "missing")}, "index.redis.password_file: open "},
+		{indexconfig.RedisIndex{Username: "kv gate", PasswordEnv: "KVGATE_TEST_REDIS_PW"}, "index.redis.username: byte 2"},
+		{indexconfig.RedisIndex{Username: "kvgate"}, "index.redis.username: an ACL user needs a password"},
+		{indexconfig.RedisIndex{TLS: secretfiles.ClientTLS{CAFile: empty}}, "index.redis.tls.ca_file: set but index.redis.tls.enabled is false"},
+		{indexconfig.RedisIndex{TLS: secretfiles.ClientTLS{Enabled: true, CAFile: empty}}, "index.redis.tls.ca_file: CA bundle"},
+		{indexconfig.RedisIndex{TLS: secretfiles.ClientTLS{Enabled: true, KeyFile: empty}}, "index.redis.tls.cert_file: required with index.redis.tls.key_file"},
 	}
 	for _, tc := range cases {
 		c := Default()

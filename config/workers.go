@@ -4,7 +4,7 @@ import (
 	"fmt"
 
 	"github.com/kvgate/kvgate/internal/confaddr"
-	"github.com/kvgate/kvgate/internal/kvfleet"
+	"github.com/kvgate/kvgate/kv/kvfleet"
 )
 
 // Workers expands the engines list into the fleet's one worker shape, one

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvgate/kvgate/internal/kvfleet"
+	"github.com/kvgate/kvgate/kv/kvfleet"
 )
 
 // The engines list expands into one worker per data-parallel rank, in the

@@ -21,8 +21,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
 
-	"github.com/kvgate/kvgate/internal/testkit/modelfiles"
-	"github.com/kvgate/kvgate/internal/testkit/redistest"
+	"github.com/kvgate/kvgate/lab/testkit/modelfiles"
+	"github.com/kvgate/kvgate/lab/testkit/redistest"
 )
 
 // container returns the first container of the workload with that

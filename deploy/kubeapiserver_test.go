@@ -24,8 +24,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/yaml"
 
-	"github.com/kvgate/kvgate/internal/testkit/kubeapi"
-	"github.com/kvgate/kvgate/internal/testkit/poll"
+	"github.com/kvgate/kvgate/lab/testkit/kubeapi"
+	"github.com/kvgate/kvgate/lab/testkit/poll"
 )
 
 // renderOnlyKinds are kinds the chart renders whose CRDs cannot be

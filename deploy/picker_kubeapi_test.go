@@ -19,9 +19,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/kvgate/kvgate/internal/testkit/kubeapi"
-	"github.com/kvgate/kvgate/internal/testkit/modelfiles"
-	"github.com/kvgate/kvgate/internal/testkit/poll"
+	"github.com/kvgate/kvgate/lab/testkit/kubeapi"
+	"github.com/kvgate/kvgate/lab/testkit/modelfiles"
+	"github.com/kvgate/kvgate/lab/testkit/poll"
 )
 
 // The InferencePool scenario as installed: the chart's objects applied to a

@@ -11,7 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
-	"github.com/kvgate/kvgate/internal/testkit/tlstest"
+	"github.com/kvgate/kvgate/lab/testkit/tlstest"
 )
 
 // secretValue is what the tests put in a Secret's key: the value the env

@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvgate/kvgate/e2e/envoyharness"
-	"github.com/kvgate/kvgate/e2e/procs"
-	"github.com/kvgate/kvgate/internal/testkit/freeport"
-	"github.com/kvgate/kvgate/internal/testkit/modelfiles"
+	"github.com/kvgate/kvgate/lab/envoyharness"
+	"github.com/kvgate/kvgate/lab/procs"
+	"github.com/kvgate/kvgate/lab/testkit/freeport"
+	"github.com/kvgate/kvgate/lab/testkit/modelfiles"
 )
 
 // Chaos tests (issue 9 item 5) kill real processes under a steady stream

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvgate/kvgate/e2e/lossyproxy"
-	"github.com/kvgate/kvgate/e2e/procs"
-	"github.com/kvgate/kvgate/internal/testkit/redistest"
+	"github.com/kvgate/kvgate/lab/lossyproxy"
+	"github.com/kvgate/kvgate/lab/procs"
+	"github.com/kvgate/kvgate/lab/testkit/redistest"
 )
 
 // The chaos faults that take longer or need more processes (`make e2e`).
@@ -96,7 +96,7 @@ func TestChaosIndexerKilled(t *testing.T) {
 // ext_proc grpc_service.retry_policy opens a stream that the dead replica
 // refuses, or ends without a reply, again on the other replica, and
 // outlier detection ejects the dead one at its first refusal (the gateway
-// plays both as Envoy does, e2e/envoyharness/proxy.go Start). The
+// plays both as Envoy does, lab/envoyharness/proxy.go Start). The
 // restarted replica takes streams again.
 func TestChaosExtprocReplicaKilled(t *testing.T) {
 	cf := startChaosFleet(t, chaosOptions{engines: 3, replicas: 2, engineDeadAfter: 10 * time.Second, indexTimeout: 500 * time.Millisecond})

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvgate/kvgate/internal/testkit/redistest"
+	"github.com/kvgate/kvgate/lab/testkit/redistest"
 )
 
 // staleMargin is what the index may take beyond engine_dead_after to drop

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvgate/kvgate/internal/testkit/redistest"
+	"github.com/kvgate/kvgate/lab/testkit/redistest"
 )
 
 // The full suite (`make e2e`): more engines, a Redis Cluster index with a

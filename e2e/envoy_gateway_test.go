@@ -7,7 +7,7 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"github.com/kvgate/kvgate/e2e/envoyharness"
+	"github.com/kvgate/kvgate/lab/envoyharness"
 )
 
 // envoyGateway serves, on loopback, what the shipped Envoy config file

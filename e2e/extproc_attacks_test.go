@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvgate/kvgate/e2e/procs"
+	"github.com/kvgate/kvgate/lab/procs"
 )
 
 // Issue 15's attacks on `kvgate extproc` (items 3, 5 and 6, and issue 17's

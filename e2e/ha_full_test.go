@@ -96,7 +96,7 @@ func TestHAReplicaComparison(t *testing.T) {
 	fmt.Fprintf(&b, "Command: `KVGATE_HA_REPORT=FILE go test -tags e2e -run TestHAReplicaComparison ./e2e/` (or `kvgate-lab bench --only ha-replicas`). "+
 		"One fleet: 4 `kvgate-lab enginesim` processes (speed-up %s, %d blocks of %d tokens each), one `kvgate indexer` writing a standalone redis-server "+
 		"index, and 6 `kvgate extproc` processes reading it — 3 sharing load through Redis (shared_load.interval %s; peers' load extrapolated "+
-		"between reads from the replica's own change), 3 with sharing off. The test's gateway (e2e/envoyharness) spreads ext_proc streams "+
+		"between reads from the replica's own change), 3 with sharing off. The test's gateway (lab/envoyharness) spreads ext_proc streams "+
 		"round-robin, as Envoy does, over 1 unshared process (the single replica, the baseline), the 3 sharing ones or the 3 unshared ones. "+
 		"%d rounds; in each, both workloads run through each configuration, the order rotated every round, every run's prompts prefixed with a "+
 		"token of its own so that no run reuses another's cache. Imbalance = max/mean requests per engine; CV = coefficient of variation of "+

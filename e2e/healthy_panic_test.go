@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvgate/kvgate/internal/testkit/poll"
+	"github.com/kvgate/kvgate/lab/testkit/poll"
 )
 
 // Issue 31, finding 4: an intermittent 503 no_eligible_worker with every

@@ -15,16 +15,16 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/kvgate/kvgate/config"
-	"github.com/kvgate/kvgate/e2e/enginesim"
-	"github.com/kvgate/kvgate/e2e/envoyharness"
 	"github.com/kvgate/kvgate/extproc"
 	"github.com/kvgate/kvgate/extproc/openai"
 	"github.com/kvgate/kvgate/extproc/preprocess"
 	"github.com/kvgate/kvgate/extproc/server"
-	"github.com/kvgate/kvgate/indexer/kvindex"
-	"github.com/kvgate/kvgate/internal/kvfleet"
-	"github.com/kvgate/kvgate/internal/testkit/modelfiles"
-	"github.com/kvgate/kvgate/internal/testkit/poll"
+	"github.com/kvgate/kvgate/kv/kvfleet"
+	"github.com/kvgate/kvgate/kv/kvindex"
+	"github.com/kvgate/kvgate/lab/enginesim"
+	"github.com/kvgate/kvgate/lab/envoyharness"
+	"github.com/kvgate/kvgate/lab/testkit/modelfiles"
+	"github.com/kvgate/kvgate/lab/testkit/poll"
 )
 
 // Cancellation of a disaggregated request (issue 9 item 4; Dynamo #13691:

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvgate/kvgate/e2e/procs"
+	"github.com/kvgate/kvgate/lab/procs"
 )
 
 // An extproc holding the index in memory that is killed and restarted must

@@ -13,13 +13,13 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
-	"github.com/kvgate/kvgate/e2e/envoyharness"
-	"github.com/kvgate/kvgate/e2e/procs"
 	"github.com/kvgate/kvgate/extproc/extprocconfig"
 	"github.com/kvgate/kvgate/internal/secretfiles"
-	"github.com/kvgate/kvgate/internal/testkit/freeport"
-	"github.com/kvgate/kvgate/internal/testkit/modelfiles"
-	"github.com/kvgate/kvgate/internal/testkit/tlstest"
+	"github.com/kvgate/kvgate/lab/envoyharness"
+	"github.com/kvgate/kvgate/lab/procs"
+	"github.com/kvgate/kvgate/lab/testkit/freeport"
+	"github.com/kvgate/kvgate/lab/testkit/modelfiles"
+	"github.com/kvgate/kvgate/lab/testkit/tlstest"
 )
 
 // shippedCase is one Envoy config shipped in envoy/ and what kvgate and

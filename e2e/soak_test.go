@@ -22,7 +22,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvgate/kvgate/e2e/soakplot"
+	"github.com/kvgate/kvgate/lab/soakplot"
 )
 
 // The soak test (issue 9 item 6; `make soak`): a steady open-loop stream
@@ -340,7 +340,7 @@ func writeSoakReport(mdPath, pngPath string, names []string, samples []soakSampl
 		return err
 	}
 
-	// One panel per quantity, each in its own unit (e2e/soakplot).
+	// One panel per quantity, each in its own unit (lab/soakplot).
 	plotted := make([]soakplot.Sample, len(samples))
 	for i, s := range samples {
 		rss := map[string]float64{}

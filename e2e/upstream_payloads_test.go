@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvgate/kvgate/e2e/procs"
-	"github.com/kvgate/kvgate/internal/testkit/freeport"
-	"github.com/kvgate/kvgate/internal/testkit/poll"
+	"github.com/kvgate/kvgate/lab/procs"
+	"github.com/kvgate/kvgate/lab/testkit/freeport"
+	"github.com/kvgate/kvgate/lab/testkit/poll"
 )
 
 // The kvgate binary fed by libzmq (pyzmq, as vLLM's publisher runs) with
@@ -37,7 +37,7 @@ func TestIndexerBinaryTakesUpstreamShapedPayloads(t *testing.T) {
 	fixtures := []string{"upstream_vllm_v0260_kthena1535", "map_v026_offload_placeholders", "array_offload_placeholder",
 		"map_hybrid_groups", "array_hybrid_groups", "map_salted_extra_keys", "array_salted_extra_keys",
 		"map_locality", "array_parent_zero", "array_vllm_v09", "array_hash_forms_no_dp_rank"}
-	cmd := exec.Command(python, filepath.Join(root, "indexer/kvstream/testdata/vllm_publisher.py"), "--replay-layout", "v0.26")
+	cmd := exec.Command(python, filepath.Join(root, "kv/kvstream/testdata/vllm_publisher.py"), "--replay-layout", "v0.26")
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
 	var stderr strings.Builder
@@ -83,7 +83,7 @@ func TestIndexerBinaryTakesUpstreamShapedPayloads(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, name := range fixtures {
-		b, err := os.ReadFile(filepath.Join(root, "indexer/kvevents/testdata", name+".msgpack"))
+		b, err := os.ReadFile(filepath.Join(root, "kv/kvevents/testdata", name+".msgpack"))
 		if err != nil {
 			t.Fatal(err)
 		}

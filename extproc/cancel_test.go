@@ -8,10 +8,10 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/config"
-	"github.com/kvgate/kvgate/e2e/envoyharness"
 	"github.com/kvgate/kvgate/extproc/loadview"
-	"github.com/kvgate/kvgate/internal/kvfleet"
-	"github.com/kvgate/kvgate/internal/testkit/poll"
+	"github.com/kvgate/kvgate/kv/kvfleet"
+	"github.com/kvgate/kvgate/lab/envoyharness"
+	"github.com/kvgate/kvgate/lab/testkit/poll"
 )
 
 // A disaggregated request holds load on two workers (prefill tokens on the

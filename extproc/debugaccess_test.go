@@ -7,8 +7,8 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/kvgate/kvgate/config"
-	"github.com/kvgate/kvgate/e2e/envoyharness"
 	"github.com/kvgate/kvgate/extproc/extprocconfig"
+	"github.com/kvgate/kvgate/lab/envoyharness"
 )
 
 // debugHeaderFor sends one chat request asking for x-kvgate-debug through

@@ -10,7 +10,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/discovery"
 	"github.com/kvgate/kvgate/extproc/discovery/kubeselect"
 	"github.com/kvgate/kvgate/extproc/extprocconfig"
-	"github.com/kvgate/kvgate/internal/kvfleet"
+	"github.com/kvgate/kvgate/kv/kvfleet"
 )
 
 // DiscoverySource builds the configured discovery, nil when none:

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/kvgate/kvgate/config"
-	"github.com/kvgate/kvgate/internal/kvfleet"
+	"github.com/kvgate/kvgate/kv/kvfleet"
 	"github.com/kvgate/kvgate/picker"
 )
 

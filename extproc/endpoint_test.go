@@ -9,8 +9,8 @@ import (
 	"testing"
 
 	"github.com/kvgate/kvgate/config"
-	"github.com/kvgate/kvgate/e2e/envoyharness"
-	"github.com/kvgate/kvgate/internal/testkit/modelfiles"
+	"github.com/kvgate/kvgate/lab/envoyharness"
+	"github.com/kvgate/kvgate/lab/testkit/modelfiles"
 )
 
 // endpointFor reads :path as uvicorn + Starlette (vLLM, SGLang) and Go's

@@ -6,7 +6,7 @@ import (
 
 	"github.com/kvgate/kvgate/extproc/enginemetrics"
 	"github.com/kvgate/kvgate/extproc/loadview"
-	"github.com/kvgate/kvgate/indexer/kvindex"
+	"github.com/kvgate/kvgate/kv/kvindex"
 	"github.com/kvgate/kvgate/picker"
 )
 

@@ -13,9 +13,9 @@ import (
 	"github.com/kvgate/kvgate/config"
 	"github.com/kvgate/kvgate/extproc/enginemetrics"
 	"github.com/kvgate/kvgate/extproc/extprocconfig"
-	"github.com/kvgate/kvgate/internal/kvfleet"
-	"github.com/kvgate/kvgate/internal/testkit/poll"
 	"github.com/kvgate/kvgate/internal/yamlconf"
+	"github.com/kvgate/kvgate/kv/kvfleet"
+	"github.com/kvgate/kvgate/lab/testkit/poll"
 	"github.com/kvgate/kvgate/picker"
 )
 

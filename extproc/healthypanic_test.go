@@ -12,8 +12,8 @@ import (
 
 	"github.com/kvgate/kvgate/config"
 	"github.com/kvgate/kvgate/extproc/extprocconfig"
-	"github.com/kvgate/kvgate/internal/kvfleet"
 	"github.com/kvgate/kvgate/internal/yamlconf"
+	"github.com/kvgate/kvgate/kv/kvfleet"
 )
 
 // slowHealthEngine answers /health only after delay, everything else at

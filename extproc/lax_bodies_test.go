@@ -6,8 +6,8 @@ import (
 	"testing"
 	"unicode/utf16"
 
-	"github.com/kvgate/kvgate/e2e/envoyharness"
-	"github.com/kvgate/kvgate/internal/kvfleet"
+	"github.com/kvgate/kvgate/kv/kvfleet"
+	"github.com/kvgate/kvgate/lab/envoyharness"
 )
 
 // Issue 31 finding 6, over real ext_proc streams (the harness plays

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/kvgate/kvgate/indexer/kvindex"
+	"github.com/kvgate/kvgate/kv/kvindex"
 )
 
 // match asks the index, deepened by the prefixes routed but not yet

@@ -11,9 +11,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/kvgate/kvgate/config"
-	"github.com/kvgate/kvgate/e2e/envoyharness"
 	"github.com/kvgate/kvgate/extproc/extprocconfig"
 	"github.com/kvgate/kvgate/internal/yamlconf"
+	"github.com/kvgate/kvgate/lab/envoyharness"
 )
 
 func outlierConfig() extprocconfig.Outlier {

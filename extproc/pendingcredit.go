@@ -3,7 +3,7 @@ package extproc
 import (
 	"time"
 
-	"github.com/kvgate/kvgate/internal/kvfleet"
+	"github.com/kvgate/kvgate/kv/kvfleet"
 )
 
 // Pending-prefix credit for workers that publish KV events: between routing
@@ -13,7 +13,7 @@ import (
 // of a burst sharing a new system prompt, would be scored as a cold miss
 // everywhere and scattered. r.pending (loadview.Pending) remembers each
 // decision's chain for PendingTTL and the match is deepened with it; the
-// replay's kvgate policy runs the same code (e2e/replay, simulation.go).
+// replay's kvgate policy runs the same code (lab/replay, simulation.go).
 // Workers without KV events are credited by r.recent instead, at Dynamo's
 // 120 s approximate TTL.
 

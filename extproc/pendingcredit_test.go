@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvgate/kvgate/e2e/envoyharness"
 	"github.com/kvgate/kvgate/extproc/loadview"
-	"github.com/kvgate/kvgate/internal/kvfleet"
+	"github.com/kvgate/kvgate/kv/kvfleet"
+	"github.com/kvgate/kvgate/lab/envoyharness"
 )
 
 // A request routed to a worker whose KV events have not arrived yet still

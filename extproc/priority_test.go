@@ -10,8 +10,8 @@ import (
 	"testing"
 
 	"github.com/kvgate/kvgate/config"
-	"github.com/kvgate/kvgate/e2e/envoyharness"
 	"github.com/kvgate/kvgate/extproc/server"
+	"github.com/kvgate/kvgate/lab/envoyharness"
 )
 
 // decideWith runs one chat request with the given headers through the

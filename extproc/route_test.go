@@ -7,8 +7,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/kvgate/kvgate/e2e/envoyharness"
 	"github.com/kvgate/kvgate/extproc/server"
+	"github.com/kvgate/kvgate/lab/envoyharness"
 )
 
 // Decisions run concurrently with no router-wide lock: every stage's state

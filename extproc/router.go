@@ -30,9 +30,9 @@ import (
 	"github.com/kvgate/kvgate/extproc/loadview"
 	"github.com/kvgate/kvgate/extproc/preprocess"
 	"github.com/kvgate/kvgate/extproc/server"
-	"github.com/kvgate/kvgate/indexer/indexerconfig"
-	"github.com/kvgate/kvgate/indexer/kvindex"
-	"github.com/kvgate/kvgate/internal/kvfleet"
+	"github.com/kvgate/kvgate/kv/indexconfig"
+	"github.com/kvgate/kvgate/kv/kvfleet"
+	"github.com/kvgate/kvgate/kv/kvindex"
 	"github.com/kvgate/kvgate/picker"
 )
 
@@ -115,7 +115,7 @@ type RouterConfig struct {
 	Extproc extprocconfig.Config
 	// Index says whether replicas can share their load: with backend
 	// redis they do, under index.redis.prefix (sharedload.go).
-	Index indexerconfig.Index
+	Index indexconfig.Index
 	// Workers is the worker set at start (SetMembers replaces it).
 	Workers []kvfleet.Worker
 }

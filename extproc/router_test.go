@@ -16,14 +16,14 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/kvgate/kvgate/config"
-	"github.com/kvgate/kvgate/e2e/envoyharness"
 	"github.com/kvgate/kvgate/extproc/openai"
 	"github.com/kvgate/kvgate/extproc/preprocess"
 	"github.com/kvgate/kvgate/extproc/server"
-	"github.com/kvgate/kvgate/indexer/kvindex"
-	"github.com/kvgate/kvgate/internal/kvfleet"
-	"github.com/kvgate/kvgate/internal/testkit/modelfiles"
-	"github.com/kvgate/kvgate/internal/testkit/poll"
+	"github.com/kvgate/kvgate/kv/kvfleet"
+	"github.com/kvgate/kvgate/kv/kvindex"
+	"github.com/kvgate/kvgate/lab/envoyharness"
+	"github.com/kvgate/kvgate/lab/testkit/modelfiles"
+	"github.com/kvgate/kvgate/lab/testkit/poll"
 	"github.com/kvgate/kvgate/picker"
 )
 
@@ -40,7 +40,7 @@ type rig struct {
 
 // withWorkers replaces the harness's worker cluster endpoints (as EDS
 // would after the fleet changed).
-// routerConfig is what the composition points (internal/runextproc,
+// routerConfig is what the composition points (daemon/extprocd,
 // deploy/inventory) give NewRouter: cfg's sections and its engines expanded.
 func routerConfig(t testing.TB, cfg config.Config) RouterConfig {
 	t.Helper()

@@ -18,7 +18,7 @@ import (
 
 	"github.com/kvgate/kvgate/extproc/extprocconfig"
 	"github.com/kvgate/kvgate/extproc/loadview"
-	"github.com/kvgate/kvgate/internal/kvfleet"
+	"github.com/kvgate/kvgate/kv/kvfleet"
 	"github.com/kvgate/kvgate/picker"
 )
 

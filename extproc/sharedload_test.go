@@ -19,12 +19,12 @@ import (
 	"github.com/kvgate/kvgate/extproc/openai"
 	"github.com/kvgate/kvgate/extproc/preprocess"
 	"github.com/kvgate/kvgate/indexer"
-	"github.com/kvgate/kvgate/indexer/kvindex"
-	"github.com/kvgate/kvgate/internal/kvfleet"
-	"github.com/kvgate/kvgate/internal/testkit/modelfiles"
-	"github.com/kvgate/kvgate/internal/testkit/poll"
-	"github.com/kvgate/kvgate/internal/testkit/redistest"
 	"github.com/kvgate/kvgate/internal/yamlconf"
+	"github.com/kvgate/kvgate/kv/kvfleet"
+	"github.com/kvgate/kvgate/kv/kvindex"
+	"github.com/kvgate/kvgate/lab/testkit/modelfiles"
+	"github.com/kvgate/kvgate/lab/testkit/poll"
+	"github.com/kvgate/kvgate/lab/testkit/redistest"
 	"github.com/kvgate/kvgate/picker"
 )
 

@@ -6,7 +6,7 @@ import (
 
 	"github.com/kvgate/kvgate/extproc/loadview"
 	"github.com/kvgate/kvgate/extproc/server"
-	"github.com/kvgate/kvgate/internal/kvfleet"
+	"github.com/kvgate/kvgate/kv/kvfleet"
 )
 
 // ticket follows one routed request: it releases kvgate's load accounting

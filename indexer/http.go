@@ -11,9 +11,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/kvgate/kvgate/indexer/ingest"
-	"github.com/kvgate/kvgate/indexer/kvindex"
-	"github.com/kvgate/kvgate/indexer/kvstream"
+	"github.com/kvgate/kvgate/kv/ingest"
+	"github.com/kvgate/kvgate/kv/kvindex"
+	"github.com/kvgate/kvgate/kv/kvstream"
 )
 
 // Handler serves /metrics, /healthz (the process is up), /readyz (the

@@ -14,11 +14,11 @@ import (
 	"testing"
 
 	"github.com/kvgate/kvgate/config"
-	"github.com/kvgate/kvgate/indexer/kvevents"
-	"github.com/kvgate/kvgate/indexer/kvindex"
-	"github.com/kvgate/kvgate/indexer/kvstream"
-	"github.com/kvgate/kvgate/internal/kvfleet"
-	"github.com/kvgate/kvgate/internal/testkit/freeport"
+	"github.com/kvgate/kvgate/kv/kvevents"
+	"github.com/kvgate/kvgate/kv/kvfleet"
+	"github.com/kvgate/kvgate/kv/kvindex"
+	"github.com/kvgate/kvgate/kv/kvstream"
+	"github.com/kvgate/kvgate/lab/testkit/freeport"
 )
 
 // lockedBuffer is the log sink shared by the service's goroutines.

@@ -7,7 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/kvgate/kvgate/indexer/ingest"
+	"github.com/kvgate/kvgate/kv/ingest"
 )
 
 // collector turns the components' counter snapshots into Prometheus

@@ -6,14 +6,14 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/kvgate/kvgate/indexer/indexerconfig"
-	"github.com/kvgate/kvgate/indexer/kvindex"
 	"github.com/kvgate/kvgate/internal/secretfiles"
+	"github.com/kvgate/kvgate/kv/indexconfig"
+	"github.com/kvgate/kvgate/kv/kvindex"
 )
 
 // OpenIndex builds the configured index backend. For Redis it owns the
 // client it creates: closing the returned index closes the client too.
-func OpenIndex(ctx context.Context, c indexerconfig.Index) (kvindex.Index, error) {
+func OpenIndex(ctx context.Context, c indexconfig.Index) (kvindex.Index, error) {
 	switch c.Backend {
 	case "memory":
 		return kvindex.NewMemory(kvindex.MemoryConfig{Shards: c.Memory.Shards, MaxEntries: c.Memory.MaxEntries}), nil
@@ -46,7 +46,7 @@ func OpenIndex(ctx context.Context, c indexerconfig.Index) (kvindex.Index, error
 // user and password fetched for every new connection (a rotated password
 // file applies to the next connection; the password never enters a log
 // line or an error).
-func redisOptions(r indexerconfig.RedisIndex) (*redis.UniversalOptions, error) {
+func redisOptions(r indexconfig.RedisIndex) (*redis.UniversalOptions, error) {
 	opts := &redis.UniversalOptions{Addrs: r.Addrs, DB: r.DB, IsClusterMode: r.Cluster}
 	tlsCfg, err := r.TLS.Load()
 	if err != nil {

@@ -9,14 +9,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvgate/kvgate/indexer/indexerconfig"
-	"github.com/kvgate/kvgate/indexer/kvindex"
-	"github.com/kvgate/kvgate/internal/kvfleet"
 	"github.com/kvgate/kvgate/internal/secretfiles"
-	"github.com/kvgate/kvgate/internal/testkit/freeport"
-	"github.com/kvgate/kvgate/internal/testkit/redistest"
-	"github.com/kvgate/kvgate/internal/testkit/tlstest"
 	"github.com/kvgate/kvgate/internal/yamlconf"
+	"github.com/kvgate/kvgate/kv/indexconfig"
+	"github.com/kvgate/kvgate/kv/kvfleet"
+	"github.com/kvgate/kvgate/kv/kvindex"
+	"github.com/kvgate/kvgate/lab/testkit/freeport"
+	"github.com/kvgate/kvgate/lab/testkit/redistest"
+	"github.com/kvgate/kvgate/lab/testkit/tlstest"
 )
 
 const (
@@ -65,8 +65,8 @@ func tlsPort(t *testing.T, s *redistest.Server) string {
 	return "127.0.0.1:" + v["tls-port"]
 }
 
-func redisIndexConfig(addr string) indexerconfig.Index {
-	return indexerconfig.Index{Backend: "redis", Redis: indexerconfig.RedisIndex{
+func redisIndexConfig(addr string) indexconfig.Index {
+	return indexconfig.Index{Backend: "redis", Redis: indexconfig.RedisIndex{
 		Addrs: []string{addr}, Prefix: "tls-test:", BlockTTL: yamlconf.Duration(time.Hour), WorkerTTL: yamlconf.Duration(30 * time.Second)}}
 }
 
@@ -144,7 +144,7 @@ func TestOpenIndexRedisACLUser(t *testing.T) {
 	}
 
 	// A rotated password file is what the next connection authenticates with.
-	opts, err := redisOptions(indexerconfig.RedisIndex{Username: aclUser, PasswordFile: pwFile})
+	opts, err := redisOptions(indexconfig.RedisIndex{Username: aclUser, PasswordFile: pwFile})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,12 +20,13 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/indexer/indexerconfig"
-	"github.com/kvgate/kvgate/indexer/ingest"
-	"github.com/kvgate/kvgate/indexer/kvevents"
-	"github.com/kvgate/kvgate/indexer/kvindex"
-	"github.com/kvgate/kvgate/indexer/kvstream"
 	"github.com/kvgate/kvgate/internal/confaddr"
-	"github.com/kvgate/kvgate/internal/kvfleet"
+	"github.com/kvgate/kvgate/kv/indexconfig"
+	"github.com/kvgate/kvgate/kv/ingest"
+	"github.com/kvgate/kvgate/kv/kvevents"
+	"github.com/kvgate/kvgate/kv/kvfleet"
+	"github.com/kvgate/kvgate/kv/kvindex"
+	"github.com/kvgate/kvgate/kv/kvstream"
 )
 
 // Service runs one subscription per worker (engine data-parallel rank)
@@ -91,7 +92,7 @@ type stream struct {
 // (config.Config.Workers expands the list), so the indexer does not
 // depend on the whole file (issue 18).
 type ServiceConfig struct {
-	Index   indexerconfig.Index
+	Index   indexconfig.Index
 	Indexer indexerconfig.Config
 	Models  []kvfleet.Model
 	// Workers is the worker set at start (SetWorkers replaces it).

@@ -13,14 +13,14 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/config"
-	"github.com/kvgate/kvgate/indexer/blockhash"
-	"github.com/kvgate/kvgate/indexer/kvevents"
-	"github.com/kvgate/kvgate/indexer/kvindex"
-	"github.com/kvgate/kvgate/indexer/kvstream"
-	"github.com/kvgate/kvgate/internal/kvfleet"
-	"github.com/kvgate/kvgate/internal/testkit/freeport"
-	"github.com/kvgate/kvgate/internal/testkit/poll"
-	"github.com/kvgate/kvgate/internal/testkit/redistest"
+	"github.com/kvgate/kvgate/kv/blockhash"
+	"github.com/kvgate/kvgate/kv/kvevents"
+	"github.com/kvgate/kvgate/kv/kvfleet"
+	"github.com/kvgate/kvgate/kv/kvindex"
+	"github.com/kvgate/kvgate/kv/kvstream"
+	"github.com/kvgate/kvgate/lab/testkit/freeport"
+	"github.com/kvgate/kvgate/lab/testkit/poll"
+	"github.com/kvgate/kvgate/lab/testkit/redistest"
 )
 
 const testBlockSize = 4
@@ -86,7 +86,7 @@ func (e *testEngine) publish(t *testing.T, b kvevents.Batch, live bool) {
 }
 
 // serviceConfig is what the composition points (cmd/kvgate,
-// internal/runextproc) give New: cfg's sections and its engines expanded.
+// daemon/extprocd) give New: cfg's sections and its engines expanded.
 func serviceConfig(t *testing.T, cfg config.Config) ServiceConfig {
 	t.Helper()
 	workers, err := cfg.Workers()

@@ -12,15 +12,15 @@ import (
 
 	"github.com/kvgate/kvgate/config"
 	"github.com/kvgate/kvgate/indexer"
-	"github.com/kvgate/kvgate/indexer/blockhash"
-	"github.com/kvgate/kvgate/indexer/kvindex"
-	"github.com/kvgate/kvgate/internal/kvfleet"
-	"github.com/kvgate/kvgate/internal/testkit/freeport"
-	"github.com/kvgate/kvgate/internal/testkit/poll"
+	"github.com/kvgate/kvgate/kv/blockhash"
+	"github.com/kvgate/kvgate/kv/kvfleet"
+	"github.com/kvgate/kvgate/kv/kvindex"
 	"github.com/kvgate/kvgate/kvagent/agentconfig"
 	"github.com/kvgate/kvgate/kvagent/connector"
 	pb "github.com/kvgate/kvgate/kvagent/connector/connectorpb"
 	"github.com/kvgate/kvgate/kvagent/store"
+	"github.com/kvgate/kvgate/lab/testkit/freeport"
+	"github.com/kvgate/kvgate/lab/testkit/poll"
 )
 
 const (

@@ -23,13 +23,13 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/kvgate/kvgate/internal/secretfiles"
-	"github.com/kvgate/kvgate/internal/testkit/freeport"
-	"github.com/kvgate/kvgate/internal/testkit/poll"
-	"github.com/kvgate/kvgate/internal/testkit/tlstest"
 	"github.com/kvgate/kvgate/kvagent/connector"
 	pb "github.com/kvgate/kvgate/kvagent/connector/connectorpb"
 	"github.com/kvgate/kvgate/kvagent/store"
 	"github.com/kvgate/kvgate/kvagent/transfer"
+	"github.com/kvgate/kvgate/lab/testkit/freeport"
+	"github.com/kvgate/kvgate/lab/testkit/poll"
+	"github.com/kvgate/kvgate/lab/testkit/tlstest"
 )
 
 // The attacks of issue 15 against a real `kvgate kvagent` process (the

@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/config"
-	"github.com/kvgate/kvgate/internal/testkit/freeport"
-	"github.com/kvgate/kvgate/internal/testkit/tlstest"
 	"github.com/kvgate/kvgate/kvagent/agentconfig"
 	"github.com/kvgate/kvgate/kvagent/store"
+	"github.com/kvgate/kvgate/lab/testkit/freeport"
+	"github.com/kvgate/kvgate/lab/testkit/tlstest"
 )
 
 // peerTLSConfig is agentConfig with kvagent.peer.tls: a certificate for

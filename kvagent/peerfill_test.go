@@ -13,13 +13,13 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/kvgate/kvgate/internal/testkit/freeport"
-	"github.com/kvgate/kvgate/internal/testkit/tlstest"
 	"github.com/kvgate/kvgate/internal/yamlconf"
 	"github.com/kvgate/kvgate/kvagent/agentconfig"
 	"github.com/kvgate/kvgate/kvagent/connector"
 	pb "github.com/kvgate/kvgate/kvagent/connector/connectorpb"
 	"github.com/kvgate/kvgate/kvagent/store"
+	"github.com/kvgate/kvgate/lab/testkit/freeport"
+	"github.com/kvgate/kvgate/lab/testkit/tlstest"
 )
 
 // dialAgentAs is dialAgent for an engine serving namespace ns.

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/kvgate/kvgate/internal/kvfleet"
+	"github.com/kvgate/kvgate/kv/kvfleet"
 )
 
 // Policy names.

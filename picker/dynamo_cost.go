@@ -1,6 +1,6 @@
 package picker
 
-import "github.com/kvgate/kvgate/internal/kvfleet"
+import "github.com/kvgate/kvgate/kv/kvfleet"
 
 // The "dynamo" policy is the default cost of NVIDIA Dynamo's KV router,
 // ai-dynamo/dynamo lib/kv-router/src/scheduling/selector/default.rs

@@ -3,7 +3,7 @@ package picker
 import (
 	"testing"
 
-	"github.com/kvgate/kvgate/internal/kvfleet"
+	"github.com/kvgate/kvgate/kv/kvfleet"
 )
 
 // Expected values are worked by hand from Dynamo's formula (dynamo_cost.go)

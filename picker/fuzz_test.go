@@ -6,7 +6,7 @@ import (
 	"math"
 	"testing"
 
-	"github.com/kvgate/kvgate/internal/kvfleet"
+	"github.com/kvgate/kvgate/kv/kvfleet"
 )
 
 // FuzzPick feeds arbitrary requests, candidates and knobs to Pick and

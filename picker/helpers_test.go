@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 
-	"github.com/kvgate/kvgate/internal/kvfleet"
+	"github.com/kvgate/kvgate/kv/kvfleet"
 )
 
 // cand builds an aggregated-capable candidate named w<i> at 10.0.0.<i>:8000.

@@ -4,7 +4,7 @@ import (
 	"math"
 	"testing"
 
-	"github.com/kvgate/kvgate/internal/kvfleet"
+	"github.com/kvgate/kvgate/kv/kvfleet"
 )
 
 func kvgateConfig(mut func(*KvgateConfig)) Config {

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/kvgate/kvgate/internal/kvfleet"
+	"github.com/kvgate/kvgate/kv/kvfleet"
 )
 
 func TestArgmin(t *testing.T) {

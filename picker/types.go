@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/kvgate/kvgate/internal/kvfleet"
+	"github.com/kvgate/kvgate/kv/kvfleet"
 )
 
 // Role is what a worker is deployed to do; the type and its one parser

@@ -1,4 +1,4 @@
-package planner
+package plannersidecar
 
 import (
 	"fmt"
@@ -7,7 +7,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/kvgate/kvgate/internal/kvfleet"
+	"github.com/kvgate/kvgate/kv/kvfleet"
 	"github.com/kvgate/kvgate/planner-sidecar/actuate"
 	"github.com/kvgate/kvgate/planner-sidecar/collect"
 	"github.com/kvgate/kvgate/planner-sidecar/forecast"

@@ -1,4 +1,4 @@
-package planner
+package plannersidecar
 
 import (
 	"context"
@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/config"
-	"github.com/kvgate/kvgate/e2e/plannersim"
 	"github.com/kvgate/kvgate/internal/yamlconf"
+	"github.com/kvgate/kvgate/lab/plannersim"
 	"github.com/kvgate/kvgate/planner-sidecar/forecast"
 	"github.com/kvgate/kvgate/planner-sidecar/perfmodel"
 	"github.com/kvgate/kvgate/planner-sidecar/plan"

@@ -1,4 +1,4 @@
-package planner
+package plannersidecar
 
 import (
 	"os"
@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/kvgate/kvgate/config"
-	"github.com/kvgate/kvgate/internal/kvfleet"
+	"github.com/kvgate/kvgate/kv/kvfleet"
 	"github.com/kvgate/kvgate/planner-sidecar/actuate"
 	"github.com/kvgate/kvgate/planner-sidecar/collect"
 	"github.com/kvgate/kvgate/planner-sidecar/plan"

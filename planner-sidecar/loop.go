@@ -3,7 +3,7 @@
 // actuator carry the decision out (unless advisory), journals the
 // decision with everything behind it, and exports metrics. The parts are
 // in the sub-packages; this one only wires them.
-package planner
+package plannersidecar
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package planner
+package plannersidecar
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/kvgate/kvgate/internal/testkit/profiletest"
+	"github.com/kvgate/kvgate/lab/testkit/profiletest"
 	"github.com/kvgate/kvgate/planner-sidecar/actuate"
 	"github.com/kvgate/kvgate/planner-sidecar/collect"
 	"github.com/kvgate/kvgate/planner-sidecar/forecast"

@@ -6,7 +6,7 @@
 # 1. From the programs (bin/kvgate, bin/kvgate-lab, the dashboard renderer):
 #    every function of the product packages is reachable from one of them. A
 #    product function only tests call is test API and belongs in a _test.go
-#    file or internal/testkit. Workshop packages (e2e/, internal/testkit/,
+#    file or lab/testkit. Workshop packages (e2e/, lab/testkit/,
 #    cmd/kvgate-lab/, deploy/inventory — the dashboards' and alerts' checker,
 #    deploy/dashboards/render) exist for tests and tools and are exempt here.
 # 2. With the tests (all build tags the suites use): no function anywhere is
@@ -17,7 +17,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DEADCODE=(go run golang.org/x/tools/cmd/deadcode@v0.52.0)
-workshop='^(e2e/|internal/testkit/|internal/third_party/|cmd/kvgate-lab/|deploy/inventory/|deploy/dashboards/render/)'
+workshop='^(e2e/|lab/testkit/|internal/third_party/|cmd/kvgate-lab/|deploy/inventory/|deploy/dashboards/render/)'
 status=0
 
 out=$(mktemp)
@@ -28,7 +28,7 @@ trap 'rm -f "$out"' EXIT
 "${DEADCODE[@]}" ./cmd/kvgate ./cmd/kvgate-lab ./deploy/dashboards/render >"$out"
 from_programs=$(grep -Ev "$workshop" "$out" || true)
 if [ -n "$from_programs" ]; then
-	echo "deadcode: product functions no program reaches (move test-only API into _test.go or internal/testkit, or delete it):"
+	echo "deadcode: product functions no program reaches (move test-only API into _test.go or lab/testkit, or delete it):"
 	echo "$from_programs"
 	status=1
 fi

@@ -13,10 +13,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/kvgate/kvgate/e2e/benchmarks"
-	"github.com/kvgate/kvgate/indexer/kvindex"
 	"github.com/kvgate/kvgate/internal/cli"
-	"github.com/kvgate/kvgate/internal/testkit/redistest"
+	"github.com/kvgate/kvgate/kv/kvindex"
+	"github.com/kvgate/kvgate/lab/benchmarks"
+	"github.com/kvgate/kvgate/lab/testkit/redistest"
 )
 
 func init() {

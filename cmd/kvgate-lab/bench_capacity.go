@@ -12,9 +12,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kvgate/kvgate/e2e/enginesim"
-	"github.com/kvgate/kvgate/e2e/replay"
-	"github.com/kvgate/kvgate/e2e/workload"
+	"github.com/kvgate/kvgate/lab/enginesim"
+	"github.com/kvgate/kvgate/lab/replay"
+	"github.com/kvgate/kvgate/lab/workload"
 )
 
 func init() {
@@ -158,7 +158,7 @@ func benchCapacity(ctx context.Context, w io.Writer, _ time.Duration) error {
 
 	fmt.Fprintf(w, "## Capacity under an SLA (issue 16)\n\n")
 	fmt.Fprintf(w, "Each policy's **SLA capacity** is the highest multiple of the workload's arrival rate at which TTFT p90 stays within 2 s, "+
-		"found by doubling or halving from 1× and bisecting to 5 %% (`e2e/replay.Sweep`); the figures at 1×, at capacity and at 4/3 of kvgate's capacity "+
+		"found by doubling or halving from 1× and bisecting to 5 %% (`lab/replay.Sweep`); the figures at 1×, at capacity and at 4/3 of kvgate's capacity "+
 		"come from the same replays. Simulated engines as in the routing section (2,048 blocks of 512 tokens per engine, Dynamo mocker timing), virtual time. "+
 		"Bounds: *pooled LRU* is one LRU cache of the fleet's total GPU capacity serving the workload in order; *ideal* is one infinite cache. "+
 		"Workloads above the fleet's capacity build a queue that drains after the last arrival, so figures beyond capacity depend on the workload's length. "+

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvgate/kvgate/e2e/replay"
+	"github.com/kvgate/kvgate/lab/replay"
 )
 
 func sweepOf(caps map[string]float64, over map[string][2]float64, pooled float64) *replay.SweepResult {

@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/kvgate/kvgate/e2e/procs"
+	"github.com/kvgate/kvgate/lab/procs"
 )
 
 func init() { registerBench("ha-replicas", benchHAReplicas) }

@@ -5,7 +5,7 @@ import (
 	"io"
 	"time"
 
-	"github.com/kvgate/kvgate/e2e/benchmarks"
+	"github.com/kvgate/kvgate/lab/benchmarks"
 )
 
 func init() { registerBench("pathological", benchPathological) }

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kvgate/kvgate/e2e/plannersim"
+	"github.com/kvgate/kvgate/lab/plannersim"
 )
 
 func init() { registerBench("planner", benchPlanner) }
@@ -35,7 +35,7 @@ const (
 func benchPlanner(ctx context.Context, w io.Writer, _ time.Duration) error {
 	fmt.Fprintln(w, "## Planner: SLA-driven sizing in simulated time")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Each replica is e2e/enginesim's engine (vLLM-like scheduler, Dynamo mocker step times) in virtual time; prefill and decode pools (disaggregated), least-loaded routing, 120 s provisioning delay, a decision every 30 s, SLA TTFT ≤ 2 s and mean ITL ≤ 50 ms per request, 1 GPU per replica. GPU-hours bill ready, provisioning and draining replicas over the scored span. `× cheapest` is GPU-hours over those of the cheapest static fleet reaching 99 % attainment, found by search (every fleet tried is listed). The warm-up (simulated, not scored or billed) lets dynamic policies start from their own steady state rather than a cold 1P/1D fleet.")
+	fmt.Fprintln(w, "Each replica is lab/enginesim's engine (vLLM-like scheduler, Dynamo mocker step times) in virtual time; prefill and decode pools (disaggregated), least-loaded routing, 120 s provisioning delay, a decision every 30 s, SLA TTFT ≤ 2 s and mean ITL ≤ 50 ms per request, 1 GPU per replica. GPU-hours bill ready, provisioning and draining replicas over the scored span. `× cheapest` is GPU-hours over those of the cheapest static fleet reaching 99 % attainment, found by search (every fleet tried is listed). The warm-up (simulated, not scored or billed) lets dynamic policies start from their own steady state rather than a cold 1P/1D fleet.")
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "The planner is `plan.SLA` with a profile measured from the same timing model (`plannersim.ProfileFromTimingModel`) and the simulator's defaults (`plannersim.NewPlanner`): %s forecaster, its trend damped with a %v time constant; horizon = provisioning delay + interval (150 s: a replica asked for now serves from then until the next decision could add more); it provisions for the forecast plus %g × its recent mean absolute error at that horizon (the upper end of the forecast, not its mean); a scale-down never goes below what the current level, the forecast or the highest rate of the last 150 s needs (capacity shed now cannot be back sooner); waiting requests add the capacity to serve them within 120 s; scale up when the planned load needs more than %.0f %% and down when less than %.0f %% of its modelled SLA capacity, after 3 decisions in a row. Where the rate's own history shows a period (`forecast.Seasonal`: autocorrelation ≥ 0.8 at a lag with two whole periods in the history, after the autocorrelation has gone negative), the rate is forecast from the last periods (the level now plus the change over the same stretch a period ago) once those forecasts have been closer at the horizon than holt's. The threshold policy is a Kubernetes HPA (GPU utilisation 70 %%, queue 10/replica, KV 70 %%; 10 %% tolerance, 300 s scale-down stabilization). Aim (issue #7): ≥ 99 %% attainment at ≤ 0.8× the cheapest static fleet's GPU-hours, and fewer GPU-hours than the threshold policy at equal attainment.\n",
 		plannersim.DefaultPlannerForecaster, plannersim.DefaultForecastParams.TrendDamping, plannersim.DefaultErrorHeadroom, 100*plannersim.DefaultPlannerUp, 100*plannersim.DefaultPlannerDown)

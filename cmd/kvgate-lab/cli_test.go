@@ -3,7 +3,7 @@ package main
 import (
 	"testing"
 
-	"github.com/kvgate/kvgate/internal/testkit/clitest"
+	"github.com/kvgate/kvgate/lab/testkit/clitest"
 )
 
 // TestEveryCommandHelp: -h and --help print a usage and exit 0, an unknown

@@ -16,12 +16,12 @@ import (
 
 	"github.com/kvgate/kvgate/config"
 	"github.com/kvgate/kvgate/indexer"
-	"github.com/kvgate/kvgate/indexer/blockhash"
-	"github.com/kvgate/kvgate/indexer/kvevents"
-	"github.com/kvgate/kvgate/indexer/kvindex"
 	"github.com/kvgate/kvgate/internal/adminhttp"
 	"github.com/kvgate/kvgate/internal/cli"
-	"github.com/kvgate/kvgate/internal/kvfleet"
+	"github.com/kvgate/kvgate/kv/blockhash"
+	"github.com/kvgate/kvgate/kv/kvevents"
+	"github.com/kvgate/kvgate/kv/kvfleet"
+	"github.com/kvgate/kvgate/kv/kvindex"
 )
 
 func init() {

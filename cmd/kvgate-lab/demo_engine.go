@@ -8,8 +8,8 @@ import (
 
 	"github.com/zeebo/xxh3"
 
-	"github.com/kvgate/kvgate/indexer/kvevents"
-	"github.com/kvgate/kvgate/indexer/kvstream"
+	"github.com/kvgate/kvgate/kv/kvevents"
+	"github.com/kvgate/kvgate/kv/kvstream"
 )
 
 // demoEngine is the smallest stand-in for a vLLM worker that the demo needs:

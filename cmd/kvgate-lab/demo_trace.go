@@ -5,7 +5,7 @@ import (
 	_ "embed"
 	"fmt"
 
-	"github.com/kvgate/kvgate/e2e/replay"
+	"github.com/kvgate/kvgate/lab/replay"
 )
 
 // embeddedTrace is the first 1,000 requests (about 5.5 minutes of

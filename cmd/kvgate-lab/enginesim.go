@@ -15,12 +15,12 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/kvgate/kvgate/indexer/kvstream"
+	"github.com/kvgate/kvgate/kv/kvstream"
 
-	"github.com/kvgate/kvgate/e2e/enginesim"
 	"github.com/kvgate/kvgate/internal/cli"
-	"github.com/kvgate/kvgate/internal/testkit/modelfiles"
 	"github.com/kvgate/kvgate/kvagent/connector"
+	"github.com/kvgate/kvgate/lab/enginesim"
+	"github.com/kvgate/kvgate/lab/testkit/modelfiles"
 )
 
 func init() {

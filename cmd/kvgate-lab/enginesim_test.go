@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvgate/kvgate/e2e/enginesim"
-	"github.com/kvgate/kvgate/internal/testkit/modelfiles"
+	"github.com/kvgate/kvgate/lab/enginesim"
+	"github.com/kvgate/kvgate/lab/testkit/modelfiles"
 )
 
 func TestEnginesimRejectsBadFlags(t *testing.T) {

@@ -18,16 +18,16 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/config"
-	"github.com/kvgate/kvgate/e2e/envoyharness"
 	"github.com/kvgate/kvgate/envoy"
 	"github.com/kvgate/kvgate/extproc/envoyaddr"
 	"github.com/kvgate/kvgate/internal/cli"
 	"github.com/kvgate/kvgate/internal/confaddr"
+	"github.com/kvgate/kvgate/lab/envoyharness"
 )
 
 // kvgate-lab gateway is Envoy's part of the request path without an Envoy:
 // an HTTP listener whose every request goes through the Envoy harness
-// (e2e/envoyharness.Proxy) playing one Envoy configuration, with the
+// (lab/envoyharness.Proxy) playing one Envoy configuration, with the
 // ext_proc replicas and the workers given here as EDS would give them. It
 // is what the tests use as Envoy, made runnable for trying kvgate on a
 // laptop; it is not a production proxy (no TLS, no HTTP/2 from clients, no

@@ -19,14 +19,14 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/config"
-	"github.com/kvgate/kvgate/e2e/enginesim"
-	"github.com/kvgate/kvgate/e2e/envoyharness"
-	"github.com/kvgate/kvgate/e2e/replay"
+	"github.com/kvgate/kvgate/daemon/extprocd"
 	"github.com/kvgate/kvgate/extproc"
 	"github.com/kvgate/kvgate/internal/adminhttp"
 	"github.com/kvgate/kvgate/internal/cli"
-	"github.com/kvgate/kvgate/internal/runextproc"
-	"github.com/kvgate/kvgate/internal/testkit/modelfiles"
+	"github.com/kvgate/kvgate/lab/enginesim"
+	"github.com/kvgate/kvgate/lab/envoyharness"
+	"github.com/kvgate/kvgate/lab/replay"
+	"github.com/kvgate/kvgate/lab/testkit/modelfiles"
 )
 
 func init() {
@@ -239,7 +239,7 @@ func startDemoGateway(ctx context.Context, wg *sync.WaitGroup, cfg config.Config
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		extErr <- runextproc.Serve(ctx, cfg, runextproc.Options{Drain: time.Second, Log: log,
+		extErr <- extprocd.Serve(ctx, cfg, extprocd.Options{Drain: time.Second, Log: log,
 			Listening:   func(g, a net.Addr) { ready <- addrs{g, a} },
 			RouterReady: func(r *extproc.Router) { routerc <- r },
 		})

@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvgate/kvgate/e2e/replay"
-	"github.com/kvgate/kvgate/internal/testkit/poll"
+	"github.com/kvgate/kvgate/lab/replay"
+	"github.com/kvgate/kvgate/lab/testkit/poll"
 )
 
 type lockedBuffer struct {
@@ -49,7 +49,7 @@ func TestGatewayDemo(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- gatewayDemo(ctx, &out, gatewayDemoOptions{engines: 2, listen: "127.0.0.1:0", requests: 25, compare: true,
-			duration: 2 * time.Second, speedup: 50, trace: "../../e2e/replay/testdata/conversation_head300.jsonl"})
+			duration: 2 * time.Second, speedup: 50, trace: "../../lab/replay/testdata/conversation_head300.jsonl"})
 	}()
 	re := regexp.MustCompile(`ext_proc on (http://\S+)\.`)
 	var base string
@@ -86,7 +86,7 @@ func TestGatewayDemo(t *testing.T) {
 	var rout, rerr bytes.Buffer
 	plotDir := t.TempDir()
 	code := dispatch([]string{"replay", "--gateway", base, "--json", "--limit", "12", "--time-compression", "100", "--max-tokens", "8",
-		"--trace", "../../e2e/replay/testdata/conversation_head300.jsonl", "--plot", plotDir}, strings.NewReader(""), &rout, &rerr)
+		"--trace", "../../lab/replay/testdata/conversation_head300.jsonl", "--plot", plotDir}, strings.NewReader(""), &rout, &rerr)
 	if code != 0 {
 		t.Fatalf("replay --gateway: exit %d: %s", code, rerr.String())
 	}
@@ -145,7 +145,7 @@ func TestGatewayDemo(t *testing.T) {
 
 // The side-by-side table: kvgate's column over round robin's, per row.
 func TestWriteSideBySide(t *testing.T) {
-	reqs, _, err := loadTrace("../../e2e/replay/testdata/conversation_head300.jsonl", 50)
+	reqs, _, err := loadTrace("../../lab/replay/testdata/conversation_head300.jsonl", 50)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,7 +212,7 @@ func TestEmbeddedTrace(t *testing.T) {
 	if len(reqs) != 1000 || !strings.Contains(name, "embedded") {
 		t.Fatalf("%d requests, name %q", len(reqs), name)
 	}
-	head, err := replay.LoadTrace("../../e2e/replay/testdata/conversation_head300.jsonl", 0)
+	head, err := replay.LoadTrace("../../lab/replay/testdata/conversation_head300.jsonl", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +233,7 @@ func TestGatewayDemoKvgateOnly(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	err := gatewayDemo(ctx, &out, gatewayDemoOptions{engines: 2, listen: "127.0.0.1:0", requests: 10, exitAfter: true,
-		duration: time.Second, speedup: 50, trace: "../../e2e/replay/testdata/conversation_head300.jsonl"})
+		duration: time.Second, speedup: 50, trace: "../../lab/replay/testdata/conversation_head300.jsonl"})
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}

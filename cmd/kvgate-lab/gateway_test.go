@@ -20,10 +20,10 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/config"
-	"github.com/kvgate/kvgate/e2e/envoyharness"
-	"github.com/kvgate/kvgate/internal/runextproc"
-	"github.com/kvgate/kvgate/internal/testkit/modelfiles"
-	"github.com/kvgate/kvgate/internal/testkit/poll"
+	"github.com/kvgate/kvgate/daemon/extprocd"
+	"github.com/kvgate/kvgate/lab/envoyharness"
+	"github.com/kvgate/kvgate/lab/testkit/modelfiles"
+	"github.com/kvgate/kvgate/lab/testkit/poll"
 )
 
 // Bad flags and files exit 2 with a message naming the flag (or the key of
@@ -183,7 +183,7 @@ func TestGatewayProcessRoutesStreamsAndDrains(t *testing.T) {
 	extDone := make(chan error, 1)
 	ready := make(chan net.Addr, 1)
 	go func() {
-		extDone <- runextproc.Serve(ctx, cfg, runextproc.Options{Drain: time.Second, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		extDone <- extprocd.Serve(ctx, cfg, extprocd.Options{Drain: time.Second, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 			Listening: func(g, _ net.Addr) { ready <- g }})
 	}()
 	defer func() { cancel(); <-extDone }()

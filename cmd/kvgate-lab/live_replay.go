@@ -15,7 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/kvgate/kvgate/e2e/replay"
+	"github.com/kvgate/kvgate/lab/replay"
 )
 
 // liveOptions drives a wall-clock replay over HTTP through a gateway (the
@@ -129,7 +129,7 @@ func liveReplay(ctx context.Context, base string, reqs []replay.TraceRequest, o 
 }
 
 // liveHitOverTime buckets the answered requests by when they were sent, as
-// the in-process replay buckets arrivals (e2e/replay simulation: span/60,
+// the in-process replay buckets arrivals (lab/replay simulation: span/60,
 // at least a second); a live replay is often only seconds long, so here the
 // bucket is span/30, at least a millisecond, to still draw a line.
 func liveHitOverTime(results []liveRequest) []replay.HitPoint {

@@ -1,7 +1,7 @@
 // Command kvgate-lab is kvgate's workshop: the local demo, the benchmarks
 // behind BENCHMARKS.md, trace replay (simulated and live), the simulated
 // engines, the planner simulator, the round-robin baseline and the
-// development gateway (the fake Envoy of e2e/envoyharness, NOT for
+// development gateway (the fake Envoy of lab/envoyharness, NOT for
 // production). Nothing here is deployed: the production processes are
 // cmd/kvgate, which must never link this binary's simulators, plotting or
 // redis-server launchers (internal/importrules checks it).

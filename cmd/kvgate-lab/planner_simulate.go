@@ -13,16 +13,16 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/kvgate/kvgate/e2e/plannersim"
-	"github.com/kvgate/kvgate/e2e/replay"
 	"github.com/kvgate/kvgate/internal/cli"
+	"github.com/kvgate/kvgate/lab/plannersim"
+	"github.com/kvgate/kvgate/lab/replay"
 	"github.com/kvgate/kvgate/planner-sidecar/forecast"
 	"github.com/kvgate/kvgate/planner-sidecar/plan"
 )
 
 // defaultAzureTrace is relative to the repository root; the Mooncake
 // default is the slice embedded in the binary (demo_trace.go).
-const defaultAzureTrace = "e2e/plannersim/testdata/AzureLLMInferenceTrace_conv.csv"
+const defaultAzureTrace = "lab/plannersim/testdata/AzureLLMInferenceTrace_conv.csv"
 
 func init() {
 	register("planner-simulate", cli.Command{

@@ -19,8 +19,8 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/config"
-	"github.com/kvgate/kvgate/e2e/envoyharness"
-	"github.com/kvgate/kvgate/internal/testkit/poll"
+	"github.com/kvgate/kvgate/lab/envoyharness"
+	"github.com/kvgate/kvgate/lab/testkit/poll"
 )
 
 // README.md's "Run it locally without Envoy" recipe, run as written: the

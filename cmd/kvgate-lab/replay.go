@@ -12,9 +12,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kvgate/kvgate/e2e/replay"
-	"github.com/kvgate/kvgate/e2e/workload"
 	"github.com/kvgate/kvgate/internal/cli"
+	"github.com/kvgate/kvgate/lab/replay"
+	"github.com/kvgate/kvgate/lab/workload"
 )
 
 func init() {
@@ -28,7 +28,7 @@ func runReplay(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("kvgate-lab replay", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	tracePath := fs.String("trace", "", "Mooncake JSONL trace (timestamp ms, input_length, output_length, hash_ids), or an Azure LLM inference trace .csv (replayed with every prompt unique); default: the first 1000 requests of Mooncake's conversation trace, embedded in the binary")
-	mix := fs.String("mix", "", "replay a generated workload instead of --trace: one of "+strings.Join(append(append([]string(nil), workload.TuningMixes...), workload.HeldOutMixes...), ", ")+" (e2e/workload; --limit requests, default 1500)")
+	mix := fs.String("mix", "", "replay a generated workload instead of --trace: one of "+strings.Join(append(append([]string(nil), workload.TuningMixes...), workload.HeldOutMixes...), ", ")+" (lab/workload; --limit requests, default 1500)")
 	workers := fs.Int("workers", 8, "simulated engines in the fleet")
 	blockSize := fs.Int("block-size", replay.TraceBlockSize, "engine KV block size in tokens")
 	gpuBlocks := fs.Int("gpu-blocks", 0, "KV cache capacity per engine in blocks (0: 1 Mi tokens, the Dynamo mocker's 16384×64)")

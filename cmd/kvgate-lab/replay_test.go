@@ -10,7 +10,7 @@ import (
 	"testing"
 )
 
-const replayTestdataTrace = "../../e2e/replay/testdata/conversation_head300.jsonl"
+const replayTestdataTrace = "../../lab/replay/testdata/conversation_head300.jsonl"
 
 func TestReplayJSONPrintsExactlyOneObject(t *testing.T) {
 	var out, errb bytes.Buffer

@@ -16,7 +16,7 @@ import (
 
 	"github.com/kvgate/kvgate/config"
 	"github.com/kvgate/kvgate/kvagent"
-	planner "github.com/kvgate/kvgate/planner-sidecar"
+	"github.com/kvgate/kvgate/planner-sidecar"
 )
 
 const listenerTestToken = "c0ffee00c0ffee00c0ffee00c0ffee00"
@@ -131,7 +131,7 @@ planner:
 		t.Fatal(err)
 	}
 	log := slog.New(slog.DiscardHandler)
-	loop, err := planner.New(cfg.Planner, nil, planner.Options{Advisory: true, Log: log})
+	loop, err := plannersidecar.New(cfg.Planner, nil, plannersidecar.Options{Advisory: true, Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}

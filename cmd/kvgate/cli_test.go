@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvgate/kvgate/internal/testkit/clitest"
+	"github.com/kvgate/kvgate/lab/testkit/clitest"
 )
 
 // subcommandLines lists every command line that has its own flags: each

@@ -8,8 +8,8 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/kvgate/kvgate/indexer/blockhash"
 	"github.com/kvgate/kvgate/internal/cli"
+	"github.com/kvgate/kvgate/kv/blockhash"
 )
 
 func init() {

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvgate/kvgate/indexer/blockhash"
+	"github.com/kvgate/kvgate/kv/blockhash"
 )
 
 func TestHashCLIPublishedVector(t *testing.T) {
@@ -82,7 +82,7 @@ func FuzzHashInput(f *testing.F) {
 // scripts/golden-hash.sh from hash-wasm's XXH3 (an independent
 // implementation), LoRA and namespace salts included, through the CLI.
 func TestHashCLIMatchesIndependentImplementation(t *testing.T) {
-	data, err := os.ReadFile("../../indexer/blockhash/testdata/golden_hash.jsonl")
+	data, err := os.ReadFile("../../kv/blockhash/testdata/golden_hash.jsonl")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,9 +16,9 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/indexer"
-	"github.com/kvgate/kvgate/indexer/kvevents"
-	"github.com/kvgate/kvgate/indexer/kvstream"
-	"github.com/kvgate/kvgate/internal/testkit/poll"
+	"github.com/kvgate/kvgate/kv/kvevents"
+	"github.com/kvgate/kvgate/kv/kvstream"
+	"github.com/kvgate/kvgate/lab/testkit/poll"
 )
 
 type syncBuffer struct {

@@ -10,8 +10,8 @@ package main
 import (
 	"os"
 
+	"github.com/kvgate/kvgate/daemon/extprocd"
 	"github.com/kvgate/kvgate/internal/cli"
-	"github.com/kvgate/kvgate/internal/runextproc"
 )
 
 // commands is filled by each subcommand's file in its init function.
@@ -23,7 +23,7 @@ var commands = cli.NewCommands("kvgate",
 
 func register(name string, c cli.Command) { commands.Register(name, c) }
 
-func init() { register("extproc", runextproc.Command) }
+func init() { register("extproc", extprocd.Command) }
 
 func main() {
 	os.Exit(dispatch(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))

@@ -20,7 +20,7 @@ import (
 	"github.com/kvgate/kvgate/internal/adminhttp"
 	"github.com/kvgate/kvgate/internal/cli"
 	"github.com/kvgate/kvgate/internal/confaddr"
-	planner "github.com/kvgate/kvgate/planner-sidecar"
+	"github.com/kvgate/kvgate/planner-sidecar"
 	"github.com/kvgate/kvgate/planner-sidecar/journal"
 	"github.com/kvgate/kvgate/planner-sidecar/profiler"
 )
@@ -112,7 +112,7 @@ func runPlanner(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "kvgate planner: %v\n", err)
 		return 2
 	}
-	loop, err := planner.New(cfg.Planner, workers, planner.Options{Advisory: *advisory, Interval: *interval, Journal: *journalPath, Profile: *profilePath, Log: log})
+	loop, err := plannersidecar.New(cfg.Planner, workers, plannersidecar.Options{Advisory: *advisory, Interval: *interval, Journal: *journalPath, Profile: *profilePath, Log: log})
 	if err != nil {
 		fmt.Fprintf(stderr, "kvgate planner: %v\n", err)
 		return 2
@@ -136,13 +136,13 @@ func runPlanner(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 
 // plannerAdmin is the planner's admin handler behind planner.admin_auth
 // (the bearer-token check every kvgate admin listener shares).
-func plannerAdmin(cfg config.Config, loop *planner.Loop, log *slog.Logger) http.Handler {
+func plannerAdmin(cfg config.Config, loop *plannersidecar.Loop, log *slog.Logger) http.Handler {
 	return adminhttp.WithAdminAuth(loop.AdminHandler(), "planner.admin", cfg.Planner.Admin, cfg.Planner.AdminAuth, log)
 }
 
 // servePlanner runs the loop (steps decisions, or until ctx ends) with the
 // admin endpoints up on ln (closed when it returns).
-func servePlanner(ctx context.Context, loop *planner.Loop, admin http.Handler, ln net.Listener, steps int, log *slog.Logger) error {
+func servePlanner(ctx context.Context, loop *plannersidecar.Loop, admin http.Handler, ln net.Listener, steps int, log *slog.Logger) error {
 	srv := &http.Server{Handler: admin, ReadHeaderTimeout: 5 * time.Second}
 	go srv.Serve(ln)
 	defer srv.Close()

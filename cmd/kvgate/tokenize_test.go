@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvgate/kvgate/internal/testkit/modelfiles"
+	"github.com/kvgate/kvgate/lab/testkit/modelfiles"
 )
 
 // `kvgate tokenize --chat` must reproduce the whole oracle chain: Python

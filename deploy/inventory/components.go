@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -20,9 +21,8 @@ import (
 	"github.com/kvgate/kvgate/extproc/enginemetrics"
 	"github.com/kvgate/kvgate/extproc/preprocess"
 	"github.com/kvgate/kvgate/indexer"
-	"github.com/kvgate/kvgate/internal/testkit/freeport"
 	"github.com/kvgate/kvgate/kvagent"
-	planner "github.com/kvgate/kvgate/planner-sidecar"
+	"github.com/kvgate/kvgate/planner-sidecar"
 )
 
 // Sources, as listed in Family.Source.
@@ -30,7 +30,7 @@ const (
 	SourceExtproc = "kvgate extproc"
 	SourceIndexer = "kvgate indexer (also in extproc with the memory index)"
 	SourceRuntime = "Go runtime and process (every kvgate process)"
-	SourceVLLM    = "vLLM (as e2e/enginesim serves it)"
+	SourceVLLM    = "vLLM (as lab/enginesim serves it)"
 	SourceSGLang  = "SGLang (read by extproc/enginemetrics)"
 	SourceKvagent = "kvgate kvagent"
 	SourcePlanner = "kvgate planner"
@@ -45,7 +45,7 @@ var sglangLabels = []string{"dp_rank", "engine_type", "model_name", "moe_ep_rank
 // Build instantiates every kvgate component's metrics on fresh registries
 // and returns the inventory, plus the engine metrics kvgate scrapes. vllm
 // is what a vLLM engine serves on /metrics, gathered by the caller (the
-// tests pass e2e/enginesim's MetricFamilies): this package is deploy
+// tests pass lab/enginesim's MetricFamilies): this package is deploy
 // tooling and must not import the workshop's simulators itself
 // (internal/importrules).
 func Build(vllm []*dto.MetricFamily) (*Inventory, error) {
@@ -136,7 +136,7 @@ func indexerFamilies() ([]Family, error) {
 }
 
 // runtimeFamilies are the Go and process collectors every kvgate process
-// registers next to its own (internal/runextproc/extproc.go, indexer/http.go).
+// registers next to its own (daemon/extprocd/extproc.go, indexer/http.go).
 func runtimeFamilies() ([]Family, error) {
 	rec := newRecorder()
 	if err := firstErr(rec.Register(collectors.NewGoCollector()), rec.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))); err != nil {
@@ -159,7 +159,7 @@ func engineFamilies(mfs []*dto.MetricFamily) ([]Family, error) {
 		switch {
 		case strings.HasPrefix(name, "vllm:"):
 			if !slices.ContainsFunc(vllm, func(f Family) bool { return f.Name == name }) {
-				return nil, fmt.Errorf("extproc/enginemetrics reads %s but e2e/enginesim does not serve it", name)
+				return nil, fmt.Errorf("extproc/enginemetrics reads %s but lab/enginesim does not serve it", name)
 			}
 		case strings.HasPrefix(name, "sglang:"):
 			out = append(out, Family{Name: name, Type: TypeGauge, Labels: sglangLabels, Source: SourceSGLang,
@@ -195,7 +195,7 @@ func kvagentFamilies() ([]Family, error) {
 	k.Peer.TransferListen = "127.0.0.1:0"
 	// The events endpoint must name a port (config validation); a free
 	// loopback one, taken from the kernel and released just before.
-	events, err := freeport.Port()
+	events, err := freeLoopbackPort()
 	if err != nil {
 		return nil, err
 	}
@@ -220,10 +220,22 @@ func kvagentFamilies() ([]Family, error) {
 // plannerFamilies describes the planner sidecar's metrics.
 func plannerFamilies() ([]Family, error) {
 	rec := newRecorder()
-	for _, c := range planner.NewMetrics().Collectors() {
+	for _, c := range plannersidecar.NewMetrics().Collectors() {
 		if err := rec.Register(c); err != nil {
 			return nil, fmt.Errorf("planner metrics: %w", err)
 		}
 	}
 	return rec.describe(SourcePlanner)
+}
+
+// freeLoopbackPort asks the kernel for a free loopback port and releases it
+// (the inventory is a tool the product links nothing of, and it may not
+// import the workshop's test kits, lab/testkit/freeport among them).
+func freeLoopbackPort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("free loopback port: %w", err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
 }

@@ -15,8 +15,8 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"github.com/kvgate/kvgate/e2e/enginesim"
 	"github.com/kvgate/kvgate/indexer"
+	"github.com/kvgate/kvgate/lab/enginesim"
 )
 
 var (

@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/kvgate/kvgate/extproc/discovery/kubeselect"
-	"github.com/kvgate/kvgate/internal/kvfleet"
+	"github.com/kvgate/kvgate/kv/kvfleet"
 	discoveryv1 "k8s.io/api/discovery/v1"
 )
 

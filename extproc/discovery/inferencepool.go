@@ -26,7 +26,7 @@ import (
 	gieinformers "sigs.k8s.io/gateway-api-inference-extension/client-go/informers/externalversions"
 
 	"github.com/kvgate/kvgate/extproc/discovery/kubeselect"
-	"github.com/kvgate/kvgate/internal/kvfleet"
+	"github.com/kvgate/kvgate/kv/kvfleet"
 )
 
 // PoolClients are the API clients the InferencePool source reads through:

@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/kvgate/kvgate/extproc/discovery/kubeselect"
-	"github.com/kvgate/kvgate/internal/kvfleet"
+	"github.com/kvgate/kvgate/kv/kvfleet"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"

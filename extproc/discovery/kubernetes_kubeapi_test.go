@@ -17,8 +17,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kvgate/kvgate/extproc/discovery/kubeselect"
-	"github.com/kvgate/kvgate/internal/kvfleet"
-	"github.com/kvgate/kvgate/internal/testkit/kubeapi"
+	"github.com/kvgate/kvgate/kv/kvfleet"
+	"github.com/kvgate/kvgate/lab/testkit/kubeapi"
 )
 
 // The label and EndpointSlice discovery tests, against a real API server

@@ -31,10 +31,10 @@ import (
 	"github.com/kvgate/kvgate/extproc/discovery/kubeselect"
 	"github.com/kvgate/kvgate/extproc/preprocess"
 	"github.com/kvgate/kvgate/extproc/server"
-	"github.com/kvgate/kvgate/indexer/kvindex"
-	"github.com/kvgate/kvgate/internal/kvfleet"
-	"github.com/kvgate/kvgate/internal/testkit/kubeapi"
-	"github.com/kvgate/kvgate/internal/testkit/modelfiles"
+	"github.com/kvgate/kvgate/kv/kvfleet"
+	"github.com/kvgate/kvgate/kv/kvindex"
+	"github.com/kvgate/kvgate/lab/testkit/kubeapi"
+	"github.com/kvgate/kvgate/lab/testkit/modelfiles"
 )
 
 // The pods' addresses are written into the API server only: no traffic is

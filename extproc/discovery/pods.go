@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/kvgate/kvgate/extproc/discovery/kubeselect"
-	"github.com/kvgate/kvgate/internal/kvfleet"
+	"github.com/kvgate/kvgate/kv/kvfleet"
 	corev1 "k8s.io/api/core/v1"
 )
 

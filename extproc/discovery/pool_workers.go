@@ -12,7 +12,7 @@ import (
 	giev1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
 
 	"github.com/kvgate/kvgate/extproc/discovery/kubeselect"
-	"github.com/kvgate/kvgate/internal/kvfleet"
+	"github.com/kvgate/kvgate/kv/kvfleet"
 )
 
 // poolSelector is the pool's pod selector. GIE v1's selector is

@@ -11,7 +11,7 @@ import (
 	giev1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
 
 	"github.com/kvgate/kvgate/extproc/discovery/kubeselect"
-	"github.com/kvgate/kvgate/internal/kvfleet"
+	"github.com/kvgate/kvgate/kv/kvfleet"
 )
 
 func testPool(selector map[string]string, ports ...int) *giev1.InferencePool {

@@ -5,7 +5,7 @@ import (
 	"strconv"
 
 	"github.com/kvgate/kvgate/extproc/discovery/kubeselect"
-	"github.com/kvgate/kvgate/internal/kvfleet"
+	"github.com/kvgate/kvgate/kv/kvfleet"
 )
 
 // rankWorkers expands one engine at ip:port into its data-parallel ranks.

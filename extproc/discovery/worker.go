@@ -10,7 +10,7 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/kvgate/kvgate/internal/kvfleet"
+	"github.com/kvgate/kvgate/kv/kvfleet"
 )
 
 // Source produces the current worker set.

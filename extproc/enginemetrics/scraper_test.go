@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvgate/kvgate/internal/kvfleet"
-	"github.com/kvgate/kvgate/internal/testkit/poll"
 	"github.com/kvgate/kvgate/internal/yamlconf"
+	"github.com/kvgate/kvgate/kv/kvfleet"
+	"github.com/kvgate/kvgate/lab/testkit/poll"
 )
 
 // engine is a test /metrics server whose page can be swapped.
@@ -64,7 +64,7 @@ func runScraper(t *testing.T, cfg Config) *Scraper {
 	return s
 }
 
-// eventually waits for cond (internal/testkit/poll); the deadline only
+// eventually waits for cond (lab/testkit/poll); the deadline only
 // bounds a broken test and asserts nothing about speed.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()

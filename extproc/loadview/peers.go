@@ -4,7 +4,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/kvgate/kvgate/internal/kvfleet"
+	"github.com/kvgate/kvgate/kv/kvfleet"
 	"github.com/kvgate/kvgate/picker"
 )
 

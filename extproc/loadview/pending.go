@@ -3,8 +3,8 @@ package loadview
 import (
 	"time"
 
-	"github.com/kvgate/kvgate/indexer/kvindex"
-	"github.com/kvgate/kvgate/internal/kvfleet"
+	"github.com/kvgate/kvgate/kv/kvfleet"
+	"github.com/kvgate/kvgate/kv/kvindex"
 )
 
 // PendingTTL is how long a routed prefix is credited before only KV events

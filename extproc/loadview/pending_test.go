@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvgate/kvgate/indexer/kvindex"
-	"github.com/kvgate/kvgate/internal/kvfleet"
+	"github.com/kvgate/kvgate/kv/kvfleet"
+	"github.com/kvgate/kvgate/kv/kvindex"
 )
 
 func newPending(t *testing.T) *Pending {

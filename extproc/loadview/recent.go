@@ -5,8 +5,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kvgate/kvgate/indexer/kvindex"
-	"github.com/kvgate/kvgate/internal/kvfleet"
+	"github.com/kvgate/kvgate/kv/kvfleet"
+	"github.com/kvgate/kvgate/kv/kvindex"
 )
 
 // Recent is the approximate KV view for engines that publish no KV events:

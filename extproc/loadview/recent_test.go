@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvgate/kvgate/indexer/kvindex"
-	"github.com/kvgate/kvgate/internal/kvfleet"
+	"github.com/kvgate/kvgate/kv/kvfleet"
+	"github.com/kvgate/kvgate/kv/kvindex"
 )
 
 func newRecent(t *testing.T, ttl time.Duration, max int) *Recent {

@@ -5,7 +5,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/kvgate/kvgate/internal/kvfleet"
+	"github.com/kvgate/kvgate/kv/kvfleet"
 )
 
 func TestThroughputKnowsOnlyObservedWorkers(t *testing.T) {

@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/extproc/openai"
-	"github.com/kvgate/kvgate/internal/kvfleet"
-	"github.com/kvgate/kvgate/internal/testkit/modelfiles"
 	"github.com/kvgate/kvgate/internal/yamlconf"
+	"github.com/kvgate/kvgate/kv/kvfleet"
+	"github.com/kvgate/kvgate/lab/testkit/modelfiles"
 )
 
 var (

@@ -15,8 +15,8 @@ import (
 	"github.com/kvgate/kvgate/extproc/chattemplate"
 	"github.com/kvgate/kvgate/extproc/openai"
 	"github.com/kvgate/kvgate/extproc/tokenizer"
-	"github.com/kvgate/kvgate/indexer/blockhash"
-	"github.com/kvgate/kvgate/internal/kvfleet"
+	"github.com/kvgate/kvgate/kv/blockhash"
+	"github.com/kvgate/kvgate/kv/kvfleet"
 )
 
 // Model is one base model's preprocessing state, loaded once.

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/extproc/openai"
-	"github.com/kvgate/kvgate/indexer/blockhash"
-	"github.com/kvgate/kvgate/internal/kvfleet"
-	"github.com/kvgate/kvgate/internal/testkit/modelfiles"
+	"github.com/kvgate/kvgate/kv/blockhash"
+	"github.com/kvgate/kvgate/kv/kvfleet"
+	"github.com/kvgate/kvgate/lab/testkit/modelfiles"
 )
 
 func newRegistry(t *testing.T) *Registry {

@@ -4,8 +4,8 @@ import (
 	"context"
 	"testing"
 
-	"github.com/kvgate/kvgate/e2e/envoyharness"
 	"github.com/kvgate/kvgate/extproc/server"
+	"github.com/kvgate/kvgate/lab/envoyharness"
 )
 
 // BenchmarkRoutedRequest is the protocol overhead floor: one full-duplex

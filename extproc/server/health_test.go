@@ -7,8 +7,8 @@ import (
 
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/kvgate/kvgate/e2e/envoyharness"
 	"github.com/kvgate/kvgate/extproc/server"
+	"github.com/kvgate/kvgate/lab/envoyharness"
 )
 
 func checkHealth(t *testing.T, e *env, want map[string]healthpb.HealthCheckResponse_ServingStatus) {

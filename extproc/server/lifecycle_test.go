@@ -6,8 +6,8 @@ import (
 
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 
-	"github.com/kvgate/kvgate/e2e/envoyharness"
 	"github.com/kvgate/kvgate/extproc/server"
+	"github.com/kvgate/kvgate/lab/envoyharness"
 )
 
 func ticketDecider(tickets chan *ticket) *fakeDecider {

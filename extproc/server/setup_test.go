@@ -15,9 +15,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/kvgate/kvgate/e2e/envoyharness"
 	"github.com/kvgate/kvgate/extproc/server"
-	"github.com/kvgate/kvgate/internal/testkit/poll"
+	"github.com/kvgate/kvgate/lab/envoyharness"
+	"github.com/kvgate/kvgate/lab/testkit/poll"
 )
 
 // hangGuard bounds every wait in these tests so a bug shows as a failure,

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvgate/kvgate/internal/testkit/cancelafter"
+	"github.com/kvgate/kvgate/lab/testkit/cancelafter"
 )
 
 // A bounded encode that completes is the oracle's encode: every golden

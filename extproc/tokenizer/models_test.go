@@ -4,7 +4,7 @@ import (
 	"bufio"
 	"compress/gzip"
 	"encoding/json"
-	"github.com/kvgate/kvgate/internal/testkit/modelfiles"
+	"github.com/kvgate/kvgate/lab/testkit/modelfiles"
 	"io"
 	"os"
 	"path/filepath"

@@ -10,7 +10,7 @@ import (
 // components take their own sections plus the expanded workers and models
 // (issue 18 item 4: extproc.RouterConfig, indexer.ServiceConfig,
 // planner.New's plannerconfig.Config); only the composition points
-// (cmd/*, internal/runextproc, deploy/inventory, e2e/...) read the file.
+// (cmd/*, daemon/..., deploy/inventory, lab/...) read the file.
 const configPackage = modulePath + "/config"
 
 // componentTrees are the component libraries that must not link the whole
@@ -69,7 +69,7 @@ func TestComponentsTakeTheirSectionsNotTheFile(t *testing.T) {
 // The rule itself: the composition points, which do read the file, are
 // caught, and a component is not.
 func TestWholeFileRule(t *testing.T) {
-	composition := []string{modulePath + "/internal/runextproc", modulePath + "/cmd/kvgate"}
+	composition := []string{modulePath + "/daemon/extprocd", modulePath + "/cmd/kvgate"}
 	pkgs := listDeps(t, append(composition, modulePath+"/extproc")...)
 	for _, p := range composition {
 		if !linksWholeFile(pkgs[p]) {
@@ -82,7 +82,7 @@ func TestWholeFileRule(t *testing.T) {
 	if linksWholeFile(pkgs[modulePath+"/extproc"]) {
 		t.Errorf("extproc caught")
 	}
-	for _, p := range []string{modulePath + "/extproc", modulePath + "/indexer/kvindex", modulePath + "/planner-sidecar/plannerconfig"} {
+	for _, p := range []string{modulePath + "/extproc", modulePath + "/indexer/indexerconfig", modulePath + "/planner-sidecar/plannerconfig"} {
 		if !inComponentTree(p) {
 			t.Errorf("%s not counted as a component", p)
 		}

@@ -100,13 +100,13 @@ func ioPackage(path string) bool {
 func TestPureCoreLinksNoIO(t *testing.T) {
 	roots := []string{
 		modulePath + "/picker",
-		modulePath + "/internal/kvfleet",
+		modulePath + "/kv/kvfleet",
 		modulePath + "/internal/yamlconf",
 		modulePath + "/extproc/preprocess",
 		modulePath + "/extproc/openai",
 		modulePath + "/extproc/tokenizer",
 		modulePath + "/extproc/chattemplate",
-		modulePath + "/indexer/blockhash",
+		modulePath + "/kv/blockhash",
 	}
 	pkgs := listDeps(t, roots...)
 	for _, root := range roots {
@@ -129,8 +129,8 @@ func TestPureCoreLinksNoIO(t *testing.T) {
 // import no component.
 func TestLeafPackagesImportOnlyTheirAllowance(t *testing.T) {
 	allowed := map[string][]string{
-		modulePath + "/internal/kvfleet":  nil,
-		modulePath + "/picker":            {modulePath + "/internal/kvfleet"},
+		modulePath + "/kv/kvfleet":        nil,
+		modulePath + "/picker":            {modulePath + "/kv/kvfleet"},
 		modulePath + "/internal/yamlconf": {"gopkg.in/yaml.v3"},
 	}
 	roots := make([]string, 0, len(allowed))

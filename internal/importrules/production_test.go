@@ -80,10 +80,12 @@ func forbiddenInProduction(p string) string {
 		return "the testing package (a test kit or a test helper in a non-test file)"
 	case p == "gonum.org/v1/plot" || strings.HasPrefix(p, "gonum.org/v1/plot/"):
 		return "plotting (the lab's reports)"
-	case strings.HasPrefix(p, module+"/e2e/"):
-		return "the workshop (simulators, replayer, benchmarks, harnesses under e2e/)"
-	case strings.HasPrefix(p, module+"/internal/testkit/"):
-		return "a test kit (internal/testkit: redis-server launchers, TLS and model fixtures)"
+	case strings.HasPrefix(p, module+"/lab/testkit/"):
+		return "a test kit (lab/testkit: redis-server launchers, TLS and model fixtures)"
+	case strings.HasPrefix(p, module+"/lab/"):
+		return "the workshop (simulators, replayer, benchmarks, harnesses under lab/)"
+	case p == module+"/e2e" || strings.HasPrefix(p, module+"/e2e/"):
+		return "the end-to-end tests"
 	case strings.HasPrefix(p, module+"/cmd/kvgate-lab"):
 		return "the lab binary"
 	}
@@ -91,7 +93,7 @@ func forbiddenInProduction(p string) string {
 }
 
 // TestProductionBinaryLinksNoWorkshop: `go list -deps ./cmd/kvgate` holds
-// no testing, no gonum/plot, nothing under e2e/ or internal/testkit/.
+// no testing, no gonum/plot, nothing under lab/ or e2e/.
 func TestProductionBinaryLinksNoWorkshop(t *testing.T) {
 	g := importGraph(t, true, "./cmd/kvgate")
 	if _, ok := g[module+"/cmd/kvgate"]; !ok {
@@ -121,8 +123,8 @@ func TestThirdPartyOnlyBehindItsWrapper(t *testing.T) {
 	}
 }
 
-// TestNothingOutsideTheWorkshopImportsIt: no non-test file outside e2e/
-// and cmd/kvgate-lab imports e2e/... (production never imports the
+// TestNothingOutsideTheWorkshopImportsIt: no non-test file outside lab/
+// and cmd/kvgate-lab imports lab/... (production never imports the
 // workshop; tests anywhere may).
 func TestNothingOutsideTheWorkshopImportsIt(t *testing.T) {
 	g := importGraph(t, false, "./...")
@@ -130,12 +132,12 @@ func TestNothingOutsideTheWorkshopImportsIt(t *testing.T) {
 		t.Fatalf("go list ./... listed only %d packages", len(g))
 	}
 	for from, imps := range g {
-		if strings.HasPrefix(from, module+"/e2e/") || from == module+"/e2e" || from == module+"/cmd/kvgate-lab" {
+		if strings.HasPrefix(from, module+"/lab/") || from == module+"/cmd/kvgate-lab" {
 			continue
 		}
 		for _, i := range imps {
-			if strings.HasPrefix(i, module+"/e2e/") || i == module+"/e2e" {
-				t.Errorf("%s (a non-test file) imports the workshop package %s: move the code it needs out of e2e/, or pass it in from a test", from, i)
+			if strings.HasPrefix(i, module+"/lab/") || strings.HasPrefix(i, module+"/e2e") {
+				t.Errorf("%s (a non-test file) imports the workshop package %s: move the code it needs out of lab/, or pass it in from a test", from, i)
 			}
 		}
 	}

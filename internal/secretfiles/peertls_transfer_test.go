@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/internal/secretfiles"
-	"github.com/kvgate/kvgate/internal/testkit/tlstest"
 	"github.com/kvgate/kvgate/kvagent/transfer"
+	"github.com/kvgate/kvgate/lab/testkit/tlstest"
 )
 
 // secretfiles.PeerTLS drives the kvagent TCP transfer engine as it is: agents

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvgate/kvgate/internal/testkit/tlstest"
+	"github.com/kvgate/kvgate/lab/testkit/tlstest"
 )
 
 // pki is a CA with a server and a client certificate, and an unrelated CA

@@ -9,8 +9,8 @@ import (
 	"github.com/kvgate/kvgate/config"
 	"github.com/kvgate/kvgate/kvagent/agentconfig"
 
-	"github.com/kvgate/kvgate/internal/testkit/tlstest"
 	"github.com/kvgate/kvgate/internal/yamlconf"
+	"github.com/kvgate/kvgate/lab/testkit/tlstest"
 )
 
 // The kvagent section as config parses it from a whole file (decode

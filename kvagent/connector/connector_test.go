@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvgate/kvgate/internal/testkit/poll"
+	"github.com/kvgate/kvgate/lab/testkit/poll"
 
 	pb "github.com/kvgate/kvgate/kvagent/connector/connectorpb"
 	"github.com/kvgate/kvgate/kvagent/store"

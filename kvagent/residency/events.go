@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/kvgate/kvgate/indexer/kvevents"
+	"github.com/kvgate/kvgate/kv/kvevents"
 	"github.com/kvgate/kvgate/kvagent/store"
 )
 

@@ -1,6 +1,6 @@
 // Package residency publishes the kvagent's tier residency as vLLM KV
-// events (indexer/kvevents, shared/notes/wire-formats.md §2) over
-// indexer/kvstream's ZMQ PUB socket with a replay ROUTER, so that
+// events (kv/kvevents, shared/notes/wire-formats.md §2) over
+// kv/kvstream's ZMQ PUB socket with a replay ROUTER, so that
 // `kvgate indexer` credits the node's host and disk tiers to its engine
 // (config engines[].tier_events): medium "CPU" for the host arena, "DISK"
 // for the disk tier.
@@ -22,8 +22,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/kvgate/kvgate/indexer/kvevents"
-	"github.com/kvgate/kvgate/indexer/kvstream"
+	"github.com/kvgate/kvgate/kv/kvevents"
+	"github.com/kvgate/kvgate/kv/kvstream"
 	"github.com/kvgate/kvgate/kvagent/store"
 )
 

@@ -1,6 +1,6 @@
 package store
 
-import "github.com/kvgate/kvgate/indexer/kvevents"
+import "github.com/kvgate/kvgate/kv/kvevents"
 
 // announceLocked queues a residency change. Consecutive changes of one
 // kind, tier and namespace merge into one Change, as a vLLM event batch

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvgate/kvgate/indexer/kvevents"
+	"github.com/kvgate/kvgate/kv/kvevents"
 )
 
 // The crash test re-executes this test binary as a writer process (the

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/kvgate/kvgate/indexer/kvevents"
+	"github.com/kvgate/kvgate/kv/kvevents"
 )
 
 // diskWrite is one queued offload to disk: the slot image (header region,

@@ -9,7 +9,7 @@ import (
 
 	"github.com/zeebo/xxh3"
 
-	"github.com/kvgate/kvgate/indexer/kvevents"
+	"github.com/kvgate/kvgate/kv/kvevents"
 )
 
 // blockData derives a block's bytes from its key, so any reader can check

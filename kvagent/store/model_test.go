@@ -8,7 +8,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/kvgate/kvgate/indexer/kvevents"
+	"github.com/kvgate/kvgate/kv/kvevents"
 )
 
 // modelChecker mirrors residency from OnChange and checks, as each change

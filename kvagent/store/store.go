@@ -9,7 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/kvgate/kvgate/indexer/kvevents"
+	"github.com/kvgate/kvgate/kv/kvevents"
 )
 
 // Tier is a storage tier of the kvagent.
@@ -70,7 +70,7 @@ type Config struct {
 	Logger     *slog.Logger
 }
 
-// Change is one residency change. Kind is indexer/kvevents' Kind. For
+// Change is one residency change. Kind is kv/kvevents' Kind. For
 // BlockStored, Metas is parallel to Hashes. Callers must not modify the
 // slices.
 type Change struct {

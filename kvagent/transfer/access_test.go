@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvgate/kvgate/internal/testkit/poll"
+	"github.com/kvgate/kvgate/lab/testkit/poll"
 )
 
 // By default a target takes no inbound writes: the item fails with a

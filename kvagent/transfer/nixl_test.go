@@ -5,8 +5,8 @@ package transfer_test
 import (
 	"testing"
 
-	"github.com/kvgate/kvgate/internal/testkit/transfertest"
 	"github.com/kvgate/kvgate/kvagent/transfer"
+	"github.com/kvgate/kvgate/lab/testkit/transfertest"
 )
 
 // TestNIXLConformance runs the backend-agnostic suite over NIXL's UCX

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvgate/kvgate/internal/testkit/poll"
+	"github.com/kvgate/kvgate/lab/testkit/poll"
 )
 
 // The test binary doubles as a peer process: with KVGATE_TRANSFER_PEER

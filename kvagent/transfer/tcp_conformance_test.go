@@ -3,8 +3,8 @@ package transfer_test
 import (
 	"testing"
 
-	"github.com/kvgate/kvgate/internal/testkit/transfertest"
 	"github.com/kvgate/kvgate/kvagent/transfer"
+	"github.com/kvgate/kvgate/lab/testkit/transfertest"
 )
 
 // The suite writes and notifies as well as reads: NIXL's semantics, which

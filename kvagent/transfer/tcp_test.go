@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvgate/kvgate/internal/testkit/poll"
+	"github.com/kvgate/kvgate/lab/testkit/poll"
 )
 
 func TestTCPConfigErrors(t *testing.T) {

@@ -2,7 +2,7 @@
 
 package actuate
 
-// Against a real API server (internal/testkit/kubeapi: kube-apiserver and
+// Against a real API server (lab/testkit/kubeapi: kube-apiserver and
 // etcd built from the Go modules, `make kube-test`), so that the scale
 // subresource, merge patches, discovery-based kind mapping and RBAC are the
 // server's, not client-go's fakes. The actuator runs as the planner's own
@@ -20,7 +20,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/kvgate/kvgate/internal/testkit/kubeapi"
+	"github.com/kvgate/kvgate/lab/testkit/kubeapi"
 	"github.com/kvgate/kvgate/planner-sidecar/plan"
 )
 

@@ -18,7 +18,7 @@ import (
 	"github.com/kvgate/kvgate/planner-sidecar/plan"
 )
 
-// Scraper reads the engines' /metrics (vLLM names, as e2e/enginesim and
+// Scraper reads the engines' /metrics (vLLM names, as lab/enginesim and
 // vLLM V1 export them) and, optionally, kvgate extproc's, and turns two
 // consecutive scrapes into one interval's observation: counters and
 // histogram buckets are differenced per engine (a counter that went down is

@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvgate/kvgate/e2e/enginesim"
-	"github.com/kvgate/kvgate/internal/testkit/modelfiles"
+	"github.com/kvgate/kvgate/lab/enginesim"
+	"github.com/kvgate/kvgate/lab/testkit/modelfiles"
 )
 
 const testModel = "Qwen/Qwen3-0.6B"

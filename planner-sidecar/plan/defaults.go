@@ -9,7 +9,7 @@ import "time"
 // The hysteresis and correction values are Dynamo's SLA planner's; the
 // tuned rules (headroom, peak hold, backlog drain, trend damping) are what
 // `kvgate planner simulate` and `kvgate bench --only planner` run
-// (e2e/plannersim, for a 120 s provisioning delay and a 30 s interval), so
+// (lab/plannersim, for a 120 s provisioning delay and a 30 s interval), so
 // that the production planner behaves as benchmarked.
 const (
 	DefaultUpUtilization   = 0.9

@@ -381,7 +381,7 @@ func (s *SLA) size(name string, obs Observation, terms map[string]float64) *pool
 	// ofPool is the pool's share of a (prefill, decode) pair of needs. An
 	// aggregated replica runs prefill and decode in the same engine steps,
 	// and a mixed step costs about the sum of its parts (the step model of
-	// Dynamo's mocker, e2e/enginesim/timing.go): the fractions of a replica
+	// Dynamo's mocker, lab/enginesim/timing.go): the fractions of a replica
 	// each phase needs add up. max() would assume the phases overlap for
 	// free and undersize.
 	ofPool := func(prefill, decode float64) float64 {

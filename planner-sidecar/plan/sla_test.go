@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvgate/kvgate/internal/testkit/profiletest"
+	"github.com/kvgate/kvgate/lab/testkit/profiletest"
 	"github.com/kvgate/kvgate/planner-sidecar/forecast"
 	"github.com/kvgate/kvgate/planner-sidecar/perfmodel"
 )

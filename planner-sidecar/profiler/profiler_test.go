@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvgate/kvgate/e2e/enginesim"
-	"github.com/kvgate/kvgate/internal/testkit/modelfiles"
+	"github.com/kvgate/kvgate/lab/enginesim"
+	"github.com/kvgate/kvgate/lab/testkit/modelfiles"
 	"github.com/kvgate/kvgate/planner-sidecar/perfmodel"
 )
 

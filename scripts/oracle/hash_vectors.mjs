@@ -1,6 +1,6 @@
 // Independent implementation of Dynamo's block hashing (hash-wasm's XXH3,
 // a WebAssembly build of the reference C code) used to generate golden
-// vectors for indexer/blockhash. Run by scripts/golden-hash.sh.
+// vectors for kv/blockhash. Run by scripts/golden-hash.sh.
 //
 // Written from ai-dynamo/dynamo at commit
 // 038eab23a6b6e9b6391de6640f4f69d4c2726681, not from kvgate:

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvgate/kvgate/internal/testkit/cancelafter"
 	"github.com/kvgate/kvgate/internal/third_party/jinja"
+	"github.com/kvgate/kvgate/lab/testkit/cancelafter"
 )
 
 func strings1k(n int) jinja.Value {

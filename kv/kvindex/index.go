@@ -1,0 +1,76 @@
+// Package kvindex is the fleet KV index: which worker holds which block
+// (identified by its Dynamo sequence hash), on which storage tier.
+//
+// Two backends implement Index: Memory (embedded default) and Redis
+// (standalone or Cluster, shared by several extproc replicas). A property
+// test drives both with the same random event streams and requires
+// identical Match results.
+package kvindex
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/kvgate/kvgate/kv/kvfleet"
+)
+
+// Match maps each worker that holds at least the first block of the chain
+// to its matched depths. Workers holding nothing are absent.
+type Match map[kvfleet.WorkerID]kvfleet.Depths
+
+// Stats describes an index's size.
+type Stats struct {
+	Blocks  int64 // distinct block hashes with at least one holder (Memory exact; Redis approximate)
+	Entries int64 // (block, worker, tier) entries
+	Workers int   // workers with at least one entry or a live registration
+}
+
+// Index is the fleet KV index. Implementations are safe for concurrent use.
+//
+// Events for one worker must be applied in order by one writer; events for
+// different workers may be applied concurrently.
+type Index interface {
+	// Store records that worker holds the blocks on tier.
+	Store(ctx context.Context, w kvfleet.WorkerID, tier kvfleet.Tier, hashes []uint64) error
+	// Remove records that worker no longer holds the blocks on tier.
+	Remove(ctx context.Context, w kvfleet.WorkerID, tier kvfleet.Tier, hashes []uint64) error
+	// Clear forgets everything worker holds (AllBlocksCleared, or a lost
+	// event stream that cannot be repaired); the worker stays known.
+	Clear(ctx context.Context, w kvfleet.WorkerID) error
+	// RemoveWorker forgets worker entirely (it died or left the fleet).
+	RemoveWorker(ctx context.Context, w kvfleet.WorkerID) error
+	// Match returns, per worker, the matched prefix depth of chain on each tier.
+	Match(ctx context.Context, chain []uint64) (Match, error)
+	// Stats reports the index's size.
+	Stats(ctx context.Context) (Stats, error)
+	// Close releases resources.
+	Close() error
+}
+
+// maxEndpointLen bounds a worker's endpoint.
+const maxEndpointLen = 1024
+
+// validTier and validWorker guard every backend's writes: a bad tier or
+// worker id is an error that changes nothing.
+func validTier(t kvfleet.Tier) error {
+	if t >= kvfleet.NumTiers {
+		return fmt.Errorf("tier %d: want < %d", t, kvfleet.NumTiers)
+	}
+	return nil
+}
+
+func validWorker(w kvfleet.WorkerID) error {
+	if w.Endpoint == "" || len(w.Endpoint) > maxEndpointLen || w.DPRank < 0 {
+		return fmt.Errorf("worker id %q: want a non-empty endpoint of at most %d bytes and a rank >= 0", w.String(), maxEndpointLen)
+	}
+	return nil
+}
+
+// Generationer is implemented by backends whose data can vanish outside
+// kvgate's control (Redis: FLUSHALL, a restart without persistence). The
+// token changes when that happened; writers must then rebuild their
+// entries. The in-memory backend lives and dies with its process and has
+// no generation.
+type Generationer interface {
+	Generation(ctx context.Context) (string, error)
+}
