@@ -98,9 +98,10 @@ func caseWellFormed(ctx context.Context, e *env) outcome {
 		}
 		// The primary is the one a gateway tries first: it must take the
 		// request as the picker let it through.
+		before := e.eps.Served(eps[0])
 		code, _, err := forward(eps[0], x.req.path, x.routed, x.bodyOut)
 		x.finish(ctx)
-		if err != nil || code != http.StatusOK {
+		if err != nil || code != http.StatusOK || e.eps.Served(eps[0]) != before+1 {
 			return fail("request %d: the primary %s answered %d, %v", i, eps[0], code, err)
 		}
 	}

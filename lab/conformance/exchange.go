@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strconv"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -463,5 +462,3 @@ func (x *exchange) abort() { x.cancel() }
 
 // closeWait bounds how long finish waits for the picker to end its side.
 const closeWait = 2 * time.Second
-
-func itoa(n int) string { return strconv.Itoa(n) }
