@@ -51,7 +51,8 @@ type conformanceFlags struct {
 	tlsCA, tlsCert, tlsKey, tlsServerName                    string
 	writeConfig, tokenizer, listen                           string
 	shedAfter, maxBody                                       int
-	caseTimeout                                              time.Duration
+	caseTimeout, wait                                        time.Duration
+	poolKnown                                                bool
 }
 
 func conformanceFlagSet(stderr io.Writer) (*flag.FlagSet, *conformanceFlags) {
@@ -69,8 +70,10 @@ func conformanceFlagSet(stderr io.Writer) (*flag.FlagSet, *conformanceFlags) {
 	fs.StringVar(&f.tlsCert, "tls-cert", "", "client certificate (PEM) for mutual TLS; needs --tls-key")
 	fs.StringVar(&f.tlsKey, "tls-key", "", "client key (PEM) for mutual TLS")
 	fs.StringVar(&f.tlsServerName, "tls-server-name", "", "the name to verify in the picker's certificate (default: the --epp host)")
+	fs.BoolVar(&f.poolKnown, "pool-known", false, "subset-hint adapter: the picker was also configured with the --endpoints addresses (the first model on all but the last two), so the cases that need a known pool run")
 	fs.IntVar(&f.shedAfter, "shed-after", 0, "requests in flight at which the picker was configured to shed (429); 0: unknown, the 429 case is skipped (kvgate-config: 4)")
 	fs.IntVar(&f.maxBody, "max-body-bytes", conformance.DefaultMaxBodyBytes, "the largest request body the picker documents accepting; the large-body case sends this much")
+	fs.DurationVar(&f.wait, "wait", time.Minute, "wait up to this long for the picker's readiness health check to answer SERVING before the first case")
 	fs.DurationVar(&f.caseTimeout, "case-timeout", 20*time.Second, "bound on each case")
 	fs.StringVar(&f.writeConfig, "write-kvgate-config", "", "kvgate-config adapter: write kvgate's configuration for the endpoints to this file and exit")
 	fs.StringVar(&f.tokenizer, "tokenizer", "", "kvgate-config adapter: the models' tokenizer directory (default: the fetched qwen3 files)")
@@ -180,12 +183,13 @@ func splitList(s string) []string {
 // options turns the flags into the suite's options.
 func (f *conformanceFlags) options() (conformance.Options, error) {
 	o := conformance.Options{Target: f.epp, Profile: conformance.Profile(f.profile), MaxBodyBytes: f.maxBody,
-		ShedAfter: f.shedAfter, CaseTimeout: f.caseTimeout, Only: splitList(f.only)}
+		ShedAfter: f.shedAfter, CaseTimeout: f.caseTimeout, WaitReady: f.wait, Only: splitList(f.only)}
 	if f.epp == "" {
 		return o, fmt.Errorf("--epp: required (the picker's ext_proc address)")
 	}
 	switch f.adapter {
 	case adapterSubsetHint:
+		o.PoolKnown = f.poolKnown
 	case adapterKvgateConfig:
 		o.PoolKnown = true
 		if o.ShedAfter == 0 {
@@ -197,8 +201,8 @@ func (f *conformanceFlags) options() (conformance.Options, error) {
 	if o.Profile != conformance.Core && o.Profile != conformance.Extended {
 		return o, fmt.Errorf("--profile %q: want core or extended", f.profile)
 	}
-	if f.maxBody <= 0 || f.shedAfter < 0 || f.caseTimeout <= 0 {
-		return o, fmt.Errorf("--max-body-bytes, --case-timeout must be positive and --shed-after not negative")
+	if f.maxBody <= 0 || f.shedAfter < 0 || f.caseTimeout <= 0 || f.wait < 0 {
+		return o, fmt.Errorf("--max-body-bytes, --case-timeout must be positive and --shed-after, --wait not negative")
 	}
 	ids := conformance.CaseIDs()
 	for _, id := range o.Only {

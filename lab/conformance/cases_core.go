@@ -39,7 +39,7 @@ func coreCases() []Case {
 			Checks: "metadata_context envoy.lb/x-gateway-destination-endpoint-served on the response is accepted and the picker keeps serving", run: caseServed},
 		{ID: "shed-429", Profile: Core, Reference: refProposal + " §Destination Endpoint (429 when the request should be dropped)",
 			Checks: "over the configured load bound the picker answers ImmediateResponse 429, and admits again once the load is gone", run: caseShed},
-		{ID: "full-duplex-ordering", Profile: Core, Reference: "envoy api ext_proc/v3/processing_mode.proto FULL_DUPLEX_STREAMED; " + refExtProc + "processor_state.cc handleDuplexStreamedBodyResponse",
+		{ID: "full-duplex-ordering", Profile: Core, Reference: "envoy api ext_proc/v3/processing_mode.proto FULL_DUPLEX_STREAMED; " + refExtProc + "processor_state.cc ProcessorState::handleStreamedBodyCallback, handleDuplexStreamedBodyResponse, handleTrailersResponse",
 			Checks: "headers reply first, then the body back whole in streamed_response replies, end_of_stream once and last (or a trailers reply)", run: caseOrdering},
 		{ID: "full-duplex-large-body", Profile: Core, Reference: "envoy api ext_proc/v3/processing_mode.proto FULL_DUPLEX_STREAMED; listener.proto per_connection_buffer_limit_bytes",
 			Checks: "a body of Options.MaxBodyBytes in 16 KiB chunks is routed and handed back unchanged", run: caseLargeBody},

@@ -21,8 +21,11 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 )
 
 // Profile selects the cases run: Core is the protocol every picker owes;
@@ -63,6 +66,10 @@ type Options struct {
 	CaseTimeout time.Duration
 	// Only, when non-empty, runs only the cases named.
 	Only []string
+	// WaitReady, when positive, is how long to wait before the first case
+	// for the picker to answer its readiness health check SERVING (a
+	// picker started just before the suite may still be loading).
+	WaitReady time.Duration
 }
 
 // DefaultMaxBodyBytes is Options.MaxBodyBytes' default: 1 MiB, the default
@@ -138,6 +145,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return nil, fmt.Errorf("conformance: dial %s: %w", o.Target, err)
 	}
 	defer conn.Close()
+	if o.WaitReady > 0 {
+		waitReady(ctx, conn, o.WaitReady)
+	}
 	e := &env{opts: o, conn: conn, eps: o.Endpoints}
 	rep := &Report{Target: o.Target, Profile: o.Profile, PoolKnown: o.PoolKnown, Started: time.Now().UTC()}
 	only := map[string]bool{}
@@ -163,6 +173,24 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 	}
 	return rep, nil
+}
+
+// waitReady polls the readiness health service until it answers SERVING
+// or Unimplemented (a picker without health services: the health case
+// says so), or d passes. Either way the cases run and say what they find.
+func waitReady(ctx context.Context, conn *grpc.ClientConn, d time.Duration) {
+	wctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	hc := healthpb.NewHealthClient(conn)
+	for {
+		r, err := hc.Check(wctx, &healthpb.HealthCheckRequest{Service: "readiness"})
+		if r.GetStatus() == healthpb.HealthCheckResponse_SERVING || status.Code(err) == codes.Unimplemented {
+			return
+		}
+		if pause(wctx) != nil {
+			return
+		}
+	}
 }
 
 // CaseIDs lists the case ids, sorted, for flag validation.

@@ -260,8 +260,9 @@ func (x *exchange) route(ctx context.Context) error {
 			x.order = append(x.order, "request_body")
 			x.takeBody(r.RequestBody.GetResponse())
 			if x.unstreamed > 0 {
-				// Envoy fails the request here: in FULL_DUPLEX_STREAMED only
-				// streamed body mutations are accepted.
+				// Envoy fails the request here: in FULL_DUPLEX_STREAMED a body
+				// reply without streamed_response is a "spurious message"
+				// (processor_state.cc ProcessorState::handleStreamedBodyCallback).
 				return nil
 			}
 		case *extprocv3.ProcessingResponse_RequestTrailers:
