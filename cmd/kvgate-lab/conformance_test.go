@@ -14,14 +14,17 @@ import (
 
 	"github.com/kvgate/kvgate/config"
 	"github.com/kvgate/kvgate/daemon/extprocd"
+	"github.com/kvgate/kvgate/internal/secretfiles"
 	"github.com/kvgate/kvgate/lab/conformance"
 	"github.com/kvgate/kvgate/lab/testkit/freeport"
+	"github.com/kvgate/kvgate/lab/testkit/tlstest"
 )
 
 // kvgate, run in-process from the configuration the kvgate-config adapter
 // writes (memory index), passes every case of the conformance suite, core
 // and extended, as `kvgate-lab conformance` runs it; the JSON report says
-// so case by case.
+// so case by case. The ext_proc listener requires mutual TLS here, so the
+// suite's --tls-* flags are exercised too.
 func TestConformanceKvgatePassesEveryCase(t *testing.T) {
 	dir := t.TempDir()
 	var addrs []string
@@ -44,6 +47,11 @@ func TestConformanceKvgatePassesEveryCase(t *testing.T) {
 		t.Fatalf("the adapter's configuration does not load: %v", err)
 	}
 	cfg.Extproc.DrainGrace = 0
+	pki := tlstest.NewExtprocPKI(t, dir)
+	cfg.Extproc.TLS = secretfiles.ServerTLS{CertFile: pki.Server.Cert, KeyFile: pki.Server.Key, ClientCAFile: pki.CAFile, RequireClientCert: true}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	ready := make(chan net.Addr, 1)
@@ -63,7 +71,7 @@ func TestConformanceKvgatePassesEveryCase(t *testing.T) {
 	out.Reset()
 	errOut.Reset()
 	code := dispatch([]string{"conformance", "--epp", grpcAddr.String(), "--adapter", "kvgate-config", "--endpoints", endpoints,
-		"--profile", "extended", "--json", report}, strings.NewReader(""), &out, &errOut)
+		"--profile", "extended", "--json", report, "--tls-ca", pki.CAFile, "--tls-cert", pki.Envoy.Cert, "--tls-key", pki.Envoy.Key}, strings.NewReader(""), &out, &errOut)
 	if code != 0 {
 		t.Fatalf("conformance: exit %d\n%s%s", code, out.String(), errOut.String())
 	}

@@ -259,6 +259,9 @@ func (x *exchange) route(ctx context.Context) error {
 		case *extprocv3.ProcessingResponse_RequestBody:
 			x.order = append(x.order, "request_body")
 			x.takeBody(r.RequestBody.GetResponse())
+			if len(x.bodyOut) > len(x.req.body)+maxExtraEcho {
+				return fmt.Errorf("the picker handed back more than %d bytes for a %d-byte body", len(x.req.body)+maxExtraEcho, len(x.req.body))
+			}
 			if x.unstreamed > 0 {
 				// Envoy fails the request here: in FULL_DUPLEX_STREAMED a body
 				// reply without streamed_response is a "spurious message"
@@ -348,7 +351,7 @@ func (x *exchange) respond(ctx context.Context, served string, contentType strin
 	}
 	var out []byte
 	var hr *extprocv3.HeadersResponse
-	want, eos := 0, false
+	want, eos, sentBytes := 0, false, 0
 	await := func() error {
 		for hr == nil || len(out) < want || (want == -1 && !eos) {
 			m, err := x.next(ctx)
@@ -365,6 +368,9 @@ func (x *exchange) respond(ctx context.Context, served string, contentType strin
 				}
 				out = append(out, sr.GetBody()...)
 				eos = eos || sr.GetEndOfStream()
+				if len(out) > sentBytes+maxExtraEcho {
+					return fmt.Errorf("the picker handed back more than %d bytes of a %d-byte response", sentBytes+maxExtraEcho, sentBytes)
+				}
 			case *extprocv3.ProcessingResponse_ImmediateResponse:
 				return fmt.Errorf("the picker answered the response with an immediate response (status %d)", r.ImmediateResponse.GetStatus().GetCode())
 			default:
@@ -373,7 +379,6 @@ func (x *exchange) respond(ctx context.Context, served string, contentType strin
 		}
 		return nil
 	}
-	sentBytes := 0
 	for i, c := range chunks {
 		last := i == len(chunks)-1
 		if err := x.stream.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{
@@ -460,6 +465,10 @@ func (x *exchange) finish(ctx context.Context) error {
 // abort resets the stream, as Envoy does when the downstream goes away
 // (ext_proc.cc Filter::onDestroy closes the stream).
 func (x *exchange) abort() { x.cancel() }
+
+// maxExtraEcho bounds what a picker may hand back beyond what it was
+// sent, so that a runaway picker cannot make the suite buffer without end.
+const maxExtraEcho = 1 << 20
 
 // closeWait bounds how long finish waits for the picker to end its side.
 const closeWait = 2 * time.Second
