@@ -40,9 +40,21 @@ func caseModelRouting(ctx context.Context, e *env) outcome {
 	return pass("%d models, 4 requests each: every destination serves the model the body names", len(models))
 }
 
+// casePrefiller asks for a prefill leg where one is likely: a long prompt
+// to the second model when the picker knows which endpoints serve it (an
+// adapter may give that model's pair prefill and decode roles), else to
+// the first model's pool through the hint. A picker may keep any request
+// aggregated, so no prefill leg passes too: what must never happen is the
+// client's header reaching the decode sidecar.
 func casePrefiller(ctx context.Context, e *env) outcome {
 	spoof := testNet[1]
-	x, err := e.routeOne(ctx, request{hint: e.poolHint(), headers: [][2]string{{prefillerHeader, spoof}}})
+	r := request{hint: e.poolHint(), headers: [][2]string{{prefillerHeader, spoof}}}
+	offered := e.offered()
+	if models := e.eps.Models(); e.opts.PoolKnown && len(models) > 1 {
+		r.model, r.hint, offered = models[1], nil, e.eps.Serving(models[1])
+	}
+	r.body = chatBody(cmpOr(r.model, e.defaultModel()), false, 32<<10)
+	x, err := e.routeOne(ctx, r)
 	if err != nil {
 		return fail("%v", err)
 	}
@@ -59,14 +71,21 @@ func casePrefiller(ctx context.Context, e *env) outcome {
 	case v == spoof:
 		return fail("the client's %s: %s reached the upstream", prefillerHeader, spoof)
 	}
-	eps, p := wellFormed(v, e.offered())
+	eps, p := wellFormed(v, offered)
 	if p != "" {
 		return fail("%s: %s", prefillerHeader, p)
 	}
 	if len(eps) != 1 || eps[0] == firstOf(destinationOf(x)) {
 		return fail("%s %q: want one prefill endpoint other than the primary %s", prefillerHeader, v, firstOf(destinationOf(x)))
 	}
-	return pass("%s set to %s by the picker; the client's value was dropped", prefillerHeader, v)
+	return pass("the picker set %s: %s (decode at %s); the client's value was dropped", prefillerHeader, v, firstOf(destinationOf(x)))
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
 }
 
 func firstOf(dest string) string {

@@ -27,7 +27,7 @@ func fakeFleet(t *testing.T) *conformance.Endpoints {
 }
 
 func newPicker(eps *conformance.Endpoints, d defect) *miniPicker {
-	p := &miniPicker{defect: d, models: map[string]string{}, maxInflight: 4}
+	p := &miniPicker{defect: d, models: map[string]string{}, maxInflight: 4, pdModel: "model-b"}
 	for _, a := range eps.Addrs() {
 		p.pool = append(p.pool, a)
 		p.models[a] = eps.Model(a)
@@ -65,6 +65,11 @@ func TestMinimalPickerPasses(t *testing.T) {
 		if f != 0 || s != wantSkips || p+s != len(conformance.Cases()) {
 			t.Errorf("pool known %v: %d passed, %d failed, %d skipped; want none failed, %d skipped:\n%s", known, p, f, s, wantSkips, text.String())
 		}
+		// With its pool known the picker splits model-b's long prompt: the
+		// P/D case checks the header it set, not only the client's removed.
+		if r, _ := rep.Result("pd-prefiller-header"); known && !strings.Contains(r.Detail, "the picker set x-prefiller-host-port") {
+			t.Errorf("pd-prefiller-header: %q; want the picker's own prefill leg checked", r.Detail)
+		}
 	}
 }
 
@@ -96,6 +101,7 @@ var defectCases = []struct {
 	{leaksOnCancel, "cancel-mid-stream", "refused"},
 	{ignoresModel, "body-model-routing", "which was not offered"},
 	{keepsPrefiller, "pd-prefiller-header", "reached the upstream"},
+	{prefillerIsPrimary, "pd-prefiller-header", "other than the primary"},
 	{rejectsObjective, "objective-header", "refused the request"},
 }
 

@@ -47,7 +47,8 @@ const (
 	leaksOnCancel             // a reset stream keeps its load booked
 	shedsWith503              // answers saturation with 503
 	ignoresModel              // routes every model to the first model's pool
-	keepsPrefiller            // lets the client's x-prefiller-host-port through
+	keepsPrefiller            // no P/D, and lets the client's x-prefiller-host-port through
+	prefillerIsPrimary        // names the decode endpoint as its own prefill leg
 	rejectsObjective          // refuses requests that name an objective
 )
 
@@ -60,6 +61,9 @@ type miniPicker struct {
 	pool        []string          // in order
 	models      map[string]string // endpoint → model
 	maxInflight int
+	// pdModel's long prompts are split: its first endpoint prefills (named
+	// in llm-d's x-prefiller-host-port), its second decodes.
+	pdModel string
 
 	mu       sync.Mutex
 	inflight int
@@ -93,6 +97,7 @@ type miniStream struct {
 	headers map[string]string
 	hint    []string
 	hinted  bool
+	model   string
 	body    []byte
 	routed  bool
 	booked  bool
@@ -241,6 +246,7 @@ func (s *miniStream) candidates() ([]string, error) {
 	if s.p.defect == ignoresModel || req.Model == "" {
 		req.Model = s.p.models[s.p.pool[0]]
 	}
+	s.model = req.Model
 	var cands []string
 	for _, e := range s.p.pool {
 		if s.p.models[e] == req.Model {
@@ -306,15 +312,26 @@ func (s *miniStream) route(eos bool) error {
 			list = []string{c}
 		}
 	}
-	if err := s.srv.Send(s.headersReply(list)); err != nil {
+	prefiller := ""
+	if s.model == p.pdModel && p.defect != keepsPrefiller && len(s.body) > 16<<10 && len(cands) > 1 {
+		list, prefiller = []string{cands[1]}, cands[0]
+		if p.defect == prefillerIsPrimary {
+			prefiller = cands[1]
+		}
+	}
+	if err := s.srv.Send(s.headersReply(list, prefiller)); err != nil {
 		return err
 	}
 	return s.bodyBack(eos)
 }
 
-func (s *miniStream) headersReply(list []string) *extprocv3.ProcessingResponse {
+func (s *miniStream) headersReply(list []string, prefiller string) *extprocv3.ProcessingResponse {
 	value := strings.Join(list, ",")
 	header := &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: "x-gateway-destination-endpoint", RawValue: []byte(value)}}
+	set := []*corev3.HeaderValueOption{header}
+	if prefiller != "" {
+		set = append(set, &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: "x-prefiller-host-port", RawValue: []byte(prefiller)}})
+	}
 	remove := []string{"x-prefiller-host-port"}
 	switch s.p.defect {
 	case headerOnlyPrimary:
@@ -332,7 +349,7 @@ func (s *miniStream) headersReply(list []string) *extprocv3.ProcessingResponse {
 	md, _ := structpb.NewStruct(map[string]any{ns: map[string]any{"x-gateway-destination-endpoint": value}})
 	return &extprocv3.ProcessingResponse{
 		Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{
-			HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{header}, RemoveHeaders: remove}, ClearRouteCache: true}}},
+			HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: set, RemoveHeaders: remove}, ClearRouteCache: true}}},
 		DynamicMetadata: md,
 	}
 }
