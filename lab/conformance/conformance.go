@@ -10,7 +10,8 @@
 // The suite imports nothing of kvgate's own packages
 // (internal/importrules/conformance_test.go): the only thing a picker's
 // authors adapt is how their picker learns the fake endpoints, which is
-// the caller's business (Options.PoolKnown, Options.Models).
+// the caller's business (Options.PoolKnown, Options.ShedAfter, the models
+// StartEndpoints gives the endpoints).
 package conformance
 
 import (
