@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/config"
+	daemonshell "github.com/kvgate/kvgate/daemon"
 	"github.com/kvgate/kvgate/kv/blockhash"
 	"github.com/kvgate/kvgate/kv/kvfleet"
 	"github.com/kvgate/kvgate/kvagent/connector"
@@ -44,8 +45,10 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// runTestDaemon is `kvgate kvagent --config path` (cmd/kvgate/kvagent.go
-// calls the same Serve), announcing its admin address on stdout.
+// runTestDaemon is `kvgate kvagent --config path` in the daemon shell, as
+// daemon/kvagentd starts it (that package imports this one, so its tests
+// here rebuild its Process: the agent, its admin listener, its drain),
+// announcing its admin address on stdout.
 func runTestDaemon(path string) int {
 	cfg, err := config.Load(path)
 	if err != nil {
@@ -55,9 +58,20 @@ func runTestDaemon(path string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	if err := Serve(ctx, cfg.Kvagent, log, nil, func(admin net.Addr, _ *Agent) {
-		fmt.Printf("READY %s\n", admin)
-	}); err != nil {
+	reg := daemonshell.NewRegistry()
+	a, err := Start(cfg.Kvagent, reg, log)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	p := &daemonshell.Process{
+		Admin:   daemonshell.Admin{Key: "kvagent.admin", Addr: cfg.Kvagent.Admin, Metrics: reg, Ready: func(context.Context) error { return a.Ready() }},
+		Started: func(_ context.Context, admin net.Addr) { fmt.Printf("READY %s\n", admin) },
+		Run:     func(ctx context.Context) error { <-ctx.Done(); return nil },
+		Drain:   a.Close, DrainBound: cfg.Kvagent.DrainTimeout.D(),
+	}
+	p.OnClose(func() { a.Close(context.Background()) })
+	if err := daemonshell.Serve(ctx, "kvagent", p, log); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}

@@ -90,9 +90,59 @@ func roleToPool(r kvfleet.Role) string {
 // empty the pools are derived from the workers' roles. The caller closes
 // the journal (Loop.Journal) when done.
 func New(section plannerconfig.Config, workers []kvfleet.Worker, o Options) (*Loop, error) {
-	// A section built in code rather than parsed has no defaults yet; the
-	// copy gets the file's (plannerconfig.Config.ApplyDefaults, declared in
-	// plan/defaults.go), so the caller's pools are not written to.
+	pc := withDefaults(section)
+	pools, err := plannedPools(pc, workers)
+	if err != nil {
+		return nil, err
+	}
+	model, err := loadModel(pc, o)
+	if err != nil {
+		return nil, err
+	}
+	interval := pc.Interval.D()
+	if o.Interval > 0 {
+		interval = o.Interval
+	}
+	sla, err := buildSLA(pc, pools, interval)
+	if err != nil {
+		return nil, err
+	}
+	fc, err := forecasterFactory(pc.Forecaster)
+	if err != nil {
+		return nil, err
+	}
+	col, err := newCollector(pc, pools, workers, sla, interval)
+	if err != nil {
+		return nil, err
+	}
+	advisory := o.Advisory || pc.Actuator.Kind == "advisory"
+	act, err := newActuator(pc.Actuator, pools, advisory)
+	if err != nil {
+		return nil, err
+	}
+	l := &Loop{
+		Policy: plan.NewSLA(sla, model, fc), Collector: col, Actuator: act, Advisory: advisory,
+		Metrics: NewMetrics(), Interval: interval, Log: o.Log,
+	}
+	jp := pc.Journal
+	if o.Journal != "" {
+		jp = o.Journal
+	}
+	if jp != "" {
+		w, err := journal.Open(jp)
+		if err != nil {
+			return nil, fmt.Errorf("planner.journal: %w", err)
+		}
+		l.Journal = w
+	}
+	return l, nil
+}
+
+// withDefaults is the section with the file's defaults applied. A section
+// built in code rather than parsed has no defaults yet; the copy gets the
+// file's (plannerconfig.Config.ApplyDefaults, declared in
+// plan/defaults.go), so the caller's pools are not written to.
+func withDefaults(section plannerconfig.Config) plannerconfig.Config {
 	pc := section
 	pc.Pools = slices.Clone(pc.Pools)
 	for i, p := range pc.Pools {
@@ -102,6 +152,12 @@ func New(section plannerconfig.Config, workers []kvfleet.Worker, o Options) (*Lo
 		}
 	}
 	pc.ApplyDefaults()
+	return pc
+}
+
+// plannedPools are the pools the planner sizes (poolsOf): either the
+// aggregated pool or the prefill/decode split, never both.
+func plannedPools(pc plannerconfig.Config, workers []kvfleet.Worker) ([]plannerconfig.Pool, error) {
 	pools := poolsOf(pc.Pools, workers)
 	if len(pools) == 0 {
 		return nil, fmt.Errorf("planner.pools: no pools, and no engines: to derive them from")
@@ -114,6 +170,12 @@ func New(section plannerconfig.Config, workers []kvfleet.Worker, o Options) (*Lo
 	if hasAgg && hasSplit {
 		return nil, fmt.Errorf("engines: a mix of role both and prefill/decode engines; list planner.pools explicitly")
 	}
+	return pools, nil
+}
+
+// loadModel is the performance model of the profile (--profile, else
+// planner.profile).
+func loadModel(pc plannerconfig.Config, o Options) (*perfmodel.Model, error) {
 	profilePath := pc.Profile
 	if o.Profile != "" {
 		profilePath = o.Profile
@@ -129,10 +191,11 @@ func New(section plannerconfig.Config, workers []kvfleet.Worker, o Options) (*Lo
 	if err != nil {
 		return nil, fmt.Errorf("planner.profile: %s: %w", profilePath, err)
 	}
-	interval := pc.Interval.D()
-	if o.Interval > 0 {
-		interval = o.Interval
-	}
+	return model, nil
+}
+
+// buildSLA is the SLA policy's configuration over the pools.
+func buildSLA(pc plannerconfig.Config, pools []plannerconfig.Pool, interval time.Duration) (plan.SLAConfig, error) {
 	horizon := pc.Horizon.D()
 	if horizon == 0 {
 		horizon = interval
@@ -157,21 +220,30 @@ func New(section plannerconfig.Config, workers []kvfleet.Worker, o Options) (*Lo
 	// planner.pools is empty, and the GPU budget over them. NewSLA
 	// requires the whole to Validate.
 	if err := sla.Validate(); err != nil {
-		return nil, fmt.Errorf("planner: %w", err)
+		return plan.SLAConfig{}, fmt.Errorf("planner: %w", err)
 	}
+	return sla, nil
+}
+
+// forecasterFactory makes one forecaster per pool of the configured kind,
+// checked once here.
+func forecasterFactory(fcfg plannerconfig.Forecaster) (func() forecast.Forecaster, error) {
 	fp := forecast.Params{
-		Alpha: pc.Forecaster.Alpha, Beta: pc.Forecaster.Beta, NoiseRatio: pc.Forecaster.NoiseRatio,
-		TrendDamping: pc.Forecaster.TrendDamping.D(),
+		Alpha: fcfg.Alpha, Beta: fcfg.Beta, NoiseRatio: fcfg.NoiseRatio,
+		TrendDamping: fcfg.TrendDamping.D(),
 	}
-	if _, err := forecast.New(pc.Forecaster.Kind, fp); err != nil {
+	if _, err := forecast.New(fcfg.Kind, fp); err != nil {
 		return nil, fmt.Errorf("planner.forecaster: %w", err)
 	}
-	fc := func() forecast.Forecaster {
-		f, _ := forecast.New(pc.Forecaster.Kind, fp) // checked above
+	return func() forecast.Forecaster {
+		f, _ := forecast.New(fcfg.Kind, fp) // checked above
 		return f
-	}
+	}, nil
+}
 
-	var col collect.Collector
+// newCollector is Prometheus when planner.prometheus.url is set, otherwise
+// the scraper of each pool's endpoints and the workers' engines.
+func newCollector(pc plannerconfig.Config, pools []plannerconfig.Pool, workers []kvfleet.Worker, sla plan.SLAConfig, interval time.Duration) (collect.Collector, error) {
 	if pc.Prometheus.URL != "" {
 		window := pc.Prometheus.Window.D()
 		if window == 0 {
@@ -181,78 +253,65 @@ func New(section plannerconfig.Config, workers []kvfleet.Worker, o Options) (*Lo
 		for _, p := range pools {
 			sel[p.Name] = p.Selector
 		}
-		col = collect.NewPrometheus(pc.Prometheus.URL, sel, window, pc.Prometheus.Timeout.D()).WithTargets(sla.TTFT, sla.ITL)
-	} else {
-		eps := map[string][]string{}
-		for _, p := range pools {
-			eps[p.Name] = append(eps[p.Name], p.Endpoints...)
-		}
-		for _, e := range engineEndpoints(workers) {
-			pool := roleToPool(e.role)
-			if _, ok := eps[pool]; ok && !slices.Contains(eps[pool], e.endpoint) {
-				eps[pool] = append(eps[pool], e.endpoint)
-			}
-		}
-		sc := collect.NewScraper(eps, pc.Scrape.Extproc, pc.Scrape.Timeout.D()).WithTargets(sla.TTFT, sla.ITL)
-		if pc.Scrape.Authenticated() {
-			// Fail at start on a token that cannot be read, rather than
-			// on every scrape round after.
-			key := "planner.scrape.token_file"
-			if pc.Scrape.TokenFile == "" {
-				key = "planner.scrape.token_env"
-			}
-			if _, err := pc.Scrape.Token(); err != nil {
-				return nil, fmt.Errorf("%s: %w", key, err)
-			}
-			sc = sc.WithToken(pc.Scrape.Token)
-		}
-		col = sc
+		return collect.NewPrometheus(pc.Prometheus.URL, sel, window, pc.Prometheus.Timeout.D()).WithTargets(sla.TTFT, sla.ITL), nil
 	}
+	eps := map[string][]string{}
+	for _, p := range pools {
+		eps[p.Name] = append(eps[p.Name], p.Endpoints...)
+	}
+	for _, e := range engineEndpoints(workers) {
+		pool := roleToPool(e.role)
+		if _, ok := eps[pool]; ok && !slices.Contains(eps[pool], e.endpoint) {
+			eps[pool] = append(eps[pool], e.endpoint)
+		}
+	}
+	sc := collect.NewScraper(eps, pc.Scrape.Extproc, pc.Scrape.Timeout.D()).WithTargets(sla.TTFT, sla.ITL)
+	if pc.Scrape.Authenticated() {
+		// Fail at start on a token that cannot be read, rather than
+		// on every scrape round after.
+		key := "planner.scrape.token_file"
+		if pc.Scrape.TokenFile == "" {
+			key = "planner.scrape.token_env"
+		}
+		if _, err := pc.Scrape.Token(); err != nil {
+			return nil, fmt.Errorf("%s: %w", key, err)
+		}
+		sc = sc.WithToken(pc.Scrape.Token)
+	}
+	return sc, nil
+}
 
-	var act actuate.Actuator = actuate.Advisory{}
-	advisory := o.Advisory || pc.Actuator.Kind == "advisory"
-	if !advisory {
-		switch pc.Actuator.Kind {
-		case "file":
-			f, err := actuate.NewFile(pc.Actuator.File)
-			if err != nil {
-				return nil, fmt.Errorf("planner.actuator.file: %w", err)
-			}
-			act = f
-		case "http":
-			act = actuate.NewHTTP(pc.Actuator.URL, pc.Actuator.Timeout.D())
-		case "kubernetes":
-			targets := map[string]actuate.Target{}
-			for i, p := range pools {
-				if p.Kubernetes == nil {
-					return nil, fmt.Errorf("planner.pools[%d].kubernetes: required with actuator kind kubernetes", i)
-				}
-				k := p.Kubernetes
-				targets[p.Name] = actuate.Target{Group: k.Group, Kind: k.Kind, Name: k.Name, Namespace: k.Namespace, PodSelector: k.PodSelector}
-			}
-			k, err := actuate.KubernetesFromKubeconfig(pc.Actuator.Kubeconfig, targets)
-			if err != nil {
-				return nil, fmt.Errorf("planner.actuator: %w", err)
-			}
-			act = k
-		}
+// newActuator is the configured actuator, or the advisory one (which
+// changes nothing) when advisory.
+func newActuator(ac plannerconfig.Actuator, pools []plannerconfig.Pool, advisory bool) (actuate.Actuator, error) {
+	if advisory {
+		return actuate.Advisory{}, nil
 	}
-	l := &Loop{
-		Policy: plan.NewSLA(sla, model, fc), Collector: col, Actuator: act, Advisory: advisory,
-		Metrics: NewMetrics(), Interval: interval, Log: o.Log,
-	}
-	jp := pc.Journal
-	if o.Journal != "" {
-		jp = o.Journal
-	}
-	if jp != "" {
-		w, err := journal.Open(jp)
+	switch ac.Kind {
+	case "file":
+		f, err := actuate.NewFile(ac.File)
 		if err != nil {
-			return nil, fmt.Errorf("planner.journal: %w", err)
+			return nil, fmt.Errorf("planner.actuator.file: %w", err)
 		}
-		l.Journal = w
+		return f, nil
+	case "http":
+		return actuate.NewHTTP(ac.URL, ac.Timeout.D()), nil
+	case "kubernetes":
+		targets := map[string]actuate.Target{}
+		for i, p := range pools {
+			if p.Kubernetes == nil {
+				return nil, fmt.Errorf("planner.pools[%d].kubernetes: required with actuator kind kubernetes", i)
+			}
+			k := p.Kubernetes
+			targets[p.Name] = actuate.Target{Group: k.Group, Kind: k.Kind, Name: k.Name, Namespace: k.Namespace, PodSelector: k.PodSelector}
+		}
+		k, err := actuate.KubernetesFromKubeconfig(ac.Kubeconfig, targets)
+		if err != nil {
+			return nil, fmt.Errorf("planner.actuator: %w", err)
+		}
+		return k, nil
 	}
-	return l, nil
+	return actuate.Advisory{}, nil
 }
 
 // AdminHandler serves /metrics and /healthz (200 once a decision was made

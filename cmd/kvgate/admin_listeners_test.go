@@ -5,18 +5,18 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/kvgate/kvgate/config"
-	"github.com/kvgate/kvgate/kvagent"
-	"github.com/kvgate/kvgate/planner-sidecar"
+	"github.com/kvgate/kvgate/daemon"
+	"github.com/kvgate/kvgate/daemon/kvagentd"
+	"github.com/kvgate/kvgate/daemon/plannerd"
+	"github.com/kvgate/kvgate/lab/testkit/poll"
 )
 
 const listenerTestToken = "c0ffee00c0ffee00c0ffee00c0ffee00"
@@ -70,31 +70,9 @@ func TestKvagentAdminListenerNeedsTheToken(t *testing.T) {
 		t.Fatalf("exposed admin without a token: exit %d, stderr %q", code, errb.String())
 	}
 
-	cfg, err := config.Parse(strings.NewReader(section("127.0.0.1:0", "  admin_auth: {token_file: "+tokenFile+"}\n")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan net.Addr, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- serveKvagent(ctx, cfg.Kvagent, slog.New(slog.DiscardHandler), func(admin net.Addr, _ *kvagent.Agent) { ready <- admin })
-	}()
-	var admin string
-	select {
-	case a := <-ready:
-		admin = "http://" + a.String()
-	case err := <-done:
-		t.Fatalf("kvagent: %v", err)
-	case <-time.After(time.Minute):
-		t.Fatal("kvagent did not start")
-	}
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("kvagent stop: %v", err)
-		}
-	}()
+	served := filepath.Join(dir, "served.yaml")
+	os.WriteFile(served, []byte(section("127.0.0.1:0", "  admin_auth: {token_file: "+tokenFile+"}\n")), 0o600)
+	admin := startDaemon(t, kvagentd.Spec, []string{"--config", served}, `admin on (http://\S+)`)
 	for _, auth := range []string{"", "Bearer wrong-token-wrong-token-00"} {
 		if code, _ := httpGet(t, admin+"/metrics", auth); code != http.StatusUnauthorized {
 			t.Errorf("/metrics with %q: %d, want 401", auth, code)
@@ -119,34 +97,16 @@ func TestPlannerAdminListenerNeedsTheToken(t *testing.T) {
 	profile := filepath.Join(dir, "p.json")
 	os.WriteFile(profile, []byte(`{"prefill":[{"input_tokens":100,"concurrency":1,"ttft_seconds":0.05,"tokens_per_second":5000}],
 "decode":[{"context_tokens":100,"batch":4,"itl_seconds":0.01,"tokens_per_second":400}]}`), 0o644)
-	cfg, err := config.Parse(strings.NewReader(`
+	cfgPath := filepath.Join(dir, "planner.yaml")
+	os.WriteFile(cfgPath, []byte(`
 planner:
   interval: 200ms
-  profile: ` + profile + `
-  admin: 0.0.0.0:9410
-  admin_auth: {token_file: ` + tokenFile + `}
-  pools: [{name: aggregated, min: 1, max: 2, endpoints: ["` + eps[0] + `"]}]
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := slog.New(slog.DiscardHandler)
-	loop, err := plannersidecar.New(cfg.Planner, nil, plannersidecar.Options{Advisory: true, Log: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- servePlanner(ctx, loop, plannerAdmin(cfg, loop, log), ln, 0, log) }()
-	defer func() {
-		cancel()
-		<-done
-	}()
-	admin := "http://" + ln.Addr().String()
+  profile: `+profile+`
+  admin: 127.0.0.1:0
+  admin_auth: {token_file: `+tokenFile+`}
+  pools: [{name: aggregated, min: 1, max: 2, endpoints: ["`+eps[0]+`"]}]
+`), 0o600)
+	admin := startDaemon(t, plannerd.Spec, []string{"--config", cfgPath, "--advisory"}, `admin on (http://\S+)`)
 	for _, auth := range []string{"", "Basic " + listenerTestToken, "Bearer " + listenerTestToken + "0"} {
 		if code, _ := httpGet(t, admin+"/metrics", auth); code != http.StatusUnauthorized {
 			t.Errorf("/metrics with %q: %d, want 401", auth, code)
@@ -161,8 +121,43 @@ planner:
 
 	// --admin beyond loopback is held to the same rule as the file.
 	var out, errb bytes.Buffer
-	if code := dispatch([]string{"planner", "--profile", profile, "--engines", eps[0], "--admin", "0.0.0.0:9410"}, nil, &out, &errb); code != 2 ||
+	noToken := filepath.Join(dir, "no-token.yaml")
+	os.WriteFile(noToken, []byte("planner: {profile: "+profile+"}\n"), 0o600)
+	if code := dispatch([]string{"planner", "--config", noToken, "--engines", eps[0], "--admin", "0.0.0.0:9410"}, nil, &out, &errb); code != 2 ||
 		!strings.Contains(errb.String(), `--admin "0.0.0.0:9410" is not a loopback address`) {
 		t.Errorf("--admin 0.0.0.0:9410 without a token: exit %d, stderr %q", code, errb.String())
 	}
+}
+
+// startDaemon runs spec's command line until the test ends (then checks
+// it stopped with exit 0) and returns what addrRe's group matched on its
+// stdout: the address it announced.
+func startDaemon(t *testing.T, spec daemon.Spec, args []string, addrRe string) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var stdout, stderr syncBuffer
+	done := make(chan int, 1)
+	go func() { done <- spec.Exec(ctx, args, &stdout, &stderr) }()
+	t.Cleanup(func() {
+		cancel()
+		if code := <-done; code != 0 {
+			t.Errorf("kvgate %s: exit %d after its context ended; stderr: %s", spec.Name, code, stderr.String())
+		}
+	})
+	re := regexp.MustCompile(addrRe)
+	var addr string
+	poll.Until(t, "kvgate "+spec.Name+" to announce its address", time.Minute, func() error {
+		select {
+		case code := <-done:
+			t.Fatalf("kvgate %s: exit %d: %s", spec.Name, code, stderr.String())
+		default:
+		}
+		m := re.FindStringSubmatch(stdout.String())
+		if m == nil {
+			return fmt.Errorf("stdout %q", stdout.String())
+		}
+		addr = m[1]
+		return nil
+	})
+	return addr
 }

@@ -10,7 +10,6 @@ package main
 import (
 	"os"
 
-	"github.com/kvgate/kvgate/daemon/extprocd"
 	"github.com/kvgate/kvgate/internal/cli"
 )
 
@@ -22,8 +21,6 @@ var commands = cli.NewCommands("kvgate",
 		"  (the demo, benchmarks and simulators: kvgate-lab help)")
 
 func register(name string, c cli.Command) { commands.Register(name, c) }
-
-func init() { register("extproc", extprocd.Command) }
 
 func main() {
 	os.Exit(dispatch(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))

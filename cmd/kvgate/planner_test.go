@@ -100,7 +100,9 @@ func TestPlannerAdvisoryAgainstSimulatedFleet(t *testing.T) {
 	jpath := filepath.Join(dir, "planner.jsonl")
 	out.Reset()
 	errb.Reset()
-	code = dispatch([]string{"planner", "--advisory", "--profile", profile, "--engines", strings.Join(eps, ","),
+	bare := filepath.Join(dir, "bare.yaml") // the flags say it all
+	os.WriteFile(bare, []byte("planner: {}\n"), 0o644)
+	code = dispatch([]string{"planner", "--config", bare, "--advisory", "--profile", profile, "--engines", strings.Join(eps, ","),
 		"--interval", "400ms", "--steps", "4", "--journal", jpath, "--admin", "127.0.0.1:0"}, nil, &out, &errb)
 	if code != 0 {
 		t.Fatalf("planner: exit %d\n%s", code, errb.String())
@@ -157,14 +159,16 @@ planner:
 	if err != nil || !strings.Contains(string(data), `"aggregated": 2`) {
 		t.Fatalf("fleet file: %s %v", data, err)
 	}
+	bare := filepath.Join(dir, "bare.yaml")
+	os.WriteFile(bare, []byte("planner: {}\n"), 0o644)
 	for _, c := range []struct {
 		args []string
 		want string
 	}{
-		{[]string{"planner", "--engines", eps[0]}, "planner.profile: required"},
-		{[]string{"planner", "--engines", "nohost"}, `--engines: "nohost"`},
+		{[]string{"planner", "--config", bare, "--engines", eps[0]}, "planner.profile: required"},
+		{[]string{"planner", "--config", bare, "--engines", "nohost"}, `--engines: "nohost"`},
 		{[]string{"planner", "--config", filepath.Join(dir, "missing.yaml")}, "missing.yaml"},
-		{[]string{"planner", "--profile", cfg, "--engines", eps[0]}, "planner.profile"},
+		{[]string{"planner", "--config", bare, "--profile", cfg, "--engines", eps[0]}, "planner.profile"},
 		{[]string{"planner", "profile", "--engine", "http://" + eps[0]}, "--engine and --out are required"},
 		{[]string{"planner", "profile", "--engine", "x", "--out", "y", "--batches", "a"}, `--batches: "a"`},
 		{[]string{"planner", "explain"}, "--journal is required"},

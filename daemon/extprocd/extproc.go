@@ -1,5 +1,6 @@
-// Package extprocd is the kvgate extproc process: its command line (Run)
-// and its serving loop (Serve). It is a package, not part of cmd/kvgate's
+// Package extprocd is the kvgate extproc process: its part of the daemon
+// shell (Spec: its flags, what it requires of the file, its start) and
+// its serving loop (Serve). It is a package, not part of cmd/kvgate's
 // main, because the workshop (cmd/kvgate-lab's demo and gateway tests)
 // runs the same extproc in-process rather than a copy of it.
 package extprocd
@@ -9,25 +10,21 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
-	"os/signal"
 	"path/filepath"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/kvgate/kvgate/config"
+	"github.com/kvgate/kvgate/daemon"
 	"github.com/kvgate/kvgate/extproc"
 	"github.com/kvgate/kvgate/extproc/discovery"
 	"github.com/kvgate/kvgate/extproc/discovery/kubeselect"
@@ -35,102 +32,82 @@ import (
 	"github.com/kvgate/kvgate/extproc/preprocess"
 	"github.com/kvgate/kvgate/extproc/server"
 	"github.com/kvgate/kvgate/indexer"
-	"github.com/kvgate/kvgate/internal/adminhttp"
-	"github.com/kvgate/kvgate/internal/cli"
 	"github.com/kvgate/kvgate/kv/kvfleet"
 	"github.com/kvgate/kvgate/kv/kvindex"
 )
 
-// Command is `kvgate extproc`.
-var Command = cli.Command{
-	Summary: "Envoy ext_proc server: KV-aware endpoint picker (--config FILE)",
-	Run:     Run,
+// Spec is `kvgate extproc`.
+var Spec = daemon.Spec{
+	Name:       "extproc",
+	Summary:    "Envoy ext_proc server: KV-aware endpoint picker (--config FILE)",
+	ConfigHelp: "configuration file (YAML): models (with tokenizer directories), engines, extproc, index",
+	Usage: "usage: kvgate extproc --config FILE [flags]\n\nServes Envoy's ext_proc protocol: parses each OpenAI request once, tokenizes it exactly as the\n" +
+		"engine will, matches its KV blocks against the fleet index and sets x-gateway-destination-endpoint\n" +
+		"and envoy.lb metadata (GIE endpoint-picker protocol). Flags:",
+	Flags: flags,
 }
 
-// Run is `kvgate extproc`'s command line.
-func Run(args []string, _ io.Reader, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("kvgate extproc", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	cfgPath := fs.String("config", "", "configuration file (YAML): models (with tokenizer directories), engines, extproc, index")
+func flags(fs *flag.FlagSet) daemon.Parts {
 	listen := fs.String("listen", "", "override extproc.listen: gRPC address for Envoy's ext_proc filter")
 	admin := fs.String("admin", "", "override extproc.admin: HTTP address for /metrics, /healthz, /readyz, /debug/decisions")
 	withIndexer := fs.Bool("with-indexer", false, "also subscribe to the engines' KV events in this process (always on with the memory index)")
-	logFmt := cli.LogFormatFlag(fs)
 	// GIE's picker flags (v1.5.0 pkg/epp/server/options.go AddFlags), so a
 	// gateway's endpointPickerRef Deployment moves to kvgate with its args.
 	poolName := fs.String("pool-name", "", "set extproc.discovery.inference_pool.name: the InferencePool kvgate picks for (as GIE's --pool-name)")
 	poolNamespace := fs.String("pool-namespace", "", "set extproc.discovery.inference_pool.namespace (empty: $NAMESPACE, else default, as GIE)")
 	poolGroup := fs.String("pool-group", "", "set extproc.discovery.inference_pool.group; only "+kubeselect.InferencePoolGroup+" (InferencePool v1) is supported")
 	drain := fs.Duration("drain", 30*time.Second, "on SIGTERM, the whole drain: extproc.drain_grace with readiness failing and streams still served, then GOAWAY and the in-flight streams, up to this")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: kvgate extproc --config FILE [flags]\n\nServes Envoy's ext_proc protocol: parses each OpenAI request once, tokenizes it exactly as the\nengine will, matches its KV blocks against the fleet index and sets x-gateway-destination-endpoint\nand envoy.lb metadata (GIE endpoint-picker protocol). Flags:")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if *cfgPath == "" {
-		fmt.Fprintln(stderr, "kvgate extproc: --config is required (models need tokenizer directories)")
-		return 2
-	}
-	cfg, err := config.Load(*cfgPath)
-	if err != nil {
-		fmt.Fprintf(stderr, "kvgate extproc: %v\n", err)
-		return 2
-	}
-	if *listen != "" {
-		cfg.Extproc.Listen = *listen
-	}
-	if *admin != "" {
-		cfg.Extproc.Admin = *admin
-	}
-	if *poolName != "" || *poolNamespace != "" || *poolGroup != "" {
-		if cfg.Extproc.Discovery.InferencePool == nil {
-			cfg.Extproc.Discovery.InferencePool = &kubeselect.InferencePool{}
-		}
-		p := cfg.Extproc.Discovery.InferencePool
-		for _, f := range []struct {
-			flag string
-			dst  *string
-		}{{*poolName, &p.Name}, {*poolNamespace, &p.Namespace}, {*poolGroup, &p.Group}} {
-			if f.flag != "" {
-				*f.dst = f.flag
+	return daemon.Parts{
+		Override: func(cfg *config.Config) error {
+			if *listen != "" {
+				cfg.Extproc.Listen = *listen
 			}
+			if *admin != "" {
+				cfg.Extproc.Admin = *admin
+			}
+			overridePool(&cfg.Extproc.Discovery, *poolName, *poolNamespace, *poolGroup)
+			return nil
+		},
+		Check: check,
+		Start: func(ctx context.Context, cfg config.Config, env daemon.Env) (*daemon.Process, error) {
+			return start(ctx, cfg, Options{BaseDir: env.ConfigDir(), WithIndexer: *withIndexer, Drain: *drain, Log: env.Log,
+				Listening: func(grpcAddr, adminAddr net.Addr) {
+					env.Announce("ext_proc gRPC on %s, admin on http://%s", grpcAddr, adminAddr)
+				}})
+		},
+	}
+}
+
+// overridePool lays GIE's --pool-* flags over the discovery section.
+func overridePool(d *extprocconfig.Discovery, name, namespace, group string) {
+	if name == "" && namespace == "" && group == "" {
+		return
+	}
+	if d.InferencePool == nil {
+		d.InferencePool = &kubeselect.InferencePool{}
+	}
+	p := d.InferencePool
+	for _, f := range []struct {
+		flag string
+		dst  *string
+	}{{name, &p.Name}, {namespace, &p.Namespace}, {group, &p.Group}} {
+		if f.flag != "" {
+			*f.dst = f.flag
 		}
 	}
-	if err := cfg.Validate(); err != nil {
-		fmt.Fprintf(stderr, "kvgate extproc: %v\n", err)
-		return 2
-	}
-	// The discovery section (--pool-* included) is checked before the
-	// tokenizers load: a typo is a configuration error, said at once.
+}
+
+// check is what the extproc requires of a valid file. The discovery
+// section (--pool-* included) is checked before the tokenizers load: a
+// typo is a configuration error, said at once.
+func check(cfg config.Config, file string) error {
 	if err := extproc.ValidateDiscovery(cfg.Extproc.Discovery); err != nil {
-		fmt.Fprintf(stderr, "kvgate extproc: %v\n", err)
-		return 2
+		return err
 	}
-	if err := checkTokenizerDirs(cfg.Models, filepath.Dir(*cfgPath)); err != nil {
-		fmt.Fprintf(stderr, "kvgate extproc: config %s: %v\n", *cfgPath, err)
-		return 2
+	if err := checkTokenizerDirs(cfg.Models, filepath.Dir(file)); err != nil {
+		return fmt.Errorf("config %s: %w", file, err)
 	}
-	log, err := cli.NewProcessLogger(stderr, cli.LogFormat(*logFmt, cfg.Log.Format))
-	if err != nil {
-		fmt.Fprintf(stderr, "kvgate extproc: --log-format: %v\n", err)
-		return 2
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	err = Serve(ctx, cfg, Options{BaseDir: filepath.Dir(*cfgPath), WithIndexer: *withIndexer, Drain: *drain, Log: log,
-		Listening: func(grpcAddr, adminAddr net.Addr) {
-			fmt.Fprintf(stdout, "kvgate extproc: ext_proc gRPC on %s, admin on http://%s\n", grpcAddr, adminAddr)
-		}})
-	if err != nil {
-		fmt.Fprintf(stderr, "kvgate extproc: %v\n", err)
-		return 1
-	}
-	return 0
+	return nil
 }
 
 // Options are Serve's inputs besides the configuration.
@@ -239,87 +216,181 @@ func sharedLoadOptions(idx kvindex.Index) []extproc.Option {
 
 // Serve runs the ext_proc server until ctx ends, then drains: the
 // readiness probe fails first, in-flight streams finish (up to the drain
-// deadline), and only then does the process stop.
+// deadline), and only then does the process stop. `kvgate extproc` runs
+// the same process through the daemon shell; the lab calls Serve.
 func Serve(ctx context.Context, cfg config.Config, o Options) error {
-	reg, err := preprocess.New(cfg.Models, preprocess.OptionsFor(cfg.Extproc.Preprocess, cfg.Extproc.MaxBodyBytes, o.BaseDir))
+	p, err := start(ctx, cfg, o)
 	if err != nil {
 		return err
+	}
+	return daemon.Serve(ctx, "extproc", p, o.Log)
+}
+
+// routing is the request path's parts, built before anything listens.
+type routing struct {
+	idx     kvindex.Index
+	workers []kvfleet.Worker
+	router  *extproc.Router
+	srv     *server.Server
+	promReg *prometheus.Registry
+	ready   *readiness
+}
+
+// start builds the extproc (the request path, the in-process ingest,
+// discovery, the gRPC listener) and returns it as a daemon process whose
+// admin listener, drain and readiness are the extproc's.
+func start(ctx context.Context, cfg config.Config, o Options) (*daemon.Process, error) {
+	p := &daemon.Process{}
+	r, err := buildRouting(ctx, cfg, o, p)
+	if err != nil {
+		return p.Abort(err)
+	}
+	runCtx, cancelRun := context.WithCancel(context.Background())
+	svc, indexerDone, err := startIngest(runCtx, cfg, o, r)
+	if err != nil {
+		cancelRun()
+		return p.Abort(err)
+	}
+	p.OnClose(func() { cancelRun(); <-indexerDone })
+	if err := followDiscovery(runCtx, cfg, o, r, svc); err != nil {
+		return p.Abort(err)
+	}
+	go r.router.Run(runCtx)
+	gs, gln, err := listenGRPC(cfg, o, r.srv)
+	if err != nil {
+		return p.Abort(err)
+	}
+	p.OnClose(gs.Stop)
+	p.Admin = daemon.Admin{
+		Key: "extproc.admin", Addr: cfg.Extproc.Admin, Auth: cfg.Extproc.AdminAuth,
+		Metrics: r.promReg,
+		// /readyz answers what the gRPC readiness service says
+		// (readiness.go): 503 before start, on SIGTERM while in-flight
+		// streams finish, and while discovery reports a problem.
+		Ready: func(context.Context) error {
+			if why := r.ready.status(); why != "" {
+				return errors.New(why)
+			}
+			return nil
+		},
+		Routes: decisionsRoutes(r.router),
+	}
+	p.Started = func(ctx context.Context, admin net.Addr) {
+		if svc != nil {
+			awaitSync(ctx, svc, cfg.Extproc.SyncTimeout.D(), o.Log)
+		}
+		r.ready.start()
+		if o.Listening != nil {
+			o.Listening(gln.Addr(), admin)
+		}
+		if o.RouterReady != nil {
+			o.RouterReady(r.router)
+		}
+	}
+	p.Run = func(ctx context.Context) error { <-ctx.Done(); return nil }
+	p.Drain = func(context.Context) error {
+		drainExtproc(r.srv, gs, r.ready, cfg.Extproc.DrainGrace.D(), o.Drain, o.Log)
+		return nil
+	}
+	// drainExtproc keeps its own deadline (o.Drain, cutting the streams
+	// still open); the shell's bound only backs it up.
+	p.DrainBound = o.Drain
+	return p, nil
+}
+
+// buildRouting opens the index and builds the Router, the ext_proc server
+// and their metrics registry; p closes the index.
+func buildRouting(ctx context.Context, cfg config.Config, o Options, p *daemon.Process) (*routing, error) {
+	reg, err := preprocess.New(cfg.Models, preprocess.OptionsFor(cfg.Extproc.Preprocess, cfg.Extproc.MaxBodyBytes, o.BaseDir))
+	if err != nil {
+		return nil, err
 	}
 	idx, err := indexer.OpenIndex(ctx, cfg.Index)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer idx.Close()
+	p.OnClose(func() { idx.Close() })
 	workers, err := cfg.Workers()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	router, err := extproc.NewRouter(extproc.RouterConfig{Extproc: cfg.Extproc, Index: cfg.Index, Workers: workers}, reg, idx, o.Log, sharedLoadOptions(idx)...)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	promReg := prometheus.NewRegistry()
-	promReg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	promReg := daemon.NewRegistry()
 	if err := router.Register(promReg); err != nil {
-		return err
+		return nil, err
 	}
 	srv, err := server.New(router, extprocServerConfig(cfg.Extproc, func(d time.Duration) { router.ObserveDecision(d.Seconds()) }, o.Log))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	promReg.MustRegister(srv.Collector())
-	ready := &readiness{srv: srv}
-	src, err := extproc.DiscoverySource(cfg.Extproc.Discovery, router, ready.setDiscovery, o.Log)
+	return &routing{idx: idx, workers: workers, router: router, srv: srv, promReg: promReg, ready: &readiness{srv: srv}}, nil
+}
+
+// startIngest runs the indexer service in this process when the index
+// lives here (memory) or --with-indexer asks; done closes when it has
+// stopped (at once without one).
+func startIngest(runCtx context.Context, cfg config.Config, o Options, r *routing) (svc *indexer.Service, done chan struct{}, err error) {
+	done = make(chan struct{})
+	if cfg.Index.Backend != "memory" && !o.WithIndexer {
+		close(done)
+		return nil, done, nil
+	}
+	// The in-memory index lives in this process, so this process must
+	// also keep it fed.
+	svc, err = indexer.New(indexer.ServiceConfig{Index: cfg.Index, Indexer: cfg.Indexer, Models: cfg.Models, Workers: r.workers}, r.idx, o.Log)
+	if err != nil {
+		close(done)
+		return nil, done, err
+	}
+	r.promReg.MustRegister(svc.Collector())
+	go func() { svc.Run(runCtx); close(done) }()
+	return svc, done, nil
+}
+
+// followDiscovery starts the configured discovery source, if any: the
+// Router and the in-process ingest (svc, may be nil) follow its worker
+// sets, and readiness waits for its first.
+func followDiscovery(runCtx context.Context, cfg config.Config, o Options, r *routing, svc *indexer.Service) error {
+	src, err := extproc.DiscoverySource(cfg.Extproc.Discovery, r.router, r.ready.setDiscovery, o.Log)
 	if err != nil {
 		return err
 	}
 	if pool, ok := src.(*discovery.InferencePoolSource); ok {
-		if err := pool.Register(promReg); err != nil {
+		if err := pool.Register(r.promReg); err != nil {
 			return err
 		}
 	}
-	runCtx, cancelRun := context.WithCancel(context.Background())
-	defer cancelRun()
-	indexerDone := make(chan struct{})
-	var setWorkers func(context.Context, []kvfleet.Worker) error
-	var svc *indexer.Service
-	if cfg.Index.Backend == "memory" || o.WithIndexer {
-		// The in-memory index lives in this process, so this process must
-		// also keep it fed.
-		svc, err = indexer.New(indexer.ServiceConfig{Index: cfg.Index, Indexer: cfg.Indexer, Models: cfg.Models, Workers: workers}, idx, o.Log)
-		if err != nil {
-			return err
-		}
-		promReg.MustRegister(svc.Collector())
-		setWorkers = svc.SetWorkers
-		go func() { svc.Run(runCtx); close(indexerDone) }()
-	} else {
-		close(indexerDone)
+	if src == nil {
+		return nil
 	}
-	if src != nil {
-		ready.awaitingDiscovery = true
-		var first sync.Once
-		follow := func(ctx context.Context, ws []kvfleet.Worker) error {
-			first.Do(ready.discovered)
-			if setWorkers == nil {
-				return nil
-			}
-			return setWorkers(ctx, ws)
+	r.ready.awaitingDiscovery = true
+	var first sync.Once
+	follow := func(ctx context.Context, ws []kvfleet.Worker) error {
+		first.Do(r.ready.discovered)
+		if svc == nil {
+			return nil
 		}
-		go func() {
-			if err := extproc.FollowDiscovery(runCtx, src, router, follow, o.Log); err != nil {
-				o.Log.Error("discovery stopped", "err", err)
-			}
-		}()
+		return svc.SetWorkers(ctx, ws)
 	}
+	go func() {
+		if err := extproc.FollowDiscovery(runCtx, src, r.router, follow, o.Log); err != nil {
+			o.Log.Error("discovery stopped", "err", err)
+		}
+	}()
+	return nil
+}
 
-	go router.Run(runCtx)
-
-	// TLS material is loaded before listening: a bad file fails the start,
-	// and every later handshake re-reads rotated files.
+// listenGRPC serves the ext_proc gRPC server. TLS material is loaded
+// before listening: a bad file fails the start, and every later handshake
+// re-reads rotated files.
+func listenGRPC(cfg config.Config, o Options, srv *server.Server) (*grpc.Server, net.Listener, error) {
 	tlsCfg, err := cfg.Extproc.TLS.Load()
 	if err != nil {
-		return fmt.Errorf("extproc.%w", err)
+		return nil, nil, fmt.Errorf("extproc.%w", err)
 	}
 	grpcOpts := extprocGRPCOptions(cfg.Extproc)
 	if tlsCfg != nil {
@@ -329,59 +400,34 @@ func Serve(ctx context.Context, cfg config.Config, o Options) error {
 	}
 	gln, err := net.Listen("tcp", cfg.Extproc.Listen)
 	if err != nil {
-		return fmt.Errorf("listen %s: %w", cfg.Extproc.Listen, err)
+		return nil, nil, fmt.Errorf("listen %s: %w", cfg.Extproc.Listen, err)
 	}
 	gs := grpc.NewServer(grpcOpts...)
 	srv.Register(gs)
 	go gs.Serve(gln)
-	defer gs.Stop()
 	if o.GRPCServer != nil {
 		o.GRPCServer(gs)
 	}
+	return gs, gln, nil
+}
 
+// decisionsRoutes is the extproc's admin route besides the probes and
+// metrics: the recent decisions.
+func decisionsRoutes(router *extproc.Router) http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(promReg, promhttp.HandlerOpts{}))
 	mux.Handle("GET /debug/decisions", router.DecisionsHandler())
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
-	// /readyz answers what the gRPC readiness service says (readiness.go):
-	// 503 before start, on SIGTERM while in-flight streams finish, and
-	// while discovery reports a problem, with the reason.
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if why := ready.status(); why != "" {
-			http.Error(w, why, http.StatusServiceUnavailable)
-			return
-		}
-		w.Write([]byte("ready\n"))
-	})
-	aln, err := net.Listen("tcp", cfg.Extproc.Admin)
-	if err != nil {
-		return fmt.Errorf("listen %s: %w", cfg.Extproc.Admin, err)
-	}
-	hs := adminhttp.NewServer(adminhttp.WithAdminAuth(mux, "extproc.admin", cfg.Extproc.Admin, cfg.Extproc.AdminAuth, o.Log))
-	go hs.Serve(aln)
-	defer hs.Close()
+	return mux
+}
 
-	if svc != nil {
-		syncStart := time.Now()
-		sctx, cancel := context.WithTimeout(ctx, cfg.Extproc.SyncTimeout.D())
-		if err := svc.WaitSynced(sctx); err != nil {
-			o.Log.Warn("reporting ready before every engine's events were replayed", "err", err, "waited", time.Since(syncStart).Round(time.Millisecond))
-		} else {
-			o.Log.Info("index rebuilt from the engines' event streams", "took", time.Since(syncStart).Round(time.Millisecond))
-		}
-		cancel()
+// awaitSync holds readiness until the in-process index was rebuilt from
+// the engines' replays, up to extproc.sync_timeout.
+func awaitSync(ctx context.Context, svc *indexer.Service, timeout time.Duration, log *slog.Logger) {
+	syncStart := time.Now()
+	sctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if err := svc.WaitSynced(sctx); err != nil {
+		log.Warn("reporting ready before every engine's events were replayed", "err", err, "waited", time.Since(syncStart).Round(time.Millisecond))
+	} else {
+		log.Info("index rebuilt from the engines' event streams", "took", time.Since(syncStart).Round(time.Millisecond))
 	}
-	ready.start()
-	if o.Listening != nil {
-		o.Listening(gln.Addr(), aln.Addr())
-	}
-	if o.RouterReady != nil {
-		o.RouterReady(router)
-	}
-	<-ctx.Done()
-	drainExtproc(srv, gs, ready, cfg.Extproc.DrainGrace.D(), o.Drain, o.Log)
-	cancelRun()
-	<-indexerDone
-	o.Log.Info("extproc stopped")
-	return nil
 }

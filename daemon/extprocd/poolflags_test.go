@@ -2,6 +2,7 @@ package extprocd
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"os"
 	"path/filepath"
@@ -40,7 +41,7 @@ func TestPoolFlagsSetTheInferencePoolSection(t *testing.T) {
 		{[]string{"--pool-name", "qwen-pool", "--pool-namespace", "llm"}, 1, "extproc.discovery.inference_pool: discovery: kubernetes client config"},
 	} {
 		var stderr bytes.Buffer
-		code := Run(append([]string{"--config", cfgPath}, c.args...), nil, io.Discard, &stderr)
+		code := Spec.Exec(context.Background(), append([]string{"--config", cfgPath}, c.args...), io.Discard, &stderr)
 		if code != c.code || !strings.Contains(stderr.String(), c.want) {
 			t.Errorf("%v: exit %d, stderr %q; want %d and %q", c.args, code, stderr.String(), c.code, c.want)
 		}

@@ -2,6 +2,7 @@ package extprocd
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -24,7 +25,7 @@ func TestTokenizerKeyErrorsExit2(t *testing.T) {
 			t.Fatal(err)
 		}
 		var out, errb bytes.Buffer
-		code := Command.Run([]string{"--config", cfg}, strings.NewReader(""), &out, &errb)
+		code := Spec.Exec(context.Background(), []string{"--config", cfg}, &out, &errb)
 		if code != 2 || !strings.Contains(errb.String(), c.want) {
 			t.Errorf("%s: exit %d, stderr %q; want exit 2 and %q", c.name, code, errb.String(), c.want)
 		}

@@ -176,7 +176,7 @@ var _ prometheus.Registerer = (*recorder)(nil)
 // kvagentFamilies starts a real kvagent (store with host and disk tiers,
 // engine connector on a Unix socket, peer transfers, residency events) on
 // temporary paths and loopback ports, as `kvgate kvagent` does
-// (kvagent.Serve), and describes what it registered.
+// (daemon/kvagentd), and describes what it registered.
 func kvagentFamilies() ([]Family, error) {
 	dir, err := os.MkdirTemp("", "kvgate-inventory-kvagent-")
 	if err != nil {

@@ -242,10 +242,28 @@ func (x *Config) BlockSize() int {
 
 // Validate reports the first invalid value; path is the section's key path.
 // An empty section (no socket) is valid: only `kvgate kvagent` needs it.
+// The groups are checked in the file's order: the local socket, arena and
+// block geometry, the disk tier, the events and admin endpoints, the peer
+// listener, the quotas, the peers.
 func (x *Config) Validate(path string) error {
 	if !x.Enabled() {
 		return nil
 	}
+	for _, check := range []func(string) error{
+		x.validateLocal, x.validateDisk, x.validateEndpoints, x.validatePeer,
+		func(path string) error { return x.Quotas.validate(path+".quotas", x.HostBlocks) },
+		x.validatePeers,
+	} {
+		if err := check(path); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// validateLocal checks the connector's socket, the agent's name, the host
+// arena and the block geometry.
+func (x *Config) validateLocal(path string) error {
 	if !filepath.IsAbs(x.Socket) {
 		return fmt.Errorf("%s.socket: %q: want an absolute path", path, x.Socket)
 	}
@@ -278,6 +296,11 @@ func (x *Config) Validate(path string) error {
 	case x.MaxChain < 1 || x.MaxChain > MaxChainBlocks:
 		return fmt.Errorf("%s.max_chain: %d: want 1..%d", path, x.MaxChain, MaxChainBlocks)
 	}
+	return nil
+}
+
+// validateDisk checks kvagent.disk.
+func (x *Config) validateDisk(path string) error {
 	d := x.Disk
 	switch {
 	case d.Blocks < 0 || d.Blocks > 1<<28:
@@ -291,6 +314,12 @@ func (x *Config) Validate(path string) error {
 	case d.Queue < 1 || d.Queue > 1<<20:
 		return fmt.Errorf("%s.disk.queue: %d: want 1..%d", path, d.Queue, 1<<20)
 	}
+	return nil
+}
+
+// validateEndpoints checks the residency events and replay endpoints, the
+// admin listener with its token, and the drain bound.
+func (x *Config) validateEndpoints(path string) error {
 	if x.Events != "" {
 		if _, _, err := confaddr.ZMQEndpoint(x.Events, 0); err != nil {
 			return fmt.Errorf("%s.events: %w", path, err)
@@ -315,6 +344,12 @@ func (x *Config) Validate(path string) error {
 	if x.DrainTimeout.D() <= 0 {
 		return fmt.Errorf("%s.drain_timeout: must be > 0", path)
 	}
+	return nil
+}
+
+// validatePeer checks kvagent.peer: its listeners, the mutual TLS they
+// need off loopback, and the namespace rules.
+func (x *Config) validatePeer(path string) error {
 	p := x.Peer
 	if (p.Listen == "") != (p.TransferListen == "") {
 		return fmt.Errorf("%s.peer: listen and transfer_listen go together", path)
@@ -371,9 +406,12 @@ func (x *Config) Validate(path string) error {
 			}
 		}
 	}
-	if err := x.Quotas.validate(path+".quotas", x.HostBlocks); err != nil {
-		return err
-	}
+	return nil
+}
+
+// validatePeers checks kvagent.peers: the agents this one fetches from.
+func (x *Config) validatePeers(path string) error {
+	p := x.Peer
 	names := map[string]bool{x.Name: true}
 	for i, q := range x.Peers {
 		pp := fmt.Sprintf("%s.peers[%d]", path, i)

@@ -284,139 +284,37 @@ func (s *SLA) Decide(obs Observation) Decision {
 	return d
 }
 
-// size observes one pool and computes its need.
+// sizing is one pool's sizing as it proceeds (SLA.size): the plan, and
+// the intermediate values the decision's terms record.
+type sizing struct {
+	name string
+	st   *poolState
+	o    PoolObservation // cleaned
+	p    *poolPlan
+
+	peak, level, mae, headroom float64
+	period                     time.Duration
+	useSeason                  float64
+	prefillNeed, decodeNeed    float64
+	backlog                    float64
+	workSeen, workLevel        float64
+	envelope, capped           float64
+}
+
+// size observes one pool and computes its need: the observation cleaned,
+// the model corrected and the forecasters fed, the rate forecast with its
+// error headroom, the work per request, the replicas' worth of capacity
+// needed, and the sizes up and down.
 func (s *SLA) size(name string, obs Observation, terms map[string]float64) *poolPlan {
-	st := s.pools[name]
-	o := obs.Pools[name]
+	z := &sizing{name: name, st: s.pools[name], o: cleanObservation(obs.Pools[name])}
+	s.correctModel(z)
+	z.peak = s.observe(z.st, obs.Time, z.o)
+	z.p = &poolPlan{obs: z.o}
+	s.forecastRate(z, obs.Time)
+	s.forecastWork(z)
+	s.needs(z, obs.Time)
 	lim := s.cfg.Pools[name]
-	clean := func(v float64) float64 {
-		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
-			return 0
-		}
-		return v
-	}
-	o.RequestRate, o.MeanInputTokens, o.MeanOutputTokens = clean(o.RequestRate), clean(o.MeanInputTokens), clean(o.MeanOutputTokens)
-	o.CacheHitRate = min(clean(o.CacheHitRate), 1)
-
-	// Correct the model by how this interval's latencies compared with what
-	// the profile expects at the load each serving replica carried.
-	if s.cfg.CorrectionAlpha > 0 && o.Replicas > 0 && o.RequestRate > 0 && st.sawLengths {
-		n := float64(o.Replicas)
-		in, out := o.MeanInputTokens, o.MeanOutputTokens
-		var expTTFT, expITL time.Duration
-		if name != PoolDecode {
-			expTTFT = s.model.ExpectedTTFT(in, o.RequestRate*in*(1-o.CacheHitRate)/n)
-		}
-		if name != PoolPrefill {
-			expITL = s.model.ExpectedITL(in+out/2, o.RequestRate*out/n)
-		}
-		st.correction.Observe(o.TTFTP90, expTTFT, o.ITLP90, expITL)
-	}
-
-	// Score the rate forecasts that have come due against this interval's
-	// rate before the forecaster sees it.
-	s.scoreForecasts(st, obs.Time, o.RequestRate)
-	st.rate.Observe(obs.Time, o.RequestRate)
-	// Lengths are undefined in an interval without requests; they keep
-	// their last forecast instead of dropping to zero.
-	if o.RequestRate > 0 && (o.MeanInputTokens > 0 || o.MeanOutputTokens > 0) {
-		st.input.Observe(obs.Time, o.MeanInputTokens)
-		st.output.Observe(obs.Time, o.MeanOutputTokens)
-		st.hit.Observe(obs.Time, o.CacheHitRate)
-		st.sawLengths = true
-	}
-	st.season.Observe(obs.Time, o.RequestRate)
-	peak := s.holdPeak(st, obs.Time, o.RequestRate)
-	p := &poolPlan{obs: o}
-	base := max(st.rate.Predict(s.cfg.Horizon), 0)
-	seasonal, period := math.NaN(), time.Duration(0)
-	if period, _ = st.season.Period(); period > 0 {
-		seasonal = max(st.season.Predict(s.cfg.Horizon), 0)
-	}
-	if len(st.due) < maxDue {
-		st.due = append(st.due, dueRate{T: obs.Time.Add(s.cfg.Horizon), base: base, seasonal: seasonal})
-	}
-	// A load that repeats (diurnal, weekly) is forecast from its own last
-	// periods once its history shows one and those forecasts have been
-	// closer at this horizon than the forecaster's: a trend read a
-	// quarter period before a turn is carried past it, and the error
-	// headroom then grows with the overshoot (the 10-minute sine's
-	// journal: holt's mean error at 150 s was half the swing).
-	mae, useSeason := st.rateMAE, 0.0
-	p.rate = base
-	if period > 0 && st.sawSeasonal && st.seasonMAE < st.rateMAE {
-		p.rate, mae, useSeason = seasonal, st.seasonMAE, 1
-	}
-	// The upper end of the forecast: what scaling up provisions for.
-	headroom := s.cfg.ErrorHeadroom * mae
-	p.upRate = p.rate + headroom
-	// A scale-down must hold over the whole window until a replica shed
-	// now could be back: the forecasts are monotonic in the horizon (flat,
-	// linear or a damped trend), so the window's largest is at one of its
-	// ends — now (the level) or the horizon — and never below the recent
-	// peak.
-	level := max(st.rate.Predict(0), 0)
-	p.downRate = max(p.upRate, level+headroom, peak)
-	p.input = max(st.input.Predict(s.cfg.Horizon), 0)
-	p.output = max(st.output.Predict(s.cfg.Horizon), 0)
-	p.hit = min(max(st.hit.Predict(0), 0), 1)
-
-	ttft := perfmodel.Target(s.cfg.TTFT, st.correction.TTFT)
-	itl := perfmodel.Target(s.cfg.ITL, st.correction.ITL)
-	p.prefillTPS = s.model.PrefillThroughput(p.input, ttft)
-	p.decodeTPS = s.model.DecodeThroughput(p.input+p.output/2, itl)
-	// needAt is the replicas' worth of SLA capacity a rate needs, by phase.
-	needAt := func(rate float64) (prefill, decode float64) {
-		return rate * p.input * (1 - p.hit) / p.prefillTPS, rate * p.output / p.decodeTPS
-	}
-	prefillNeed, decodeNeed := needAt(p.upRate)
-	prefillDown, decodeDown := needAt(p.downRate)
-	// Queue-aware: the waiting requests' work, spread over BacklogDrain,
-	// is capacity on top of the arrivals'.
-	var prefillBacklog, decodeBacklog float64
-	if s.cfg.BacklogDrain > 0 && o.QueueDepth > 0 && !math.IsNaN(o.QueueDepth) && !math.IsInf(o.QueueDepth, 0) {
-		perSecond := o.QueueDepth / s.cfg.BacklogDrain.Seconds()
-		prefillBacklog, decodeBacklog = needAt(perSecond)
-	}
-	// ofPool is the pool's share of a (prefill, decode) pair of needs. An
-	// aggregated replica runs prefill and decode in the same engine steps,
-	// and a mixed step costs about the sum of its parts (the step model of
-	// Dynamo's mocker, lab/enginesim/timing.go): the fractions of a replica
-	// each phase needs add up. max() would assume the phases overlap for
-	// free and undersize.
-	ofPool := func(prefill, decode float64) float64 {
-		switch name {
-		case PoolPrefill:
-			return prefill
-		case PoolDecode:
-			return decode
-		}
-		return prefill + decode
-	}
-	backlog := ofPool(prefillBacklog, decodeBacklog)
-	p.need, p.downNeed = ofPool(prefillNeed, decodeNeed), ofPool(prefillDown, decodeDown)
-	// Peak memory (SLAConfig.PeakMemory), in the pool's work rather than
-	// its request rate — prompt tokens per second for prefill, output
-	// tokens for decode, at the model's per-replica throughputs — since a
-	// load's lengths move with its rate (the Azure trace's prompts grow
-	// by half into its busiest minutes): the replicas' worth of work
-	// observed this interval, and the smoothed level's.
-	var workSeen, workLevel, envelope, capped float64
-	if s.cfg.PeakMemory > 0 {
-		pre, dec := o.RequestRate*o.MeanInputTokens*(1-o.CacheHitRate)/p.prefillTPS, o.RequestRate*o.MeanOutputTokens/p.decodeTPS
-		workSeen = clean(ofPool(pre, dec))
-		workLevel = clean(ofPool(needAt(level)))
-		envelope = st.envelope.add(obs.Time, workSeen)
-		if high := st.levelHigh.add(obs.Time, workLevel); workLevel < high {
-			// Below its recent high: plan for no more than the most work
-			// seen. At a new high the forecast and headroom stand.
-			capped = 1
-			ceiling := max(envelope, workLevel)
-			p.need, p.downNeed = min(p.need, ceiling), min(p.downNeed, ceiling)
-		}
-	}
-	p.need += backlog
-	p.downNeed += backlog
+	p := z.p
 	if math.IsNaN(p.need) || math.IsInf(p.need, 0) {
 		p.need = float64(lim.Max)
 	}
@@ -425,25 +323,198 @@ func (s *SLA) size(name string, obs Observation, terms map[string]float64) *pool
 	}
 	p.want = clampInt(ceilEps(p.need/s.cfg.UpUtilization), lim.Min, lim.Max)
 	p.downTo = clampInt(ceilEps(p.downNeed/s.cfg.DownUtilization), lim.Min, lim.Max)
+	z.record(terms)
+	return p
+}
 
-	t := func(k string, v float64) { terms[name+"."+k] = v }
+// finite is v, or 0 when v is not a finite non-negative number (a scrape
+// of nothing, a division by zero upstream).
+func finite(v float64) float64 {
+	if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+		return 0
+	}
+	return v
+}
+
+// cleanObservation makes the observed rates and lengths finite and the
+// hit rate a fraction.
+func cleanObservation(o PoolObservation) PoolObservation {
+	o.RequestRate, o.MeanInputTokens, o.MeanOutputTokens = finite(o.RequestRate), finite(o.MeanInputTokens), finite(o.MeanOutputTokens)
+	o.CacheHitRate = min(finite(o.CacheHitRate), 1)
+	return o
+}
+
+// correctModel corrects the model by how this interval's latencies
+// compared with what the profile expects at the load each serving replica
+// carried.
+func (s *SLA) correctModel(z *sizing) {
+	o, st := z.o, z.st
+	if s.cfg.CorrectionAlpha > 0 && o.Replicas > 0 && o.RequestRate > 0 && st.sawLengths {
+		n := float64(o.Replicas)
+		in, out := o.MeanInputTokens, o.MeanOutputTokens
+		var expTTFT, expITL time.Duration
+		if z.name != PoolDecode {
+			expTTFT = s.model.ExpectedTTFT(in, o.RequestRate*in*(1-o.CacheHitRate)/n)
+		}
+		if z.name != PoolPrefill {
+			expITL = s.model.ExpectedITL(in+out/2, o.RequestRate*out/n)
+		}
+		st.correction.Observe(o.TTFTP90, expTTFT, o.ITLP90, expITL)
+	}
+}
+
+// observe feeds the pool's forecasters this interval's load and returns
+// the recent peak rate.
+func (s *SLA) observe(st *poolState, t time.Time, o PoolObservation) float64 {
+	// Score the rate forecasts that have come due against this interval's
+	// rate before the forecaster sees it.
+	s.scoreForecasts(st, t, o.RequestRate)
+	st.rate.Observe(t, o.RequestRate)
+	// Lengths are undefined in an interval without requests; they keep
+	// their last forecast instead of dropping to zero.
+	if o.RequestRate > 0 && (o.MeanInputTokens > 0 || o.MeanOutputTokens > 0) {
+		st.input.Observe(t, o.MeanInputTokens)
+		st.output.Observe(t, o.MeanOutputTokens)
+		st.hit.Observe(t, o.CacheHitRate)
+		st.sawLengths = true
+	}
+	st.season.Observe(t, o.RequestRate)
+	return s.holdPeak(st, t, o.RequestRate)
+}
+
+// forecastRate forecasts the request rate at the horizon, from the
+// forecaster or the load's own seasons, and the rates scaling up and down
+// plan for.
+func (s *SLA) forecastRate(z *sizing, t time.Time) {
+	st, p := z.st, z.p
+	base := max(st.rate.Predict(s.cfg.Horizon), 0)
+	seasonal := math.NaN()
+	if z.period, _ = st.season.Period(); z.period > 0 {
+		seasonal = max(st.season.Predict(s.cfg.Horizon), 0)
+	}
+	if len(st.due) < maxDue {
+		st.due = append(st.due, dueRate{T: t.Add(s.cfg.Horizon), base: base, seasonal: seasonal})
+	}
+	// A load that repeats (diurnal, weekly) is forecast from its own last
+	// periods once its history shows one and those forecasts have been
+	// closer at this horizon than the forecaster's: a trend read a
+	// quarter period before a turn is carried past it, and the error
+	// headroom then grows with the overshoot (the 10-minute sine's
+	// journal: holt's mean error at 150 s was half the swing).
+	z.mae, z.useSeason = st.rateMAE, 0.0
+	p.rate = base
+	if z.period > 0 && st.sawSeasonal && st.seasonMAE < st.rateMAE {
+		p.rate, z.mae, z.useSeason = seasonal, st.seasonMAE, 1
+	}
+	// The upper end of the forecast: what scaling up provisions for.
+	z.headroom = s.cfg.ErrorHeadroom * z.mae
+	p.upRate = p.rate + z.headroom
+	// A scale-down must hold over the whole window until a replica shed
+	// now could be back: the forecasts are monotonic in the horizon (flat,
+	// linear or a damped trend), so the window's largest is at one of its
+	// ends — now (the level) or the horizon — and never below the recent
+	// peak.
+	z.level = max(st.rate.Predict(0), 0)
+	p.downRate = max(p.upRate, z.level+z.headroom, z.peak)
+}
+
+// forecastWork forecasts the requests' lengths and hit rate, and what one
+// replica serves of them within the (corrected) latency targets.
+func (s *SLA) forecastWork(z *sizing) {
+	st, p := z.st, z.p
+	p.input = max(st.input.Predict(s.cfg.Horizon), 0)
+	p.output = max(st.output.Predict(s.cfg.Horizon), 0)
+	p.hit = min(max(st.hit.Predict(0), 0), 1)
+
+	ttft := perfmodel.Target(s.cfg.TTFT, st.correction.TTFT)
+	itl := perfmodel.Target(s.cfg.ITL, st.correction.ITL)
+	p.prefillTPS = s.model.PrefillThroughput(p.input, ttft)
+	p.decodeTPS = s.model.DecodeThroughput(p.input+p.output/2, itl)
+}
+
+// needAt is the replicas' worth of SLA capacity a rate needs, by phase.
+func (p *poolPlan) needAt(rate float64) (prefill, decode float64) {
+	return rate * p.input * (1 - p.hit) / p.prefillTPS, rate * p.output / p.decodeTPS
+}
+
+// poolShare is the pool's share of a (prefill, decode) pair of needs. An
+// aggregated replica runs prefill and decode in the same engine steps,
+// and a mixed step costs about the sum of its parts (the step model of
+// Dynamo's mocker, lab/enginesim/timing.go): the fractions of a replica
+// each phase needs add up. max() would assume the phases overlap for
+// free and undersize.
+func poolShare(pool string, prefill, decode float64) float64 {
+	switch pool {
+	case PoolPrefill:
+		return prefill
+	case PoolDecode:
+		return decode
+	}
+	return prefill + decode
+}
+
+// needs is the replicas' worth of capacity the planned rates need, with
+// the waiting requests' work, capped by the work recently seen once the
+// load is past its high.
+func (s *SLA) needs(z *sizing, t time.Time) {
+	o, p := z.o, z.p
+	z.prefillNeed, z.decodeNeed = p.needAt(p.upRate)
+	prefillDown, decodeDown := p.needAt(p.downRate)
+	// Queue-aware: the waiting requests' work, spread over BacklogDrain,
+	// is capacity on top of the arrivals'.
+	var prefillBacklog, decodeBacklog float64
+	if s.cfg.BacklogDrain > 0 && o.QueueDepth > 0 && !math.IsNaN(o.QueueDepth) && !math.IsInf(o.QueueDepth, 0) {
+		perSecond := o.QueueDepth / s.cfg.BacklogDrain.Seconds()
+		prefillBacklog, decodeBacklog = p.needAt(perSecond)
+	}
+	z.backlog = poolShare(z.name, prefillBacklog, decodeBacklog)
+	p.need, p.downNeed = poolShare(z.name, z.prefillNeed, z.decodeNeed), poolShare(z.name, prefillDown, decodeDown)
+	// Peak memory (SLAConfig.PeakMemory), in the pool's work rather than
+	// its request rate — prompt tokens per second for prefill, output
+	// tokens for decode, at the model's per-replica throughputs — since a
+	// load's lengths move with its rate (the Azure trace's prompts grow
+	// by half into its busiest minutes): the replicas' worth of work
+	// observed this interval, and the smoothed level's.
+	if s.cfg.PeakMemory > 0 {
+		pre, dec := o.RequestRate*o.MeanInputTokens*(1-o.CacheHitRate)/p.prefillTPS, o.RequestRate*o.MeanOutputTokens/p.decodeTPS
+		z.workSeen = finite(poolShare(z.name, pre, dec))
+		levelPre, levelDec := p.needAt(z.level)
+		z.workLevel = finite(poolShare(z.name, levelPre, levelDec))
+		z.envelope = z.st.envelope.add(t, z.workSeen)
+		if high := z.st.levelHigh.add(t, z.workLevel); z.workLevel < high {
+			// Below its recent high: plan for no more than the most work
+			// seen. At a new high the forecast and headroom stand.
+			z.capped = 1
+			ceiling := max(z.envelope, z.workLevel)
+			p.need, p.downNeed = min(p.need, ceiling), min(p.downNeed, ceiling)
+		}
+	}
+	p.need += z.backlog
+	p.downNeed += z.backlog
+}
+
+// record writes the sizing's terms into the decision, prefixed with the
+// pool's name.
+func (z *sizing) record(terms map[string]float64) {
+	p, st := z.p, z.st
+	t := func(k string, v float64) { terms[z.name+"."+k] = v }
 	t("forecast_request_rate", p.rate)
-	t("forecast_level_request_rate", level)
-	t("forecast_mae_request_rate", mae)
+	t("forecast_level_request_rate", z.level)
+	t("forecast_mae_request_rate", z.mae)
 	t("forecaster_mae_request_rate", st.rateMAE)
 	t("seasonal_mae_request_rate", st.seasonMAE)
-	t("seasonal_period_seconds", period.Seconds())
-	t("seasonal_forecast_used", useSeason)
-	t("error_headroom_request_rate", headroom)
-	t("peak_request_rate", peak)
-	t("work_seen_replicas", workSeen)
-	t("work_level_replicas", workLevel)
-	t("work_envelope_replicas", envelope)
-	t("work_envelope_capped", capped)
+	t("seasonal_period_seconds", z.period.Seconds())
+	t("seasonal_forecast_used", z.useSeason)
+	t("error_headroom_request_rate", z.headroom)
+	t("peak_request_rate", z.peak)
+	t("work_seen_replicas", z.workSeen)
+	t("work_level_replicas", z.workLevel)
+	t("work_envelope_replicas", z.envelope)
+	t("work_envelope_capped", z.capped)
 	t("planned_up_request_rate", p.upRate)
 	t("planned_down_request_rate", p.downRate)
-	t("backlog_requests", o.QueueDepth)
-	t("backlog_need_replicas", backlog)
+	t("backlog_requests", z.o.QueueDepth)
+	t("backlog_need_replicas", z.backlog)
 	t("forecast_input_tokens", p.input)
 	t("forecast_output_tokens", p.output)
 	t("expected_hit_rate", p.hit)
@@ -451,13 +522,12 @@ func (s *SLA) size(name string, obs Observation, terms map[string]float64) *pool
 	t("itl_correction", st.correction.ITL)
 	t("prefill_tokens_per_second_per_replica", p.prefillTPS)
 	t("decode_tokens_per_second_per_replica", p.decodeTPS)
-	t("prefill_need_replicas", prefillNeed)
-	t("decode_need_replicas", decodeNeed)
+	t("prefill_need_replicas", z.prefillNeed)
+	t("decode_need_replicas", z.decodeNeed)
 	t("need_replicas", p.need)
 	t("down_need_replicas", p.downNeed)
 	t("up_size", float64(p.want))
 	t("down_size", float64(p.downTo))
-	return p
 }
 
 // scoreForecasts folds the errors of the rate forecasts due by t (made a

@@ -14,8 +14,24 @@ import (
 var objectName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$`)
 
 // Validate reports the first invalid value; path is the section's key path
-// ("planner" in the file), which every error names.
+// ("planner" in the file), which every error names. The groups are checked
+// in the file's order: timing and targets, forecaster, hysteresis and
+// correction, pools, metric sources, actuator, admin listener.
 func (x *Config) Validate(path string) error {
+	for _, check := range []func(string) error{
+		x.validateTiming, x.validateForecaster, x.validateTuning, x.validatePools,
+		x.validateSources, x.validateActuator, x.validateAdmin,
+	} {
+		if err := check(path); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// validateTiming checks the interval, the targets and the durations and
+// bounds of the SLA policy.
+func (x *Config) validateTiming(path string) error {
 	switch {
 	case x.Interval.D() < 100*time.Millisecond || x.Interval.D() > time.Hour:
 		return fmt.Errorf("%s.interval: must be in 100ms..1h", path)
@@ -36,6 +52,11 @@ func (x *Config) Validate(path string) error {
 	case x.BacklogDrain != nil && x.BacklogDrain.D() > 24*time.Hour:
 		return fmt.Errorf("%s.backlog_drain: must be at most 24h (0 = off)", path)
 	}
+	return nil
+}
+
+// validateForecaster checks planner.forecaster.
+func (x *Config) validateForecaster(path string) error {
 	f := x.Forecaster
 	switch f.Kind {
 	case "constant", "ewma", "holt", "kalman":
@@ -54,6 +75,11 @@ func (x *Config) Validate(path string) error {
 	if f.TrendDamping != nil && f.TrendDamping.D() > 24*time.Hour {
 		return fmt.Errorf("%s.forecaster.trend_damping: must be at most 24h (0 = undamped)", path)
 	}
+	return nil
+}
+
+// validateTuning checks planner.hysteresis and planner.correction.
+func (x *Config) validateTuning(path string) error {
 	h := x.Hysteresis
 	if h.UpUtilization <= 0 || h.UpUtilization > 1 {
 		return fmt.Errorf("%s.hysteresis.up_utilization: must be in (0, 1]", path)
@@ -71,6 +97,12 @@ func (x *Config) Validate(path string) error {
 	if c.Min <= 0 || c.Min > 1 || c.Max < 1 || c.Max > 100 {
 		return fmt.Errorf("%s.correction: min must be in (0, 1] and max in 1..100", path)
 	}
+	return nil
+}
+
+// validatePools checks each of planner.pools, their combination and the
+// GPU budget over their minimums.
+func (x *Config) validatePools(path string) error {
 	seen := map[string]bool{}
 	gpus := 0
 	for i, p := range x.Pools {
@@ -123,6 +155,12 @@ func (x *Config) Validate(path string) error {
 	if x.GPUBudget > 0 && gpus > x.GPUBudget {
 		return fmt.Errorf("%s.gpu_budget: the pools' minimums need %d GPUs, over the budget of %d", path, gpus, x.GPUBudget)
 	}
+	return nil
+}
+
+// validateSources checks where the planner reads its metrics: Prometheus
+// or direct scraping.
+func (x *Config) validateSources(path string) error {
 	if u := x.Prometheus.URL; u != "" {
 		if err := checkHTTPURL(u); err != nil {
 			return fmt.Errorf("%s.prometheus.url: %w", path, err)
@@ -142,6 +180,11 @@ func (x *Config) Validate(path string) error {
 	if x.Scrape.TokenFile != "" && x.Scrape.TokenEnv != "" {
 		return fmt.Errorf("%s.scrape: set token_file or token_env, not both", path)
 	}
+	return nil
+}
+
+// validateActuator checks planner.actuator for its kind.
+func (x *Config) validateActuator(path string) error {
 	a := x.Actuator
 	switch a.Kind {
 	case "advisory":
@@ -162,6 +205,11 @@ func (x *Config) Validate(path string) error {
 	default:
 		return fmt.Errorf("%s.actuator.kind: %q is not one of advisory, kubernetes, file, http", path, a.Kind)
 	}
+	return nil
+}
+
+// validateAdmin checks the admin listener and its token.
+func (x *Config) validateAdmin(path string) error {
 	if err := confaddr.CheckHostPort(x.Admin); err != nil {
 		return fmt.Errorf("%s.admin: %w", path, err)
 	}
