@@ -92,12 +92,47 @@ func (st *streamState) run() error {
 		st.releaseBody()
 		st.finish(outcome)
 	}()
-	// Recv blocks until Envoy sends or the stream ends, so it runs on its
-	// own goroutine and this one can also watch the deadlines: Envoy bounds
-	// nothing in FULL_DUPLEX_STREAMED mode, kvgate must.
-	msgs := make(chan received)
 	done := make(chan struct{})
 	defer close(done)
+	msgs := st.receive(done)
+	clk := st.startClocks()
+	defer clk.stop()
+	for {
+		var r received
+		select {
+		case r = <-msgs:
+		case <-clk.rateC:
+			outcome = OutcomeTimeout
+			return st.expired(limitBodyRate)
+		case <-clk.idleC:
+			outcome = OutcomeTimeout
+			return st.expired(limitRequestIdle)
+		case <-clk.wholeC:
+			outcome = OutcomeTimeout
+			return st.expired(limitRequestTime)
+		case <-clk.maxDur:
+			outcome = OutcomeTimeout
+			return st.expired(limitStreamDuration)
+		}
+		if r.err != nil {
+			outcome = st.endOutcome(r.err)
+			return receiveEnded(r.err)
+		}
+		err := st.handle(r.msg)
+		clk.afterMessage(st)
+		if err != nil {
+			return st.failed(err, &outcome)
+		}
+	}
+}
+
+// receive runs Recv on its own goroutine and hands each message (or the
+// error that ends the stream) over the returned channel until done closes:
+// Recv blocks until Envoy sends or the stream ends, and run must also watch
+// the deadlines (Envoy bounds nothing in FULL_DUPLEX_STREAMED mode, kvgate
+// must).
+func (st *streamState) receive(done <-chan struct{}) <-chan received {
+	msgs := make(chan received)
 	go func() {
 		for {
 			m, err := st.grpc.Recv()
@@ -111,103 +146,131 @@ func (st *streamState) run() error {
 			}
 		}
 	}()
-	idle := time.NewTimer(st.s.cfg.RequestIdleTimeout)
-	defer idle.Stop()
-	whole := time.NewTimer(st.s.cfg.RequestTimeout)
-	defer whole.Stop()
-	var maxDur <-chan time.Time
-	if d := st.s.cfg.MaxStreamDuration; d > 0 {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		maxDur = t.C
+	return msgs
+}
+
+// requestClocks are the deadlines of a stream: idle (no request data for
+// RequestIdleTimeout), whole (the request not complete within
+// RequestTimeout), rate (a streamed body below MinBodyBytesPerSecond,
+// armed at the headers; bodyDeadline) and maxDur (MaxStreamDuration, the
+// only one still running once the request is routed). A nil channel never
+// fires.
+type requestClocks struct {
+	idle, whole, rate, max       *time.Timer
+	idleC, wholeC, rateC, maxDur <-chan time.Time
+	cfg                          *Config
+}
+
+func (st *streamState) startClocks() *requestClocks {
+	c := &requestClocks{
+		cfg:   &st.s.cfg,
+		idle:  time.NewTimer(st.s.cfg.RequestIdleTimeout),
+		whole: time.NewTimer(st.s.cfg.RequestTimeout),
+		rate:  time.NewTimer(time.Hour),
 	}
-	idleC, wholeC := idle.C, whole.C
-	// rate fires when a streamed request body falls below
-	// MinBodyBytesPerSecond (bodyDeadline); armed at the headers.
-	rate := time.NewTimer(time.Hour)
-	rate.Stop()
-	defer rate.Stop()
-	var rateC <-chan time.Time
-	for {
-		var r received
-		select {
-		case r = <-msgs:
-		case <-rateC:
-			st.s.c.limitHits[limitBodyRate].Add(1)
-			outcome = OutcomeTimeout
-			why := fmt.Sprintf("the request body arrived slower than %d bytes/s (%d bytes in %s; extproc.streams.min_body_bytes_per_second, after body_grace %s)",
-				st.s.cfg.MinBodyBytesPerSecond, st.bodyBytes, time.Since(st.started).Round(time.Millisecond), st.s.cfg.BodyRateGrace)
-			st.s.refused.note(refusedSlowBody, st.source, why)
-			return st.endWith(st.requestTimeout(why))
-		case <-idleC:
-			st.s.c.limitHits[limitRequestIdle].Add(1)
-			outcome = OutcomeTimeout
-			return st.endWith(st.requestTimeout(fmt.Sprintf("no request data for %s", st.s.cfg.RequestIdleTimeout)))
-		case <-wholeC:
-			st.s.c.limitHits[limitRequestTime].Add(1)
-			outcome = OutcomeTimeout
-			return st.endWith(st.requestTimeout(fmt.Sprintf("the request was not complete within %s", st.s.cfg.RequestTimeout)))
-		case <-maxDur:
-			// Past routing this ends kvgate's part only: a clean close makes
-			// Envoy carry on unprocessed (ext_proc.cc onGrpcClose).
-			st.s.c.limitHits[limitStreamDuration].Add(1)
-			outcome = OutcomeTimeout
-			if !st.routed {
-				return st.endWith(st.requestTimeout(fmt.Sprintf("the stream outlived %s", st.s.cfg.MaxStreamDuration)))
-			}
-			return nil
+	c.rate.Stop()
+	c.idleC, c.wholeC = c.idle.C, c.whole.C
+	if d := st.s.cfg.MaxStreamDuration; d > 0 {
+		c.max = time.NewTimer(d)
+		c.maxDur = c.max.C
+	}
+	return c
+}
+
+// afterMessage moves the clocks on after a message was handled: once the
+// request is routed what follows is the response, which may stream for
+// minutes, so only maxDur still bounds it; before that each message
+// restarts idle and re-arms the body rate.
+func (c *requestClocks) afterMessage(st *streamState) {
+	if c.idleC == nil {
+		return
+	}
+	if st.routed {
+		c.idle.Stop()
+		c.whole.Stop()
+		c.rate.Stop()
+		c.idleC, c.wholeC, c.rateC = nil, nil, nil
+		return
+	}
+	c.idle.Reset(c.cfg.RequestIdleTimeout)
+	if d, ok := st.bodyDeadline(); ok {
+		c.rate.Reset(time.Until(d))
+		c.rateC = c.rate.C
+	}
+}
+
+func (c *requestClocks) stop() {
+	c.idle.Stop()
+	c.whole.Stop()
+	c.rate.Stop()
+	if c.max != nil {
+		c.max.Stop()
+	}
+}
+
+// expired ends the stream for the deadline that fired, counting it.
+func (st *streamState) expired(which int) error {
+	st.s.c.limitHits[which].Add(1)
+	cfg := &st.s.cfg
+	switch which {
+	case limitBodyRate:
+		why := fmt.Sprintf("the request body arrived slower than %d bytes/s (%d bytes in %s; extproc.streams.min_body_bytes_per_second, after body_grace %s)",
+			cfg.MinBodyBytesPerSecond, st.bodyBytes, time.Since(st.started).Round(time.Millisecond), cfg.BodyRateGrace)
+		st.s.refused.note(refusedSlowBody, st.source, why)
+		return st.endWith(st.requestTimeout(why))
+	case limitRequestIdle:
+		return st.endWith(st.requestTimeout(fmt.Sprintf("no request data for %s", cfg.RequestIdleTimeout)))
+	case limitRequestTime:
+		return st.endWith(st.requestTimeout(fmt.Sprintf("the request was not complete within %s", cfg.RequestTimeout)))
+	default: // limitStreamDuration
+		// Past routing this ends kvgate's part only: a clean close makes
+		// Envoy carry on unprocessed (ext_proc.cc onGrpcClose).
+		if !st.routed {
+			return st.endWith(st.requestTimeout(fmt.Sprintf("the stream outlived %s", cfg.MaxStreamDuration)))
 		}
-		if r.err != nil {
-			outcome = st.endOutcome(r.err)
-			if r.err == io.EOF {
-				return nil
-			}
-			if _, ok := status.FromError(r.err); ok {
-				return r.err
-			}
-			return status.Errorf(codes.Unknown, "ext_proc receive: %v", r.err)
+		return nil
+	}
+}
+
+// receiveEnded is run's answer when Recv ends the stream: nil at a clean
+// end (io.EOF), the gRPC status as it came, anything else as Unknown.
+func receiveEnded(err error) error {
+	if err == io.EOF {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	return status.Errorf(codes.Unknown, "ext_proc receive: %v", err)
+}
+
+// failed turns an error from handle into the stream's gRPC status and
+// sets its outcome: an immediate response already sent ends it cleanly, a
+// protocol error is Envoy's (InvalidArgument), a failed send or a
+// cancelled client is the stream's.
+func (st *streamState) failed(err error, outcome *Outcome) error {
+	var pe *protocolError
+	var se *sendError
+	switch {
+	case errors.Is(err, errImmediate):
+		return nil
+	case errors.As(err, &pe):
+		st.s.c.protocolErrors.Add(1)
+		st.s.log.Warn("ext_proc protocol error", "err", err, "request_id", st.req.RequestID)
+		*outcome = OutcomeStreamError
+		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.As(err, &se):
+		*outcome = OutcomeStreamError
+		if st.ctx.Err() != nil {
+			*outcome = OutcomeClientCancel
 		}
-		err := st.handle(r.msg)
-		if st.routed && idleC != nil {
-			// The request is routed: what follows is the response, which
-			// may stream for minutes; only MaxStreamDuration bounds it.
-			idle.Stop()
-			whole.Stop()
-			rate.Stop()
-			idleC, wholeC, rateC = nil, nil, nil
-		} else if idleC != nil {
-			idle.Reset(st.s.cfg.RequestIdleTimeout)
-			if d, ok := st.bodyDeadline(); ok {
-				rate.Reset(time.Until(d))
-				rateC = rate.C
-			}
+		return status.Errorf(codes.Unavailable, "%v", err)
+	default:
+		if st.ctx.Err() != nil {
+			*outcome = OutcomeClientCancel
+			return status.FromContextError(st.ctx.Err()).Err()
 		}
-		if err == nil {
-			continue
-		}
-		var pe *protocolError
-		var se *sendError
-		switch {
-		case errors.Is(err, errImmediate):
-			return nil
-		case errors.As(err, &pe):
-			st.s.c.protocolErrors.Add(1)
-			st.s.log.Warn("ext_proc protocol error", "err", err, "request_id", st.req.RequestID)
-			outcome = OutcomeStreamError
-			return status.Error(codes.InvalidArgument, err.Error())
-		case errors.As(err, &se):
-			outcome = OutcomeStreamError
-			if st.ctx.Err() != nil {
-				outcome = OutcomeClientCancel
-			}
-			return status.Errorf(codes.Unavailable, "%v", err)
-		default:
-			if st.ctx.Err() != nil {
-				outcome = OutcomeClientCancel
-				return status.FromContextError(st.ctx.Err()).Err()
-			}
-			return status.Errorf(codes.Internal, "%v", err)
-		}
+		return status.Errorf(codes.Internal, "%v", err)
 	}
 }
 
