@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -40,7 +41,8 @@ func outlierSource(o *outlierDetector, r *Router) signalSource {
 			}
 			o.setTargets(poolOf)
 		},
-		collectors: []prometheus.Collector{o.ejections, o.responses, outlierCollector{o, r.now}},
+		// The router's clock read at each collection: tests move it.
+		collectors: []prometheus.Collector{o.ejections, o.responses, outlierCollector{o, func() time.Time { return r.now() }}},
 	}
 }
 
