@@ -14,9 +14,10 @@ import (
 // existed, so that a replay decides bit for bit as it did.
 //
 // Adding a term: its file in picker/ (the apply function and its doc), its
-// test, and one TermID constant plus one entry in termTable below. The
-// YAML switch (extproc.picker.terms.<name>), the decision record's column
-// and kvgate-lab replay's --term flag read this table.
+// test, and here one TermID constant, one entry in termTable and one case
+// in applyTerm. The YAML switch (extproc.picker.terms.<name>), the
+// decision record's column and kvgate-lab replay's --term flag read this
+// table.
 
 // TermID names one listed term: the index of its column in Terms.Parts.
 type TermID uint8
@@ -45,7 +46,6 @@ type Term struct {
 	FixedWeight bool
 
 	weight func(*Config) *float64 // nil with FixedWeight
-	apply  func(*termInputs)
 }
 
 // termInputs is what a term's apply function reads and writes: the
@@ -69,27 +69,22 @@ var termTable = [NumTerms]Term{
 	TermPrefill: {
 		ID: TermPrefill, Name: "prefill", weight: func(c *Config) *float64 { return &c.PrefillLoadScale },
 		Computes: "prefill_load_scale × the prompt blocks not credited from cache plus the worker's queued prefill (kvgate, throughput_aware: × fleet mean rate / worker rate)",
-		apply:    applyPrefill,
 	},
 	TermDecode: {
 		ID: TermDecode, Name: "decode", FixedWeight: true,
 		Computes: "the KV blocks the worker would hold: its decode blocks plus this prompt's (kvgate: the expected footprint, with a charge past KV headroom)",
-		apply:    applyDecode,
 	},
 	TermRequests: {
 		ID: TermRequests, Name: "requests", weight: func(c *Config) *float64 { return &c.ActiveRequestWeight },
 		Computes: "decode_active_request_weight × the worker's in-flight requests",
-		apply:    applyRequests,
 	},
 	TermHerd: {
 		ID: TermHerd, Name: "herd", KvgateOnly: true, weight: func(c *Config) *float64 { return &c.Kvgate.HerdWeight },
 		Computes: "anti-herding: among workers tied on cache credit, weight × prompt blocks × the worker's excess in-flight share",
-		apply:    applyHerd,
 	},
 	TermRecompute: {
 		ID: TermRecompute, Name: "recompute", KvgateOnly: true, weight: func(c *Config) *float64 { return &c.Kvgate.RecomputeWeight },
 		Computes: "affinity under load: prefill_load_scale × weight × the prompt blocks this worker would compute that the best-cached worker would load",
-		apply:    applyRecompute,
 	},
 }
 
@@ -154,6 +149,24 @@ func (c *Config) TermEnabled(id TermID) bool {
 	return !c.TermsOff[id] && (c.Policy == PolicyKvgate || !termTable[id].KvgateOnly)
 }
 
+// applyTerm runs term id's apply function. A switch, not a function in
+// the table: static calls keep the inputs on the stack, so that PickInto
+// stays allocation-free.
+func applyTerm(id TermID, in *termInputs) {
+	switch id {
+	case TermPrefill:
+		applyPrefill(in)
+	case TermDecode:
+		applyDecode(in)
+	case TermRequests:
+		applyRequests(in)
+	case TermHerd:
+		applyHerd(in)
+	case TermRecompute:
+		applyRecompute(in)
+	}
+}
+
 // applyTerms fills every enabled term's column for the eligible
 // candidates and sums the columns into Cost, in the list's order.
 func applyTerms(in *termInputs) {
@@ -162,7 +175,7 @@ func applyTerms(in *termInputs) {
 			continue
 		}
 		in.id = id
-		termTable[id].apply(in)
+		applyTerm(id, in)
 		for i := range in.terms {
 			if t := &in.terms[i]; t.Eligible {
 				t.Cost += t.Parts[id]

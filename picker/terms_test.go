@@ -117,7 +117,7 @@ func TestTermOffEqualsWeightZero(t *testing.T) {
 func TestTermTable(t *testing.T) {
 	seen := map[string]bool{}
 	for i, term := range TermList() {
-		if term.ID != TermID(i) || term.apply == nil || term.Name == "" || term.Computes == "" || seen[term.Name] {
+		if term.ID != TermID(i) || term.Name == "" || term.Computes == "" || seen[term.Name] {
 			t.Errorf("entry %d: %+v", i, term)
 		}
 		seen[term.Name] = true
@@ -147,5 +147,24 @@ func TestTermTable(t *testing.T) {
 	}
 	if err := cfg.SetTermWeight(TermRecompute, 3); err != nil || cfg.Kvgate.RecomputeWeight != 3 || cfg.TermWeight(TermRecompute) != 3 || cfg.TermWeight(TermDecode) != 1 {
 		t.Errorf("SetTermWeight(recompute, 3): %v, config %+v", err, cfg.Kvgate)
+	}
+}
+
+// The list costs no allocation: PickInto into a reused Decision allocates
+// nothing under either policy (extproc keeps one Decision per request
+// goroutine; the terms' inputs stay on the stack).
+func TestPickIntoDoesNotAllocate(t *testing.T) {
+	cands := benchCandidates(16)
+	req := Request{PromptTokens: 1024 + 7, BlockSize: 64, Blocks: 16, ExpectedOutputTokens: 256}
+	for _, policy := range []string{PolicyDynamo, PolicyKvgate} {
+		cfg := DefaultConfig()
+		cfg.Policy = policy
+		var d Decision
+		if err := PickInto(&d, req, cands, cfg, nil); err != nil {
+			t.Fatal(err)
+		}
+		if n := testing.AllocsPerRun(20, func() { _ = PickInto(&d, req, cands, cfg, nil) }); n != 0 {
+			t.Errorf("%s: %v allocations per pick", policy, n)
+		}
 	}
 }
