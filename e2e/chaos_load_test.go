@@ -263,7 +263,7 @@ func workerBlocks(metricsAt string) (map[string]float64, error) {
 }
 
 // checkIndexMatchesEngines compares, for each prefix, what the index
-// credits every engine with (x-kvgate-debug cached=) against what each
+// credits every engine with (x-kvgate-debug cached_device=) against what each
 // engine's own prefix cache holds (cached_tokens of a 1-token request sent
 // to the engine directly, which adds no block of the prefix it did not
 // have). Equal means neither stale nor missing entries for those blocks.

@@ -61,10 +61,11 @@ func candidateOf(dbg, endpoint string) string {
 	return ""
 }
 
-// cachedBlocksOf reads "cached=N" from one candidate of the debug header;
-// -1 when absent.
+// cachedBlocksOf reads "cached_device=N" (the prefix the index matched on
+// the worker's device) from one candidate of the debug header; -1 when
+// absent.
 func cachedBlocksOf(candidate string) int {
-	_, rest, ok := strings.Cut(candidate, "cached=")
+	_, rest, ok := strings.Cut(candidate, "cached_device=")
 	if !ok {
 		return -1
 	}

@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"net/http"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/kvgate/kvgate/extproc/preprocess"
 	"github.com/kvgate/kvgate/extproc/server"
+	"github.com/kvgate/kvgate/kv/kvfleet"
 	"github.com/kvgate/kvgate/picker"
 )
 
@@ -70,25 +72,92 @@ type decisionEntry struct {
 	Shed string `json:"shed,omitempty"`
 }
 
+// candidateTerms is one candidate in a decision record. Every number is
+// named: the cached prefix per tier, the inputs the terms share, and each
+// listed picker term (picker/terms.go) by name. Cost is exactly the sum of
+// the terms, in the order listed.
 type candidateTerms struct {
-	Worker        string  `json:"worker"`
-	CachedBlocks  [4]int  `json:"cached_blocks"` // device, host (cumulative), disk, external
-	Credit        float64 `json:"credit"`
-	PrefillBlocks float64 `json:"prefill_blocks"`
-	DecodeBlocks  float64 `json:"decode_blocks"`
-	Cost          float64 `json:"cost"`
-	Reason        string  `json:"ineligible,omitempty"`
+	Worker string `json:"worker"`
+	// Cached is the prefix the index matched on this worker, per tier, in
+	// blocks; cumulative: a block on the device also counts in the host
+	// tier's depth and below.
+	Cached cachedBlocks `json:"cached_blocks"`
+	// CreditBlocks weighs the cached blocks by tier (extproc.tier_weights).
+	CreditBlocks float64 `json:"credit_blocks"`
+	// QueuedAndPromptBlocks is the worker's queued prefill plus this
+	// prompt, before credit (Dynamo's raw_prefill_blocks).
+	QueuedAndPromptBlocks float64 `json:"queued_and_prompt_blocks"`
+	// PredictedTTFTSeconds: the kvgate policy's estimate (queued prefill,
+	// then the uncached prompt, at the worker's measured rate).
+	PredictedTTFTSeconds float64 `json:"predicted_ttft_seconds,omitempty"`
+	// Terms are the listed terms' columns in KV blocks, weight applied;
+	// absent for an ineligible candidate.
+	Terms termColumns `json:"terms,omitempty"`
+	Cost  float64     `json:"cost"`
+	// Reason is why the candidate was ineligible.
+	Reason string `json:"ineligible,omitempty"`
 }
 
-// header renders the top candidates for the x-kvgate-debug response header.
+// cachedBlocks is kvfleet.Depths with each tier named.
+type cachedBlocks struct {
+	Device   int `json:"device"`
+	Host     int `json:"host"`
+	Disk     int `json:"disk"`
+	External int `json:"external"`
+}
+
+// termColumns is one value per listed term, in picker.TermList's order;
+// it encodes as a JSON object keyed by term name, in that order.
+type termColumns []float64
+
+func (c termColumns) MarshalJSON() ([]byte, error) {
+	b := []byte{'{'}
+	for i, t := range picker.TermList()[:len(c)] {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendQuote(b, t.Name)
+		b = append(b, ':')
+		v, err := json.Marshal(c[i])
+		if err != nil {
+			return nil, fmt.Errorf("term %s: %w", t.Name, err)
+		}
+		b = append(b, v...)
+	}
+	return append(b, '}'), nil
+}
+
+// UnmarshalJSON reads the object MarshalJSON writes back into the
+// list's order; a term the record does not name reads as 0.
+func (c *termColumns) UnmarshalJSON(b []byte) error {
+	var byName map[string]float64
+	if err := json.Unmarshal(b, &byName); err != nil {
+		return fmt.Errorf("decision terms: %w", err)
+	}
+	*c = make(termColumns, picker.NumTerms)
+	for i, t := range picker.TermList() {
+		(*c)[i] = byName[t.Name]
+	}
+	return nil
+}
+
+// header renders the top candidates for the x-kvgate-debug response header:
+// each term by name, so that the printed terms add up to the printed cost
+// (to the rounding of two decimals).
 func (e decisionEntry) header() string {
 	parts := make([]string, 0, len(e.Candidates))
 	for _, c := range e.Candidates {
-		s := fmt.Sprintf("%s cost=%.2f credit=%.2f prefill=%.2f decode=%.2f cached=%d", c.Worker, c.Cost, c.Credit, c.PrefillBlocks, c.DecodeBlocks, c.CachedBlocks[0])
-		if c.Reason != "" {
-			s += " ineligible=" + c.Reason
+		var b strings.Builder
+		fmt.Fprintf(&b, "%s cost=%.2f", c.Worker, c.Cost)
+		for i, t := range picker.TermList()[:len(c.Terms)] {
+			fmt.Fprintf(&b, " %s=%.2f", t.Name, c.Terms[i])
 		}
-		parts = append(parts, s)
+		fmt.Fprintf(&b, " credit=%.2f cached_device=%d cached_host=%d cached_disk=%d cached_external=%d",
+			c.CreditBlocks, c.Cached.Device, c.Cached.Host, c.Cached.Disk, c.Cached.External)
+		if c.Reason != "" {
+			b.WriteString(" ineligible=" + c.Reason)
+		}
+		parts = append(parts, b.String())
 	}
 	prio := fmt.Sprintf("priority=%d(%s)", e.Priority, e.PriorityFrom)
 	if e.Objective != "" {
@@ -113,10 +182,19 @@ func topCandidates(cands []picker.Candidate, d picker.Decision, n int) []candida
 	for _, i := range idx[:min(n, len(idx))] {
 		t := d.Terms[i]
 		c := cands[i]
-		out = append(out, candidateTerms{
-			Worker: c.Worker.ID.String(), CachedBlocks: [4]int(c.Depths), Credit: t.Credit,
-			PrefillBlocks: t.PrefillBlocks, DecodeBlocks: t.DecodeBlocks, Cost: t.Cost, Reason: t.Reason,
-		})
+		ct := candidateTerms{
+			Worker: c.Worker.ID.String(),
+			Cached: cachedBlocks{
+				Device: c.Depths[kvfleet.TierDevice], Host: c.Depths[kvfleet.TierHost],
+				Disk: c.Depths[kvfleet.TierDisk], External: c.Depths[kvfleet.TierExternal],
+			},
+			CreditBlocks: t.Credit, QueuedAndPromptBlocks: t.PrefillBlocks, PredictedTTFTSeconds: t.TTFTSeconds,
+			Cost: t.Cost, Reason: t.Reason,
+		}
+		if t.Eligible {
+			ct.Terms = termColumns(t.Parts[:])
+		}
+		out = append(out, ct)
 	}
 	return out
 }

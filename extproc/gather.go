@@ -27,8 +27,9 @@ import (
 //   - throughput estimates: prefill tokens per second (loadview.Throughput)
 //
 // Each source guards its own state and a nil one is disabled; the gatherer
-// holds no lock and no state. The router owns the sources' lifecycle
-// (SetMembers sets their targets, Run runs them, Register exports them).
+// holds no lock and no state. The router owns the sources' life cycle
+// through its list of them (signals.go: SetMembers sets their targets, Run
+// runs them, Register exports them).
 type gatherer struct {
 	load       *loadview.View
 	throughput *loadview.Throughput

@@ -52,14 +52,8 @@ func newMetrics() *metrics {
 func (r *Router) Register(reg prometheus.Registerer) error {
 	m := r.metrics
 	cs := []prometheus.Collector{m.requests, m.picks, m.pd, m.finished, m.overlap, m.ttfb, m.decision, m.indexErrors, m.fallbacksUsed, m.approximate, m.debugHeader, m.shedByClass, r.panics.counter, loadCollector{r}}
-	if r.health != nil {
-		cs = append(cs, r.health.probes, r.health.failures)
-	}
-	if r.outlier != nil {
-		cs = append(cs, r.outlier.ejections, r.outlier.responses, outlierCollector{r.outlier, r.now})
-	}
-	if r.shared != nil {
-		cs = append(cs, r.shared.collectors()...)
+	for _, s := range r.signals {
+		cs = append(cs, s.collectors...)
 	}
 	for _, c := range cs {
 		if err := reg.Register(c); err != nil {

@@ -19,7 +19,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -82,8 +81,10 @@ type Router struct {
 	shared     *sharedLoad            // nil unless the Redis backend shares load
 	now        func() time.Time
 
-	// gatherer reads the signal sources above (the router keeps their
-	// lifecycle: targets, background runs, metrics).
+	// signals lists the enabled sources above with their life cycle
+	// (signals.go: targets in SetMembers, background work in Run,
+	// metrics in Register); the gatherer reads them.
+	signals  []signalSource
 	gatherer *gatherer
 	rand     randSources
 }
@@ -136,6 +137,9 @@ func NewRouter(rc RouterConfig, reg *preprocess.Registry, idx kvindex.Index, log
 	pc.Fallbacks = x.Fallbacks
 	pc.TierWeights = [kvfleet.NumTiers]float64{x.TierWeights.Device, x.TierWeights.Host, x.TierWeights.Disk, x.TierWeights.External}
 	pc.HealthyPanicThreshold = x.HealthyPanic.Percent()
+	if err := x.Picker.Apply(&pc); err != nil {
+		return nil, fmt.Errorf("extproc %w", err)
+	}
 	if err := pc.Validate(); err != nil {
 		return nil, fmt.Errorf("extproc picker: %w", err)
 	}
@@ -167,16 +171,19 @@ func NewRouter(rc RouterConfig, reg *preprocess.Registry, idx kvindex.Index, log
 	}
 	if !x.Outlier.Disabled {
 		r.outlier = newOutlierDetector(x.Outlier)
+		r.signals = append(r.signals, outlierSource(r.outlier, r))
 	}
 	if !x.HealthCheck.Disabled {
 		r.health = newHealthChecker(x.HealthCheck)
 		if r.outlier != nil {
 			r.health.onRecover = func(endpoint string) { r.outlier.recovered(endpoint, r.now()) }
 		}
+		r.signals = append(r.signals, healthSource(r.health))
 	}
 	if rc.Index.Backend == "redis" && !x.SharedLoad.Disabled {
 		if deps.sharedLoad != nil {
 			r.shared = newSharedLoad(deps.sharedLoad, rc.Index.Redis.Prefix, x.SharedLoad, r.load.SnapshotAll, r.load.Begun, log)
+			r.signals = append(r.signals, sharedLoadSource(r.shared))
 		} else {
 			log.Warn("extproc.shared_load: no Redis client given to share load through (WithSharedLoadClient); replicas count only their own load")
 		}
@@ -185,6 +192,7 @@ func NewRouter(rc RouterConfig, reg *preprocess.Registry, idx kvindex.Index, log
 		emc := x.EngineMetrics // the scraper's own section, as parsed
 		emc.Log = log
 		r.engines = enginemetrics.New(emc)
+		r.signals = append(r.signals, engineMetricsSource(r.engines, log))
 	}
 	r.gatherer = &gatherer{load: r.load, throughput: r.throughput, outlier: r.outlier, health: r.health, shared: r.shared, engines: r.engines}
 	if err := r.SetMembers(rc.Workers); err != nil {
@@ -219,23 +227,9 @@ func (r *Router) SetMembers(workers []kvfleet.Worker) error {
 		}
 		f.all = append(f.all, pw)
 	}
-	if r.outlier != nil {
-		poolOf := make(map[string]string, len(workers))
-		for _, w := range workers {
-			poolOf[w.ID.Endpoint] = w.Model
-		}
-		r.outlier.setTargets(poolOf)
-	}
-	if r.health != nil {
-		eps := make([]string, 0, len(f.all))
-		for _, w := range f.all {
-			eps = append(eps, w.Endpoint)
-		}
-		r.health.setTargets(eps)
-	}
-	if r.engines != nil {
-		if err := r.engines.SetWorkers(workers); err != nil {
-			r.log.Warn("engine metrics targets", "err", err)
+	for _, s := range r.signals {
+		if s.setWorkers != nil {
+			s.setWorkers(workers)
 		}
 	}
 	if old := r.fleet.Swap(f); old != nil {
@@ -249,24 +243,10 @@ func (r *Router) SetMembers(workers []kvfleet.Worker) error {
 	return nil
 }
 
-// Run does the router's background work (engine health probes, engine
-// metrics scraping) until ctx ends.
-func (r *Router) Run(ctx context.Context) {
-	var wg sync.WaitGroup
-	if r.health != nil {
-		wg.Add(1)
-		go func() { defer wg.Done(); r.health.run(ctx) }()
-	}
-	if r.engines != nil {
-		wg.Add(1)
-		go func() { defer wg.Done(); r.engines.Run(ctx) }()
-	}
-	if r.shared != nil {
-		wg.Add(1)
-		go func() { defer wg.Done(); r.shared.run(ctx) }()
-	}
-	wg.Wait()
-}
+// Run does the signal sources' background work (health probes, engine
+// metrics scraping, shared load) until ctx ends, and returns when every
+// source has stopped.
+func (r *Router) Run(ctx context.Context) { runSignals(ctx, r.signals) }
 
 // Load exposes kvgate's own accounting (tests and metrics read it).
 func (r *Router) Load() *loadview.View { return r.load }

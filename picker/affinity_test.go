@@ -43,8 +43,8 @@ func TestHolderBusyRecomputeCostlierStays(t *testing.T) {
 	if k.Primary != 0 {
 		t.Fatalf("kvgate chose %d, want the holder 0 (terms %+v)", k.Primary, k.Terms)
 	}
-	if got, want := k.Terms[1].RecomputePenalty, 8.0*38; got != want || k.Terms[0].RecomputePenalty != 0 {
-		t.Errorf("recompute penalties %v and %v, want 0 and %v", k.Terms[0].RecomputePenalty, got, want)
+	if got, want := k.Terms[1].Parts[TermRecompute], 8.0*38; got != want || k.Terms[0].Parts[TermRecompute] != 0 {
+		t.Errorf("recompute penalties %v and %v, want 0 and %v", k.Terms[0].Parts[TermRecompute], got, want)
 	}
 }
 
@@ -89,7 +89,7 @@ func TestHotPrefixHeldByManySpreadsByLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if k.Primary != 1 || k.Terms[0].RecomputePenalty != 0 || k.Terms[1].RecomputePenalty != 0 || k.Terms[2].RecomputePenalty != 8*38 {
+	if k.Primary != 1 || k.Terms[0].Parts[TermRecompute] != 0 || k.Terms[1].Parts[TermRecompute] != 0 || k.Terms[2].Parts[TermRecompute] != 8*38 {
 		t.Errorf("chose %d with terms %+v", k.Primary, k.Terms)
 	}
 }
@@ -102,8 +102,8 @@ func TestRecomputePenaltyIgnoresDecodeStage(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, tm := range k.Terms {
-		if tm.RecomputePenalty != 0 {
-			t.Errorf("decode stage: candidate %d penalty %v", i, tm.RecomputePenalty)
+		if tm.Parts[TermRecompute] != 0 {
+			t.Errorf("decode stage: candidate %d penalty %v", i, tm.Parts[TermRecompute])
 		}
 	}
 }

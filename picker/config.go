@@ -60,6 +60,11 @@ type Config struct {
 	HealthyPanicThreshold float64
 
 	Kvgate KvgateConfig // used only by PolicyKvgate
+
+	// TermsOff switches listed terms off (terms.go): the term is not
+	// computed and its column is 0. The zero value computes every term
+	// of the policy.
+	TermsOff [NumTerms]bool
 }
 
 // DefaultHealthyPanicThreshold is Envoy's default healthy_panic_threshold

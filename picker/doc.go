@@ -20,6 +20,10 @@
 //     Unmeasured workers are priced at the fleet's median measured prefill
 //     rate, so a fresh worker does not look faster than a measured holder.
 //
+// The cost is the sum of the terms listed in terms.go (one file each,
+// term_*.go), each switchable and weighed by name; Terms.Parts holds
+// their columns.
+//
 // DecidePD decides whether a request should be split into a remote prefill
 // and a local decode (prefill/decode disaggregation).
 package picker

@@ -20,6 +20,9 @@ import "github.com/kvgate/kvgate/kv/kvfleet"
 // Decode-pool routing (a disaggregated request's decode half) tracks no
 // prefill tokens and forces the overlap credit to 0, leaving decode blocks
 // plus the request term.
+//
+// The three summands are the listed terms prefill, decode and requests
+// (terms.go, term_*.go); this file keeps the inputs they share.
 
 // tierCredit splits cumulative depths into per-tier overlap (a block counts
 // on the fastest tier holding it) and weights them. Depths are clamped to
@@ -43,17 +46,4 @@ func tierCredit(d *kvfleet.Depths, blocks int, w *[kvfleet.NumTiers]float64) (cr
 // prefill plus this whole prompt, in blocks.
 func rawPrefillBlocks(req *Request, l *Load) float64 {
 	return (nonNeg(l.PrefillTokens) + float64(req.PromptTokens)) / float64(req.BlockSize)
-}
-
-// dynamoTerms fills t with Dynamo's cost terms for an eligible candidate.
-func dynamoTerms(req *Request, c *Candidate, cfg *Config, t *Terms) {
-	t.Credit, _ = tierCredit(&c.Depths, req.Blocks, &cfg.TierWeights)
-	prefill := 0.0
-	if req.Stage != StageDecode {
-		t.PrefillBlocks = rawPrefillBlocks(req, &c.Load)
-		prefill = max(0, t.PrefillBlocks-t.Credit)
-	}
-	t.DecodeBlocks = nonNeg(c.Load.DecodeBlocks) + float64(req.Blocks)
-	t.RequestsTerm = cfg.ActiveRequestWeight * nonNeg(int64(c.Load.InflightRequests))
-	t.Cost = cfg.PrefillLoadScale*prefill + t.DecodeBlocks + t.RequestsTerm
 }

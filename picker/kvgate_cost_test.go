@@ -138,8 +138,8 @@ func TestKvgateDecodeFootprint(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if d.Terms[0].DecodeBlocks != tc.wantDecode {
-				t.Errorf("decode term %v, want %v", d.Terms[0].DecodeBlocks, tc.wantDecode)
+			if d.Terms[0].Parts[TermDecode] != tc.wantDecode {
+				t.Errorf("decode term %v, want %v", d.Terms[0].Parts[TermDecode], tc.wantDecode)
 			}
 		})
 	}
@@ -176,8 +176,8 @@ func TestKvgateAntiHerding(t *testing.T) {
 	// 0.1 × 10 blocks × 2 = 2.
 	want := []float64{2, 0, 0, 0}
 	for i := range want {
-		if d.Terms[i].HerdPenalty != want[i] {
-			t.Errorf("candidate %d herd penalty %v, want %v", i, d.Terms[i].HerdPenalty, want[i])
+		if d.Terms[i].Parts[TermHerd] != want[i] {
+			t.Errorf("candidate %d herd penalty %v, want %v", i, d.Terms[i].Parts[TermHerd], want[i])
 		}
 	}
 	if d.Primary == 0 {
@@ -186,11 +186,11 @@ func TestKvgateAntiHerding(t *testing.T) {
 
 	// Below HerdMinTied, or with the weight 0, no penalty.
 	cfg := kvgateConfig(func(k *KvgateConfig) { only(k); k.HerdMinTied = 4 })
-	if d, _ := Pick(req16(10), cands, cfg, nil); d.Terms[0].HerdPenalty != 0 {
-		t.Errorf("penalty %v with only 3 tied of min 4", d.Terms[0].HerdPenalty)
+	if d, _ := Pick(req16(10), cands, cfg, nil); d.Terms[0].Parts[TermHerd] != 0 {
+		t.Errorf("penalty %v with only 3 tied of min 4", d.Terms[0].Parts[TermHerd])
 	}
 	cfg = kvgateConfig(func(k *KvgateConfig) { only(k); k.HerdWeight = 0 })
-	if d, _ := Pick(req16(10), cands, cfg, nil); d.Terms[0].HerdPenalty != 0 {
-		t.Errorf("penalty %v with weight 0", d.Terms[0].HerdPenalty)
+	if d, _ := Pick(req16(10), cands, cfg, nil); d.Terms[0].Parts[TermHerd] != 0 {
+		t.Errorf("penalty %v with weight 0", d.Terms[0].Parts[TermHerd])
 	}
 }

@@ -80,19 +80,11 @@ func PickInto(dst *Decision, req Request, cands []Candidate, cfg Config, rnd *ra
 	fleet.mean /= float64(eligible)
 
 	for i := range cands {
-		if !terms[i].Eligible {
-			continue
-		}
-		if cfg.Policy == PolicyKvgate {
-			kvgateTerms(&req, &cands[i], &cfg, &fleet, &terms[i])
-		} else {
-			dynamoTerms(&req, &cands[i], &cfg, &terms[i])
+		if terms[i].Eligible {
+			fillInputs(&req, &cands[i], &cfg, &fleet, &terms[i])
 		}
 	}
-	if cfg.Policy == PolicyKvgate {
-		addHerdPenalties(&req, cands, terms, &cfg.Kvgate)
-		addRecomputePenalties(&req, terms, &cfg)
-	}
+	applyTerms(&termInputs{req: &req, cands: cands, terms: terms, cfg: &cfg, fleet: &fleet})
 
 	if cfg.Temperature == 0 || rnd == nil {
 		dst.Primary = argmin(terms, rnd)

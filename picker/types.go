@@ -148,22 +148,23 @@ type Candidate struct {
 	Load   Load
 }
 
-// Terms is the cost breakdown of one candidate, for the debug header and
-// for tests. All block quantities are in KV blocks of the request's size.
+// Terms is the cost breakdown of one candidate, for the decision record
+// and for tests. All block quantities are in KV blocks of the request's
+// size.
 type Terms struct {
 	Eligible bool
 	Reason   string // why not eligible; empty when eligible
 
+	// Inputs the terms share (not summed into Cost themselves).
 	Credit        float64 // tier-weighted overlap blocks
 	PrefillBlocks float64 // queued + this prompt, before credit (Dynamo raw_prefill_blocks)
-	DecodeBlocks  float64 // decode footprint term
-	RequestsTerm  float64 // ActiveRequestWeight × in-flight requests
 	TTFTSeconds   float64 // predicted time to first token (kvgate policy; 0 under dynamo)
-	HerdPenalty   float64 // anti-herding term (kvgate policy)
-	// RecomputePenalty charges the prompt blocks this worker would compute
-	// that the best-cached worker would not (kvgate policy, affinity term).
-	RecomputePenalty float64
-	Cost             float64 // lower is better
+
+	// Parts holds each listed term's column (terms.go), weight applied;
+	// a term switched off, or not part of the policy, leaves 0.
+	Parts [NumTerms]float64
+	// Cost is the sum of Parts in the list's order; lower is better.
+	Cost float64
 }
 
 // Decision is the picker's answer. Indices refer to the candidates slice.

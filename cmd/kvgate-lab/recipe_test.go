@@ -324,7 +324,7 @@ func TestLocalRecipe(t *testing.T) {
 	second, first := decisions[0], decisions[1]
 	credited := false
 	for _, c := range second.Candidates {
-		if strings.HasPrefix(c.Worker, first.Endpoint+"#") && c.CachedBlocks[0] > 0 {
+		if strings.HasPrefix(c.Worker, first.Endpoint+"#") && c.CachedBlocks.Device > 0 {
 			credited = true
 		}
 	}
@@ -366,7 +366,9 @@ type recipeDecision struct {
 	Endpoint   string `json:"endpoint"`
 	Candidates []struct {
 		Worker       string `json:"worker"`
-		CachedBlocks [4]int `json:"cached_blocks"`
+		CachedBlocks struct {
+			Device int `json:"device"`
+		} `json:"cached_blocks"`
 	} `json:"candidates"`
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/kvgate/kvgate/internal/cli"
 	"github.com/kvgate/kvgate/lab/replay"
 	"github.com/kvgate/kvgate/lab/workload"
+	"github.com/kvgate/kvgate/picker"
 )
 
 func init() {
@@ -49,6 +50,9 @@ func runReplay(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	ttftSLA := fs.Duration("ttft-sla", 2*time.Second, "with --sweep: the TTFT p90 bound")
 	itlSLA := fs.Duration("itl-sla", 0, "with --sweep: the ITL p90 bound (0: none)")
 	tolerance := fs.Float64("sweep-tolerance", 0.05, "with --sweep: stop bisecting when the bracket's hi/lo is within 1+this")
+	var terms termFlags
+	fs.Var(&terms, "term", "switch one of the kvgate policies' picker terms (repeatable): NAME=off, NAME=on or NAME=WEIGHT, NAME one of "+
+		strings.Join(replay.TermNames(), ", ")+" (picker/terms.go); prints each term's mean column after the table")
 	if err := fs.Parse(args); err != nil {
 		return cli.FlagExit(err)
 	}
@@ -73,6 +77,20 @@ func runReplay(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		if p = strings.TrimSpace(p); p != "" {
 			opt.Policies = append(opt.Policies, p)
 		}
+	}
+	if len(terms) > 0 {
+		if *gateway != "" {
+			fmt.Fprintln(stderr, "kvgate-lab replay: --term switches the in-process picker: drop --gateway (configure extproc.picker.terms instead)")
+			return 2
+		}
+		cfg := picker.DefaultConfig()
+		for _, t := range terms {
+			if err := replay.SwitchTerm(&cfg, t); err != nil {
+				fmt.Fprintf(stderr, "kvgate-lab replay: %v\n", err)
+				return 2
+			}
+		}
+		opt.Kvgate = &cfg
 	}
 	if err := opt.Validate(); err != nil {
 		fmt.Fprintf(stderr, "kvgate-lab replay: %v\n", err)
@@ -131,7 +149,27 @@ func runReplay(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "kvgate-lab replay: writing output: %v\n", err)
 		return 1
 	}
+	if len(terms) > 0 {
+		fmt.Fprintf(stdout, "\nkvgate terms switched: %s\n", strings.Join(terms, " "))
+		if err := replay.WriteTermMeans(stdout, res); err != nil {
+			fmt.Fprintf(stderr, "kvgate-lab replay: writing output: %v\n", err)
+			return 1
+		}
+	}
 	return 0
+}
+
+// termFlags collects repeated --term NAME=VALUE arguments.
+type termFlags []string
+
+func (f *termFlags) String() string { return strings.Join(*f, " ") }
+
+func (f *termFlags) Set(v string) error {
+	if len(*f) >= 64 {
+		return errors.New("at most 64 --term switches")
+	}
+	*f = append(*f, v)
+	return nil
 }
 
 func isTerminal(f *os.File) bool {

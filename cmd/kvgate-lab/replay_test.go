@@ -128,3 +128,40 @@ func TestReplaySweepReportsCapacityProgressAndPlots(t *testing.T) {
 		t.Errorf("--sweep with --rate-scale: exit %d, %q", code, errb.String())
 	}
 }
+
+// --term switches a kvgate term for one replay (a term's worth is one
+// command): its column is printed, 0 when off; bad switches exit 2.
+func TestReplayTermSwitch(t *testing.T) {
+	var out, errb bytes.Buffer
+	args := []string{"replay", "--trace", replayTestdataTrace, "--limit", "40", "--workers", "4", "--policies", "dynamo,kvgate", "--term", "herd=off", "--term", "recompute=2"}
+	if code := dispatch(args, nil, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	text := out.String()
+	if !strings.Contains(text, "kvgate terms switched: herd=off recompute=2") {
+		t.Fatalf("no switch line:\n%s", text)
+	}
+	var header, kvgate []string
+	for _, line := range strings.Split(text, "\n") {
+		f := strings.Fields(line)
+		switch {
+		case len(f) > 0 && f[0] == "mean":
+			header = f[len(f)-5:]
+		case len(f) == 6 && f[0] == "kvgate":
+			kvgate = f[1:]
+		}
+	}
+	if !slices.Equal(header, []string{"prefill", "decode", "requests", "herd", "recompute"}) || len(kvgate) != 5 {
+		t.Fatalf("term columns %v, kvgate row %v:\n%s", header, kvgate, text)
+	}
+	if kvgate[3] != "0.00" || kvgate[1] == "0.00" {
+		t.Errorf("kvgate's herd column %s (switched off), decode %s:\n%s", kvgate[3], kvgate[1], text)
+	}
+	for _, bad := range []string{"herd", "nope=off", "decode=3"} {
+		out.Reset()
+		errb.Reset()
+		if code := dispatch([]string{"replay", "--trace", replayTestdataTrace, "--term", bad}, nil, &out, &errb); code != 2 || !strings.Contains(errb.String(), "--term") {
+			t.Errorf("--term %s: exit %d, stderr %q", bad, code, errb.String())
+		}
+	}
+}

@@ -55,6 +55,8 @@ type Config struct {
 	// explicit 0 is not replaced by the default (KeepExplicitFallbacks).
 	fallbacksSet bool
 	TierWeights  TierWeights `yaml:"tier_weights"`
+	// Picker switches and weighs the cost's listed terms (picker.go).
+	Picker Picker `yaml:"picker"`
 	// IndexTimeout bounds one index match; past it the request is routed
 	// on load alone (counted), never failed.
 	IndexTimeout yamlconf.Duration `yaml:"index_timeout"`
@@ -281,6 +283,7 @@ func (x *Config) ApplyDefaults() {
 	if x.DecisionsKept == 0 {
 		x.DecisionsKept = DefaultDecisionsKept
 	}
+	x.Picker.applyDefaults()
 	x.EngineMetrics.ApplyDefaults()
 	x.Outlier.applyDefaults()
 	x.HealthyPanic.applyDefaults()
@@ -306,6 +309,9 @@ func (x *Config) ApplyDefaults() {
 // validated when extproc starts discovery.
 func (x *Config) Validate(path string) error {
 	if err := x.validateOwn(path); err != nil {
+		return err
+	}
+	if err := x.Picker.validate(path + ".picker"); err != nil {
 		return err
 	}
 	if err := x.Outlier.validate(path + ".outlier"); err != nil {

@@ -64,8 +64,9 @@ type Options struct {
 	HostToGPUGBps  float64
 	Policies       []string // default AllPolicies
 	Seed           uint64   // randomness of random routing and picker tie-breaks
-	// Kvgate, if set, is the kvgate policy's picker configuration (its
+	// Kvgate, if set, is the kvgate policies' picker configuration (its
 	// Policy is forced to kvgate); default picker.DefaultConfig's knobs.
+	// `kvgate-lab replay --term NAME=off` sets it (SwitchTerm).
 	Kvgate *picker.Config
 	// Progress, if set, is called now and then with the policy being
 	// replayed and how many of its requests have been routed.
@@ -200,6 +201,11 @@ type PolicyResult struct {
 	// HostHitRatio is the part of HitRatio loaded from the host tier
 	// (Options.HostBlocks); absent without one.
 	HostHitRatio float64 `json:"host_hit_ratio,omitempty"`
+	// TermMeans is each listed picker term's column (picker.TermList, in
+	// KV blocks, weight applied) at the chosen worker, averaged over the
+	// requests: what each term weighed in the policy's choices. Picker
+	// policies only (dynamo, kvgate); `kvgate-lab replay --term` prints it.
+	TermMeans map[string]float64 `json:"-"`
 	// IndexRejects counts KV events the indexer rejected (kv-aware
 	// policies); a replay is only as good as its index.
 	IndexRejects uint64 `json:"-"`

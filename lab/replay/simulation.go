@@ -48,6 +48,10 @@ type simulation struct {
 	flights []flight
 	cands   []picker.Candidate
 	dec     picker.Decision
+	// termSum adds up each listed term's column at the chosen worker,
+	// over picks (picker policies): PolicyResult.TermMeans.
+	termSum [picker.NumTerms]float64
+	picks   int
 
 	// results
 	routed                []int
@@ -287,6 +291,10 @@ func (s *simulation) route(i int, toks []uint32, at time.Duration) error {
 		}
 		w = s.dec.Primary
 		depths = s.cands[w].Depths
+		for id, v := range s.dec.Terms[w].Parts {
+			s.termSum[id] += v
+		}
+		s.picks++
 	}
 	id := s.workers[w].ID
 	// Load accounting as extproc's book stage (extproc/book.go) does it.

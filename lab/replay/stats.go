@@ -4,6 +4,8 @@ import (
 	"math"
 	"slices"
 	"time"
+
+	"github.com/kvgate/kvgate/picker"
 )
 
 // percentile is the nearest-rank p-th percentile (p in (0, 100]) of sorted
@@ -42,6 +44,12 @@ func (s *simulation) result() *PolicyResult {
 	}
 	if total > 0 {
 		r.LoadImbalance = float64(most) / (float64(total) / float64(len(s.routed)))
+	}
+	if s.picks > 0 {
+		r.TermMeans = make(map[string]float64, picker.NumTerms)
+		for _, t := range picker.TermList() {
+			r.TermMeans[t.Name] = s.termSum[t.ID] / float64(s.picks)
+		}
 	}
 	for b := range s.bucketP {
 		if s.bucketP[b] == 0 {
