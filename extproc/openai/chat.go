@@ -33,6 +33,15 @@ type ChatRequest struct {
 	HasChatTemplate bool
 	// CacheSalt is the request's cache_salt; "" when absent.
 	CacheSalt string
+	// Approximate, for a request converted from another API (Messages,
+	// Responses), says why its rendering may differ from the engine's; ""
+	// when it is exact.
+	Approximate string
+	// ToolsDumped reports Tools already in the shape the engine hands the
+	// template (the Responses API's model_dump of its own tool models),
+	// not chat's ChatCompletionToolsParam, whose field order the renderer
+	// otherwise applies.
+	ToolsDumped bool
 }
 
 // RequestTemplate names the field through which the request brings its own
