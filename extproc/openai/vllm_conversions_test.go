@@ -188,7 +188,7 @@ func TestPythonStrOfToolResultBlocks(t *testing.T) {
 	// Each expectation is CPython 3's repr() of what json.loads makes of
 	// the JSON (checked with python3 -c 'print(repr(json.loads(...)))').
 	for in, want := range map[string]string{
-		`[{"type":"text","text":"it's \"x\"\n\u0001é\u2028"}]`: `[{'type': 'text', 'text': 'it\'s "x"\n\x01é\u2028'}]`,
+		`[{"type":"text","text":"it's \"x\"\n\u0001é\u2028"}]`:       `[{'type': 'text', 'text': 'it\'s "x"\n\x01é\u2028'}]`,
 		`[1e16, 1e-5, 0.1, 12345678901234567890, 2.5e15, -0.0, 1E2]`: `[1e+16, 1e-05, 0.1, 12345678901234567890, 2500000000000000.0, -0.0, 100.0]`,
 		`[{"a":true,"b":null,"c":"it's"}]`:                           `[{'a': True, 'b': None, 'c': "it's"}]`,
 		`"plain"`:                                                    `plain`,
