@@ -10,7 +10,7 @@ import (
 // EncodeTRTLLM writes b as TensorRT-LLM's event list (FormatTRTLLM), the
 // dicts KVCacheEventSerializer builds, keys in its order: BlockStored as a
 // "stored" event with one stored_block per BlockSize tokens (cache_level 0,
-// or 1 for Medium "CPU"; priority 35, the engine's default retention
+// or 1 for Medium "CPU" — "GPU" and "" are level 0; priority 35, the engine's default retention
 // priority; token_extra_id 0), BlockRemoved as "removed", AllBlocksCleared
 // as "created" (a made cache: TensorRT-LLM has no clear event). event_id
 // counts from firstID; window_size is the block span as a stand-in;
@@ -24,7 +24,7 @@ func EncodeTRTLLM(b Batch, firstID int64) ([]byte, error) {
 	w.do(e.EncodeArrayLen(len(b.Events)))
 	for i := range b.Events {
 		ev := &b.Events[i]
-		if ev.Err != nil || ev.HasLoRAID || ev.LoRAName != "" || ev.CacheSalt != "" || ev.HasGroupIdx || (ev.Medium != "" && ev.Medium != "CPU") {
+		if ev.Err != nil || ev.HasLoRAID || ev.LoRAName != "" || ev.CacheSalt != "" || ev.HasGroupIdx || (ev.Medium != "" && ev.Medium != "GPU" && ev.Medium != "CPU") {
 			return nil, ErrNotEncodable
 		}
 		n := 3
