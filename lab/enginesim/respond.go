@@ -122,6 +122,18 @@ func (s *Server) prepare(body []byte, kind apiKind) (Request, *generation, kvTra
 	if err != nil {
 		return Request{}, nil, kvTransferParams{}, asOpenAIError(err)
 	}
+	if kind == apiResponses && res.ApproximateReason == preprocess.ReasonUnseenInput {
+		// The simulator stores no responses: a previous_response_id is
+		// unknown, answered as vLLM answers one it does not hold (404,
+		// vllm/entrypoints/openai/responses/serving.py
+		// _make_not_found_error at 4d89a999c51e191a959a49e44cf7d6697f96cf6a).
+		var prev struct {
+			ID string `json:"previous_response_id"`
+		}
+		_ = json.Unmarshal(body, &prev)
+		return Request{}, nil, kvTransferParams{}, &openai.Error{Status: http.StatusNotFound, Type: "invalid_request_error",
+			Message: fmt.Sprintf("Response with id '%s' not found.", prev.ID)}
+	}
 	x, err := parseExtras(body)
 	if err != nil {
 		return Request{}, nil, kvTransferParams{}, asOpenAIError(err)
