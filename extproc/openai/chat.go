@@ -37,12 +37,27 @@ type ChatRequest struct {
 	// Responses), says why its rendering may differ from the engine's; ""
 	// when it is exact.
 	Approximate string
+	// ApproximateReason classes Approximate for metrics: ReasonUnseenInput
+	// or ReasonUnmodelledInput.
+	ApproximateReason string
 	// ToolsDumped reports Tools already in the shape the engine hands the
 	// template (the Responses API's model_dump of its own tool models),
 	// not chat's ChatCompletionToolsParam, whose field order the renderer
 	// otherwise applies.
 	ToolsDumped bool
 }
+
+// Classes of a converted request kvgate cannot render as the engine will
+// (ChatRequest.ApproximateReason).
+const (
+	// ReasonUnseenInput: the engine adds input kvgate cannot see (a
+	// Responses previous_response_id's stored conversation).
+	ReasonUnseenInput = "unseen_input"
+	// ReasonUnmodelledInput: the request holds something whose rendering
+	// kvgate does not model (a Messages inline system message, a block type
+	// newer than the transcribed source, a tool_use without an id).
+	ReasonUnmodelledInput = "unmodelled_input"
+)
 
 // RequestTemplate names the field through which the request brings its own
 // chat template, or "" when it brings none. vLLM refuses such a request

@@ -33,8 +33,10 @@ package openai
 // The messages must not be empty: vLLM's later _validate_anthropic_request
 // (serving_messages.py) refuses it too. Unknown members are ignored, as
 // pydantic's BaseModel does (AnthropicMessagesRequest has no cache_salt).
-// What kvgate cannot reproduce exactly is flagged in Approximate: a
-// tool_use without an id (vLLM writes the current time into it).
+// What kvgate cannot reproduce exactly is flagged in Approximate (routed on
+// load alone, never refused): a tool_use without an id (vLLM writes the
+// current time into it), an inline role "system" message and a block type
+// the transcribed source does not declare (newer vLLM accepts both).
 func ParseMessages(body []byte, lim Limits) (*ChatRequest, error) {
 	r, err := parseMessagesRequest(body, lim)
 	if err != nil {
@@ -43,8 +45,9 @@ func ParseMessages(body []byte, lim Limits) (*ChatRequest, error) {
 	return r, nil
 }
 
-// anthropicBlockTypes are AnthropicContentBlock's declared types; any other
-// is refused (pydantic Literal).
+// anthropicBlockTypes are AnthropicContentBlock's declared types at the
+// transcribed commit (a pydantic Literal there); another type routes the
+// request on load alone (errUnknownBlockType), as a newer engine may take it.
 var anthropicBlockTypes = map[string]bool{"text": true, "image": true, "tool_use": true, "tool_result": true, "thinking": true}
 
 func parseMessagesRequest(body []byte, lim Limits) (*ChatRequest, *Error) {
@@ -118,8 +121,15 @@ func parseMessagesRequest(body []byte, lim Limits) (*ChatRequest, *Error) {
 	if len(c.out) > lim.MaxMessages {
 		return nil, at("messages", tooLarge("", "more than %d messages once tool results are split out", lim.MaxMessages))
 	}
+	if len(c.out) == 0 {
+		// Everything was dropped (empty blocks) or flagged: nothing to
+		// render the way the engine will.
+		c.flag("no message is left after the conversion")
+	}
 	r.Messages = c.out
-	r.Approximate = c.approximate
+	if r.Approximate = c.approximate; r.Approximate != "" {
+		r.ApproximateReason = ReasonUnmodelledInput
+	}
 	var terr *Error
 	if r.Tools, terr = anthropicTools(tools); terr != nil {
 		return nil, at("tools", terr)
@@ -139,6 +149,17 @@ type anthropicConversion struct {
 	approximate string
 }
 
+// flag records the first reason the conversion may differ from vLLM's.
+func (c *anthropicConversion) flag(reason string) {
+	if c.approximate == "" {
+		c.approximate = reason
+	}
+}
+
+// errUnknownBlockType marks a content block whose type the transcribed
+// AnthropicContentBlock does not declare.
+var errUnknownBlockType = &Error{Status: StatusBadRequest, Type: "invalid_request_error", Message: "unknown content block type"}
+
 func (c *anthropicConversion) system(v Value) *Error {
 	switch v.Kind {
 	case KindNull:
@@ -155,6 +176,10 @@ func (c *anthropicConversion) system(v Value) *Error {
 		text := ""
 		for i, b := range v.Items {
 			blk, err := anthropicBlock(b)
+			if err == errUnknownBlockType {
+				c.flag("a system block of a type kvgate does not model")
+				continue
+			}
 			if err != nil {
 				return at(index(i), err)
 			}
@@ -173,6 +198,14 @@ func (c *anthropicConversion) message(v Value) *Error {
 		return invalid("", "expected a message object, got %s", v.Kind)
 	}
 	role, _ := v.Get("role")
+	if role.Kind == KindString && role.Text == "system" {
+		// Newer vLLM accepts inline system messages and places them by
+		// probing the model's renderer (vllm/entrypoints/anthropic/
+		// inline_system.py at a8c3bdb20f5dd558bbb813e1644b82830e63dcbb):
+		// routed on load alone rather than refused or guessed.
+		c.flag("an inline system message: vLLM places it by probing the model's renderer")
+		return nil
+	}
 	if role.Kind != KindString || (role.Text != "user" && role.Text != "assistant") {
 		return at("role", invalid("", "Input should be 'user' or 'assistant'"))
 	}
@@ -192,6 +225,13 @@ func (c *anthropicConversion) message(v Value) *Error {
 	var reasoning []string
 	for i, b := range content.Items {
 		blk, err := anthropicBlock(b)
+		if err == errUnknownBlockType {
+			// A block type newer than the transcribed source (document,
+			// redacted_thinking, …): the engine may serve it; kvgate cannot
+			// know how it renders.
+			c.flag("a content block of a type kvgate does not model")
+			continue
+		}
 		if err != nil {
 			return at("content", at(index(i), err))
 		}
@@ -215,8 +255,8 @@ func (c *anthropicConversion) message(v Value) *Error {
 				reasoning = append(reasoning, blk.thinking)
 			}
 		case "tool_use":
-			if blk.id == "" && c.approximate == "" {
-				c.approximate = "a tool_use block has no id: vLLM writes the current time into its call id"
+			if blk.id == "" {
+				c.flag("a tool_use block has no id: vLLM writes the current time into its call id")
 			}
 			args := blk.input
 			if args.Kind != KindObject || len(args.Members) == 0 {
@@ -270,8 +310,11 @@ func anthropicBlock(v Value) (anthropicContentBlock, *Error) {
 		return b, invalid("", "expected a content block object, got %s", v.Kind)
 	}
 	typ, _ := v.Get("type")
-	if typ.Kind != KindString || !anthropicBlockTypes[typ.Text] {
+	if typ.Kind != KindString {
 		return b, at("type", invalid("", "Input should be 'text', 'image', 'tool_use', 'tool_result' or 'thinking'"))
+	}
+	if !anthropicBlockTypes[typ.Text] {
+		return b, errUnknownBlockType
 	}
 	b.typ = typ.Text
 	for _, m := range v.Members {

@@ -119,7 +119,7 @@ func parseResponsesRequest(body []byte, lim Limits) (*ChatRequest, *Error) {
 		r.Messages = append(r.Messages, Message{Role: "system", Content: Content{Text: *instructions}})
 	}
 	if previous != nil {
-		r.Approximate = "previous_response_id: the engine prepends a stored conversation kvgate cannot see"
+		r.Approximate, r.ApproximateReason = "previous_response_id: the engine prepends a stored conversation kvgate cannot see", ReasonUnseenInput
 	}
 	continueFinal := false
 	if input.Kind == KindString {

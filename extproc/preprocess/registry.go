@@ -185,10 +185,11 @@ const (
 	ReasonChatTemplate = "chat_template"
 	// ReasonRequestTemplate: the request brings its own chat template.
 	ReasonRequestTemplate = "request_template"
-	// ReasonUnseenInput: a Responses previous_response_id (a stored
-	// conversation only the engine holds) or a Messages tool_use without an
-	// id (vLLM invents one from the clock).
-	ReasonUnseenInput = "unseen_input"
+	// ReasonUnseenInput and ReasonUnmodelledInput: a request converted
+	// from another API (openai.ParseResponses, ParseMessages) holds input
+	// only the engine sees, or input whose rendering kvgate does not model.
+	ReasonUnseenInput     = openai.ReasonUnseenInput
+	ReasonUnmodelledInput = openai.ReasonUnmodelledInput
 )
 
 // Chat preprocesses a /v1/chat/completions body.
@@ -250,7 +251,7 @@ func (r *Registry) chat(ctx context.Context, req *openai.ChatRequest) (*Result, 
 	if req.Approximate != "" {
 		// Converted from another API with a part kvgate cannot see or
 		// reproduce (openai.ParseResponses, ParseMessages).
-		res.Approximate, res.ApproximateReason = req.Approximate, ReasonUnseenInput
+		res.Approximate, res.ApproximateReason = req.Approximate, req.ApproximateReason
 		return res, nil
 	}
 	ctx, cancel := r.bound(ctx)
