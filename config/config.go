@@ -21,6 +21,7 @@ import (
 	"github.com/kvgate/kvgate/indexer/indexerconfig"
 	"github.com/kvgate/kvgate/internal/confaddr"
 	"github.com/kvgate/kvgate/kv/indexconfig"
+	"github.com/kvgate/kvgate/kv/kvevents"
 	"github.com/kvgate/kvgate/kv/kvfleet"
 	"github.com/kvgate/kvgate/kvagent/agentconfig"
 	"github.com/kvgate/kvgate/planner-sidecar/plannerconfig"
@@ -61,8 +62,13 @@ const EventsBindMode = kvfleet.EventsBindMode
 // importing config.
 type Model = kvfleet.Model
 
-// Engine is one inference engine (vLLM/SGLang) publishing KV events.
+// Engine is one inference engine (vLLM, SGLang, TensorRT-LLM) publishing KV events.
 type Engine struct {
+	// Kind is the engine: "vllm" (the default, also when empty), "sglang"
+	// or "trtllm". It selects the KV-event wire format: vLLM's EventBatch
+	// (which SGLang, and Dynamo's TensorRT-LLM republisher, also send), or
+	// TensorRT-LLM's own event list (kvevents.FormatTRTLLM).
+	Kind string `yaml:"kind"`
 	// Endpoint is the engine's HTTP ip:port: what requests are routed to,
 	// and (with the DP rank) the worker's identity in the index.
 	Endpoint string `yaml:"endpoint"`
@@ -240,6 +246,9 @@ func (c *Config) Validate() error {
 		}
 		if _, err := kvfleet.ParseRole(e.Role); err != nil {
 			return fmt.Errorf("%s.role: %w", p, err)
+		}
+		if _, err := kvevents.FormatOf(e.Kind); err != nil {
+			return fmt.Errorf("%s.kind: %w", p, err)
 		}
 		if e.Replay != "" {
 			if _, _, err := confaddr.ZMQEndpoint(e.Replay, 0); err != nil {

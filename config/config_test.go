@@ -74,6 +74,7 @@ func TestParseErrorsNameThePath(t *testing.T) {
 		"models: [{name: m, block_size: 4}]\nengines: [{endpoint: 'a', model: m, events: 'tcp://a:2'}]":          "engines[0].endpoint",
 		"index: {backend: redis, redis: {addrs: ['a:1'], password_env: KVGATE_NO_SUCH_VAR}}":                     "password_env",
 		"indexer: {listen: nowhere}": "indexer.listen",
+		"models: [{name: m, block_size: 4}]\nengines: [{endpoint: '10.0.0.1:1', model: m, events: 'tcp://a:2', kind: tgi}]": "engines[0].kind",
 	}
 	for in, want := range cases {
 		_, err := Parse(strings.NewReader(in))
@@ -103,4 +104,22 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 	})
+}
+
+// engines[].kind reaches the fleet's workers, which pick the event format
+// by it.
+func TestEngineKindReachesTheWorkers(t *testing.T) {
+	c, err := Parse(strings.NewReader("models: [{name: m, block_size: 4}]\nengines:\n" +
+		"  - {endpoint: '10.0.0.1:1', model: m, events: 'tcp://10.0.0.1:2', kind: trtllm, dp_ranks: 2}\n" +
+		"  - {endpoint: '10.0.0.2:1', model: m, events: 'tcp://10.0.0.2:2'}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws, err := c.Workers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ws) != 3 || ws[0].Kind != "trtllm" || ws[1].Kind != "trtllm" || ws[2].Kind != "" {
+		t.Fatalf("workers %+v: want both ranks of the first engine trtllm, the second engine default", ws)
+	}
 }

@@ -34,6 +34,7 @@ func (c *Config) Workers() ([]kvfleet.Worker, error) {
 				Role:     role,
 				Draining: e.Draining,
 				Topic:    e.Topic,
+				Kind:     e.Kind,
 			}
 			if e.Events == EventsBindMode {
 				w.Events = e.Events

@@ -1,17 +1,75 @@
 package extproc
 
-// endpoint is the OpenAI route a request addresses, as the engine's HTTP
+import (
+	"context"
+
+	"github.com/kvgate/kvgate/extproc/openai"
+	"github.com/kvgate/kvgate/extproc/preprocess"
+)
+
+// endpoint is the API route a request addresses, as the engine's HTTP
 // server will read its :path.
 type endpoint int
 
 const (
 	// endpointOther: a route kvgate does not parse (GET /v1/models,
-	// /v1/embeddings, /v1/responses, …): routed by its body's model, when
-	// it names one (routeUnparsed).
+	// /v1/embeddings, /tokenize, …): routed by its body's model, when it
+	// names one (routeUnparsed).
 	endpointOther endpoint = iota
 	endpointChat
 	endpointCompletion
+	// endpointMessages is the Anthropic Messages API and endpointResponses
+	// the OpenAI Responses API, both as vLLM serves them
+	// (vllm/entrypoints/anthropic/api_router.py,
+	// vllm/entrypoints/openai/responses/api_router.py): parsed by their
+	// own parsers into the chat request vLLM converts them to, then routed
+	// like a chat.
+	endpointMessages
+	endpointResponses
 )
+
+// parsed reports whether kvgate reads this route's body for a prompt.
+func (ep endpoint) parsed() bool { return ep != endpointOther }
+
+// required names the body members the route's request needs, for the
+// answer to a POST without a body.
+func (ep endpoint) required() string {
+	switch ep {
+	case endpointCompletion:
+		return "model and prompt"
+	case endpointMessages:
+		return "model, messages and max_tokens"
+	case endpointResponses:
+		return "model and input"
+	}
+	return "model and messages"
+}
+
+// preprocess runs the route's parser and the shared render, tokenize and
+// hash path (one routing path fed by per-endpoint parsers).
+func (ep endpoint) preprocess(ctx context.Context, reg *preprocess.Registry, body []byte) (*preprocess.Result, error) {
+	switch ep {
+	case endpointChat:
+		return reg.ChatContext(ctx, body)
+	case endpointCompletion:
+		return reg.CompletionContext(ctx, body)
+	case endpointMessages:
+		return reg.MessagesContext(ctx, body)
+	case endpointResponses:
+		return reg.ResponsesContext(ctx, body)
+	}
+	return nil, nil
+}
+
+// errorBody renders a rejection in the route's own error shape: Anthropic's
+// for /v1/messages, OpenAI's error object elsewhere (the Responses API
+// answers errors with it too: vLLM's ErrorResponse).
+func (ep endpoint) errorBody(e *openai.Error) []byte {
+	if ep == endpointMessages {
+		return e.AnthropicJSON()
+	}
+	return e.JSON()
+}
 
 // endpointFor reads :path as the engines' servers do, so that every
 // spelling an engine serves as chat or completions is parsed as such
@@ -55,6 +113,10 @@ func endpointFor(path string) endpoint {
 		return endpointChat
 	case "/v1/completions":
 		return endpointCompletion
+	case "/v1/messages":
+		return endpointMessages
+	case "/v1/responses":
+		return endpointResponses
 	}
 	return endpointOther
 }

@@ -37,6 +37,11 @@ func TestEndpointForReadsThePathAsTheEngines(t *testing.T) {
 		"/v1/chat/completions%":         endpointOther,
 		"/v1/embeddings":                endpointOther,
 		"/v1/chat/%2563ompletions":      endpointOther, // decoded once: "%63ompletions"
+		"/v1/messages":                  endpointMessages,
+		"/v1/%6Dessages?beta=true":      endpointMessages,
+		"/v1/messages/count_tokens":     endpointOther,
+		"/v1/responses":                 endpointResponses,
+		"/v1/responses/resp_1":          endpointOther,
 	} {
 		if got := endpointFor(path); got != want {
 			t.Errorf("endpointFor(%q) = %d, want %d", path, got, want)
@@ -106,7 +111,7 @@ func TestUnparsedRoutesStayInTheModelsPool(t *testing.T) {
 		}
 	}
 
-	for _, path := range []string{"/v1/embeddings", "/v1/responses", "/v1/messages", "/v1/chat/completions/", "//v1/chat/completions"} {
+	for _, path := range []string{"/v1/embeddings", "/v1/responses/", "/v1/messages/", "/v1/chat/completions/", "//v1/chat/completions"} {
 		for i := range 6 {
 			body := fmt.Sprintf(`{"model":"llama","input":"x%d","max_tokens":"not a number"}`, i)
 			x, err := r.harness.Start(context.Background(), &envoyharness.Request{Method: "POST", Path: path, Body: []byte(body),
@@ -158,4 +163,55 @@ func TestUnparsedRoutesStayInTheModelsPool(t *testing.T) {
 		t.Fatalf("GET /v1/models reached only one pool in 60 requests: %v", seen)
 	}
 	waitIdle(t, r.router)
+}
+
+// /v1/messages and /v1/responses are parsed, rendered and keyed like chat
+// (a decision with tokens), and a malformed body is answered in the API's
+// own error shape: Anthropic's for Messages, OpenAI's for Responses.
+func TestMessagesAndResponsesAreParsedAndAnsweredInTheirShape(t *testing.T) {
+	r := twoPoolRig(t, envoyharness.DefaultConfig())
+	send := func(path, body string) *envoyharness.Exchange {
+		t.Helper()
+		x, err := r.harness.Start(context.Background(), &envoyharness.Request{Method: "POST", Path: path, Body: []byte(body),
+			Headers: []envoyharness.Header{{Name: "content-type", Value: "application/json"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return x
+	}
+	for path, body := range map[string]string{
+		"/v1/messages":  `{"model":"llama","max_tokens":16,"system":"Be brief.","messages":[{"role":"user","content":"Where is the fleet?"}]}`,
+		"/v1/responses": `{"model":"llama","instructions":"Be brief.","input":[{"role":"user","content":[{"type":"input_text","text":"Where is the fleet?"}]}]}`,
+	} {
+		x := send(path, body)
+		if x.Local != nil {
+			t.Fatalf("%s: answered %d %s", path, x.Local.Status, x.Local.Body)
+		}
+		if !isLlama(x.Forward.Upstream) {
+			t.Fatalf("%s routed to %s", path, x.Forward.Upstream)
+		}
+		finishResponse(t, x, x.Forward.Upstream)
+		recent := r.router.debug.recent()
+		if d := recent[len(recent)-1]; d.Model != "llama" || d.Tokens == 0 {
+			t.Fatalf("%s: decision %+v, want llama with a tokenized prompt", path, d)
+		}
+	}
+
+	x := send("/v1/messages", `{"model":"llama","messages":[{"role":"user","content":"x"}]}`)
+	var anth struct {
+		Type  string `json:"type"`
+		Error struct{ Type, Message string }
+	}
+	if x.Local == nil || x.Local.Status != http.StatusBadRequest || json.Unmarshal(x.Local.Body, &anth) != nil ||
+		anth.Type != "error" || anth.Error.Type != "invalid_request_error" || !strings.Contains(anth.Error.Message, "max_tokens") {
+		t.Fatalf("Messages without max_tokens: %+v, want 400 in Anthropic's shape naming max_tokens", x.Local)
+	}
+	x = send("/v1/responses", `{"model":"llama","input":[{"type":"reasoning","encrypted_content":"xyz","summary":[]}]}`)
+	var oai struct {
+		Error struct{ Type, Message, Param string }
+	}
+	if x.Local == nil || x.Local.Status != http.StatusBadRequest || json.Unmarshal(x.Local.Body, &oai) != nil ||
+		oai.Error.Type != "invalid_request_error" || !strings.Contains(oai.Error.Message, "Encrypted content") {
+		t.Fatalf("Responses with encrypted reasoning: %+v, want 400 in OpenAI's shape", x.Local)
+	}
 }

@@ -14,7 +14,7 @@ type metrics struct {
 	decision      prometheus.Histogram
 	indexErrors   prometheus.Counter
 	fallbacksUsed prometheus.Counter
-	approximate   prometheus.Counter
+	approximate   *prometheus.CounterVec
 	debugHeader   *prometheus.CounterVec
 	shedByClass   *prometheus.CounterVec
 }
@@ -39,8 +39,8 @@ func newMetrics() *metrics {
 			Help: "Index matches that failed or timed out; those requests were routed on load alone."}),
 		fallbacksUsed: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvgate_extproc_fallbacks_used_total",
 			Help: "Requests the proxy served on a fallback endpoint instead of the primary."}),
-		approximate: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvgate_extproc_untokenized_requests_total",
-			Help: "Requests kvgate could not tokenize exactly (e.g. media content parts) and routed on load alone."}),
+		approximate: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvgate_extproc_untokenized_requests_total",
+			Help: "Requests kvgate could not tokenize exactly and routed on load alone, by reason: chat_template (e.g. media content parts), request_template, unseen_input (a Responses previous_response_id), unmodelled_input (a Messages inline system message, an unknown block type, a tool_use without an id)."}, []string{"reason"}),
 		debugHeader: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvgate_extproc_debug_header_requests_total",
 			Help: "Routed requests that asked for x-kvgate-debug, by whether extproc.debug_header granted it (refused: not a trusted client)."}, []string{"outcome"}),
 		shedByClass: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvgate_extproc_shed_by_priority_total",

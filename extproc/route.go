@@ -67,29 +67,18 @@ func (r *Router) Decide(ctx context.Context, req *server.Request) (*server.Decis
 // not parse): routeUnparsed routes those. The route is read from :path as
 // the engines read it (endpointFor).
 func (r *Router) preprocess(ctx context.Context, req *server.Request) (*preprocess.Result, *server.RouteError) {
-	var res *preprocess.Result
-	var err error
 	ep := endpointFor(req.Path)
-	chat, completion := ep == endpointChat, ep == endpointCompletion
 	switch {
-	case req.Body == nil && req.Method == http.MethodPost && (chat || completion):
+	case req.Body == nil && req.Method == http.MethodPost && ep.parsed():
 		// A POST without a body (Envoy sends end_of_stream on the headers)
 		// is a request the engine would refuse: say so instead of routing it.
-		want := "prompt"
-		if chat {
-			want = "messages"
-		}
 		r.metrics.requests.WithLabelValues("", "bad_request").Inc()
-		return nil, routeError(http.StatusBadRequest, "request body is empty: want a JSON object with model and "+want, "invalid_request_error", "")
-	case req.Body == nil:
-		return nil, nil
-	case chat:
-		res, err = r.reg.ChatContext(ctx, req.Body)
-	case completion:
-		res, err = r.reg.CompletionContext(ctx, req.Body)
-	default:
+		e := &openai.Error{Status: http.StatusBadRequest, Message: "request body is empty: want a JSON object with " + ep.required(), Type: "invalid_request_error"}
+		return nil, &server.RouteError{Status: e.Status, Body: ep.errorBody(e)}
+	case req.Body == nil || !ep.parsed():
 		return nil, nil
 	}
+	res, err := ep.preprocess(ctx, r.reg, req.Body)
 	if err != nil {
 		var oe *openai.Error
 		if errors.Is(err, preprocess.ErrCancelled) {
@@ -99,13 +88,14 @@ func (r *Router) preprocess(ctx context.Context, req *server.Request) (*preproce
 		}
 		if errors.As(err, &oe) {
 			r.metrics.requests.WithLabelValues("", outcomeFor(oe.Status)).Inc()
-			return nil, &server.RouteError{Status: oe.Status, Body: oe.JSON()}
+			return nil, &server.RouteError{Status: oe.Status, Body: ep.errorBody(oe)}
 		}
 		r.metrics.requests.WithLabelValues("", "bad_request").Inc()
-		return nil, routeError(http.StatusBadRequest, err.Error(), "invalid_request_error", "")
+		e := &openai.Error{Status: http.StatusBadRequest, Message: err.Error(), Type: "invalid_request_error"}
+		return nil, &server.RouteError{Status: e.Status, Body: ep.errorBody(e)}
 	}
 	if res.Approximate != "" {
-		r.metrics.approximate.Inc()
+		r.metrics.approximate.WithLabelValues(res.ApproximateReason).Inc()
 		r.log.Debug("routing without a prefix key", "request_id", req.RequestID, "reason", res.Approximate)
 	}
 	return res, nil
@@ -113,7 +103,7 @@ func (r *Router) preprocess(ctx context.Context, req *server.Request) (*preproce
 
 // routeUnparsed routes requests kvgate cannot key on a prompt: gather →
 // pick → book, nothing to match or admit. One whose JSON body names a
-// model (/v1/embeddings, /v1/responses, /v1/messages, /tokenize, a
+// model (/v1/embeddings, /tokenize, a
 // trailing-slash spelling the engine redirects, …) goes to the least-loaded
 // eligible worker of that model's pool, and its decision is recorded: the
 // whole fleet would hand it to engines that answer 404 model_not_found

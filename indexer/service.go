@@ -225,7 +225,18 @@ func (s *Service) newStream(w kvfleet.Worker, m *kvfleet.Model) (*stream, error)
 	// With a kvagent stream beside it, each stream's reset must remove only
 	// its own entries (ingest.Config.ScopedClear).
 	ing := ingest.NewWorker(w.ID, s.idx, ingest.Config{BlockSize: m.BlockSize, Namespace: m.Namespace, ScopedClear: w.TierEvents != ""})
-	return s.subscribe(w.ID, m, ing, strings.Join([]string{w.ID.String(), m.Name, events, w.Replay, w.Topic, w.TierEvents}, "|"), events, listener, publishers, w.Replay, w.Topic, "")
+	st, err := s.subscribe(w.ID, m, ing, strings.Join([]string{w.ID.String(), m.Name, w.Kind, events, w.Replay, w.Topic, w.TierEvents}, "|"), events, listener, publishers, w.Replay, w.Topic, "")
+	if err != nil {
+		return nil, err
+	}
+	// The engine kind picks its events' wire format (TensorRT-LLM's own
+	// list or vLLM's EventBatch); the kvagent's tier stream is always the latter.
+	format, err := kvevents.FormatOf(w.Kind)
+	if err != nil {
+		return nil, fmt.Errorf("worker %s: %w", w.ID, err)
+	}
+	st.dec = kvevents.NewFormatDecoder(format, kvevents.DefaultLimits())
+	return st, nil
 }
 
 // listener returns the bound socket of bind mode for a data-parallel rank,

@@ -56,7 +56,7 @@ func runEnginesim(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	evEndpoint := fs.String("kv-events-endpoint", "", "ZMQ PUB endpoint for KV events, e.g. tcp://*:5557 (empty: no events); offset by --dp-rank")
 	evReplay := fs.String("kv-events-replay", "", "ZMQ ROUTER replay endpoint (empty: no replay); offset by --dp-rank")
 	evTopic := fs.String("kv-events-topic", "", "topic frame of every KV-event message")
-	evEncoding := fs.String("kv-events-encoding", "map", "KV event encoding: map (vLLM v0.26: batch array, events maps), array (msgspec array_like, older vLLM and SGLang) or mapbatch")
+	evEncoding := fs.String("kv-events-encoding", "map", "KV event encoding: map (vLLM v0.26: batch array, events maps), array (msgspec array_like, older vLLM and SGLang) mapbatch, or trtllm (TensorRT-LLM's event list, for engines configured kind: trtllm)")
 	evReplayLayout := fs.String("kv-events-replay-layout", "v0.26", "replay reply framing: v0.26 (topic frame, vllm#45177) or legacy (older vLLM, SGLang)")
 	evLegacyFields := fs.Bool("kv-events-legacy-fields", false, "leave out group_idx and kv_cache_spec_kind (a vLLM before PR #40984)")
 	evHybrid := fs.Bool("kv-events-hybrid-groups", false, "publish a second, sliding-window KV-cache group with the same hashes (a hybrid model)")

@@ -182,7 +182,11 @@ func (r *Renderer) render(ctx context.Context, req *openai.ChatRequest) (string,
 	if req.Tools != nil {
 		tools := make([]jinja.Value, len(req.Tools))
 		for i, t := range req.Tools {
-			tools[i] = b.tool(t)
+			if req.ToolsDumped {
+				tools[i] = b.value(t) // already as the engine dumps them (Responses API)
+			} else {
+				tools[i] = b.tool(t)
+			}
 		}
 		vars["tools"] = jinja.NewList(tools)
 	}

@@ -7,22 +7,13 @@ package openai
 // engine salts the request's blocks with it, so kvgate hashes the request
 // under it too (preprocess, Dynamo's cache_namespace).
 func cacheSalt(s *scanner) (string, *Error) {
-	k, err := s.peekKind()
-	if err != nil {
+	const msg = "Parameter 'cache_salt' must be a non-empty string if provided."
+	v, err := orNull(s, KindString, s.readStringPtr, func(Kind) *Error { return invalid("", msg) })
+	switch {
+	case err != nil || v == nil:
 		return "", err
+	case *v == "":
+		return "", invalid("", msg)
 	}
-	if k == KindNull {
-		return "", s.literal("null")
-	}
-	if k != KindString {
-		return "", invalid("", "Parameter 'cache_salt' must be a non-empty string if provided.")
-	}
-	v, err := s.readString()
-	if err != nil {
-		return "", err
-	}
-	if v == "" {
-		return "", invalid("", "Parameter 'cache_salt' must be a non-empty string if provided.")
-	}
-	return v, nil
+	return *v, nil
 }

@@ -33,7 +33,31 @@ type ChatRequest struct {
 	HasChatTemplate bool
 	// CacheSalt is the request's cache_salt; "" when absent.
 	CacheSalt string
+	// Approximate, for a request converted from another API (Messages,
+	// Responses), says why its rendering may differ from the engine's; ""
+	// when it is exact.
+	Approximate string
+	// ApproximateReason classes Approximate for metrics: ReasonUnseenInput
+	// or ReasonUnmodelledInput.
+	ApproximateReason string
+	// ToolsDumped reports Tools already in the shape the engine hands the
+	// template (the Responses API's model_dump of its own tool models),
+	// not chat's ChatCompletionToolsParam, whose field order the renderer
+	// otherwise applies.
+	ToolsDumped bool
 }
+
+// Classes of a converted request kvgate cannot render as the engine will
+// (ChatRequest.ApproximateReason).
+const (
+	// ReasonUnseenInput: the engine adds input kvgate cannot see (a
+	// Responses previous_response_id's stored conversation).
+	ReasonUnseenInput = "unseen_input"
+	// ReasonUnmodelledInput: the request holds something whose rendering
+	// kvgate does not model (a Messages inline system message, a block type
+	// newer than the transcribed source, a tool_use without an id).
+	ReasonUnmodelledInput = "unmodelled_input"
+)
 
 // RequestTemplate names the field through which the request brings its own
 // chat template, or "" when it brings none. vLLM refuses such a request
@@ -139,21 +163,12 @@ func ParseChat(body []byte, lim Limits) (*ChatRequest, error) {
 
 func parseChat(body []byte, lim Limits) (*ChatRequest, *Error) {
 	lim = lim.withDefaults()
-	if len(body) > lim.MaxBodyBytes {
-		return nil, tooLarge("", "request body of %d bytes exceeds the %d-byte limit", len(body), lim.MaxBodyBytes)
+	s, serr := openBody(body, lim, "model and messages")
+	if serr != nil {
+		return nil, serr
 	}
-	if len(body) == 0 {
-		return nil, invalid("", "request body is empty: want a JSON object with model and messages")
-	}
-	text, terr := jsonText(body)
-	if terr != nil {
-		return nil, terr
-	}
-	s := newScanner(text, lim)
 	r := &ChatRequest{Body: body, AddGenerationPrompt: true}
-	if s.peek() != '{' {
-		return nil, invalid("", "request body must be a JSON object")
-	}
+	var common requestFields
 	var maxTokens, maxCompletionTokens *int64
 	haveMessages := false
 	// Python truthiness of the two flags as sent, for vLLM's
@@ -161,12 +176,11 @@ func parseChat(body []byte, lim Limits) (*ChatRequest, *Error) {
 	// values, before pydantic coerces them).
 	var rawContinue, rawGeneration bool
 	err := s.object(func(key string) *Error {
+		if handled, err := common.read(s, key); handled {
+			return at(key, err)
+		}
 		var err *Error
 		switch key {
-		case "model":
-			r.Model, err = optionalString(s)
-		case "stream":
-			r.Stream, _, err = laxBool(s, true, false)
 		case "max_tokens":
 			maxTokens, err = optionalInt(s)
 		case "max_completion_tokens":
@@ -191,8 +205,6 @@ func parseChat(body []byte, lim Limits) (*ChatRequest, *Error) {
 			if tmpl, err = optionalStringPtr(s); tmpl != nil {
 				r.ChatTemplate, r.HasChatTemplate = *tmpl, true
 			}
-		case "cache_salt":
-			r.CacheSalt, err = cacheSalt(s)
 		default:
 			err = s.skip()
 		}
@@ -204,6 +216,7 @@ func parseChat(body []byte, lim Limits) (*ChatRequest, *Error) {
 	if err != nil {
 		return nil, err
 	}
+	r.Model, r.Stream, r.CacheSalt = common.Model, common.Stream, common.CacheSalt
 	if !haveMessages {
 		return nil, at("messages", invalid("", "required"))
 	}
@@ -232,14 +245,6 @@ func parseChat(body []byte, lim Limits) (*ChatRequest, *Error) {
 		r.MaxTokens, r.HasMaxTokens = *maxTokens, true
 	}
 	return r, nil
-}
-
-// checkMaxTokens refuses an output-length bound no engine could honour.
-func checkMaxTokens(name string, n *int64, lim Limits) *Error {
-	if n != nil && *n > lim.MaxOutputTokens {
-		return at(name, invalid("", "%d is more than the %d tokens kvgate accepts", *n, lim.MaxOutputTokens))
-	}
-	return nil
 }
 
 func parseMessages(s *scanner) ([]Message, *Error) {
@@ -424,26 +429,18 @@ func parseContentPart(s *scanner) (ContentPart, *Error) {
 }
 
 func parseToolCalls(s *scanner) ([]ToolCall, *Error) {
-	k, err := s.peekKind()
-	if err != nil {
-		return nil, err
-	}
-	if k == KindNull {
-		return nil, s.literal("null")
-	}
-	if k != KindArray {
-		return nil, invalid("", "expected an array of tool calls, got %s", k)
-	}
-	var calls []ToolCall
-	err = s.array(func(i int) *Error {
-		tc, err := parseToolCall(s)
-		if err != nil {
-			return at(index(i), err)
-		}
-		calls = append(calls, tc)
-		return nil
-	})
-	return calls, err
+	return orNull(s, KindArray, func() ([]ToolCall, *Error) {
+		var calls []ToolCall
+		err := s.array(func(i int) *Error {
+			tc, err := parseToolCall(s)
+			if err != nil {
+				return at(index(i), err)
+			}
+			calls = append(calls, tc)
+			return nil
+		})
+		return calls, err
+	}, expected("an array of tool calls"))
 }
 
 func parseToolCall(s *scanner) (ToolCall, *Error) {
@@ -514,68 +511,6 @@ func decodeArguments(args Value) Value {
 	return empty
 }
 
-func optionalString(s *scanner) (string, *Error) {
-	k, err := s.peekKind()
-	if err != nil {
-		return "", err
-	}
-	switch k {
-	case KindNull:
-		return "", s.literal("null")
-	case KindString:
-		return s.readString()
-	}
-	return "", invalid("", "expected a string, got %s", k)
-}
-
-func optionalStringPtr(s *scanner) (*string, *Error) {
-	k, err := s.peekKind()
-	if err != nil {
-		return nil, err
-	}
-	switch k {
-	case KindNull:
-		return nil, s.literal("null")
-	case KindString:
-		str, err := s.readString()
-		return &str, err
-	}
-	return nil, invalid("", "expected a string, got %s", k)
-}
-
-// optionalInt reads an `int | None` output-length bound with pydantic's
-// lax coercions (laxInt). A negative one is refused: vLLM's SamplingParams
-// refuses it too (400), after the model validated it.
-func optionalInt(s *scanner) (*int64, *Error) {
-	n, err := laxInt(s)
-	if err != nil || n == nil {
-		return nil, err
-	}
-	if *n < 0 {
-		return nil, invalid("", "must not be negative, got %d", *n)
-	}
-	return n, nil
-}
-
-// optionalObject reads an object's members in order (nil for null).
-func optionalObject(s *scanner) ([]Member, *Error) {
-	k, err := s.peekKind()
-	if err != nil {
-		return nil, err
-	}
-	switch k {
-	case KindNull:
-		return nil, s.literal("null")
-	case KindObject:
-		v, err := s.value()
-		if v.Members == nil {
-			v.Members = []Member{}
-		}
-		return v.Members, err
-	}
-	return nil, invalid("", "expected an object, got %s", k)
-}
-
 // documentList reads documents, `list[dict[str, str]] | None` in vLLM's
 // ChatCompletionRequest: pydantic's lax str takes only strings, so a
 // document member that is not one is refused as vLLM refuses it.
@@ -592,34 +527,4 @@ func documentList(s *scanner) ([]Value, *Error) {
 		}
 	}
 	return docs, nil
-}
-
-// objectList reads an array of objects (nil for null).
-func objectList(s *scanner) ([]Value, *Error) {
-	k, err := s.peekKind()
-	if err != nil {
-		return nil, err
-	}
-	switch k {
-	case KindNull:
-		return nil, s.literal("null")
-	case KindArray:
-	default:
-		return nil, invalid("", "expected an array of objects, got %s", k)
-	}
-	out := []Value{}
-	err = s.array(func(i int) *Error {
-		if k, err := s.peekKind(); err != nil {
-			return err
-		} else if k != KindObject {
-			return at(index(i), invalid("", "expected an object, got %s", k))
-		}
-		v, err := s.value()
-		if err != nil {
-			return at(index(i), err)
-		}
-		out = append(out, v)
-		return nil
-	})
-	return out, err
 }

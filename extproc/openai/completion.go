@@ -34,32 +34,20 @@ func ParseCompletion(body []byte, lim Limits) (*CompletionRequest, error) {
 
 func parseCompletion(body []byte, lim Limits) (*CompletionRequest, *Error) {
 	lim = lim.withDefaults()
-	if len(body) > lim.MaxBodyBytes {
-		return nil, tooLarge("", "request body of %d bytes exceeds the %d-byte limit", len(body), lim.MaxBodyBytes)
+	s, serr := openBody(body, lim, "model and prompt")
+	if serr != nil {
+		return nil, serr
 	}
-	if len(body) == 0 {
-		return nil, invalid("", "request body is empty: want a JSON object with model and prompt")
-	}
-	text, terr := jsonText(body)
-	if terr != nil {
-		return nil, terr
-	}
-	s := newScanner(text, lim)
 	r := &CompletionRequest{Body: body}
-	if s.peek() != '{' {
-		return nil, invalid("", "request body must be a JSON object")
-	}
+	var common requestFields
 	havePrompt := false
 	tokens := 0
 	err := s.object(func(key string) *Error {
+		if handled, err := common.read(s, key); handled {
+			return at(key, err)
+		}
 		var err *Error
 		switch key {
-		case "model":
-			r.Model, err = optionalString(s)
-		case "cache_salt":
-			r.CacheSalt, err = cacheSalt(s)
-		case "stream":
-			r.Stream, _, err = laxBool(s, true, false)
 		case "max_tokens":
 			var n *int64
 			if n, err = optionalInt(s); n != nil {
@@ -82,6 +70,7 @@ func parseCompletion(body []byte, lim Limits) (*CompletionRequest, *Error) {
 	if err != nil {
 		return nil, err
 	}
+	r.Model, r.Stream, r.CacheSalt = common.Model, common.Stream, common.CacheSalt
 	if !havePrompt || r.Prompts == nil {
 		return nil, at("prompt", invalid("", "required"))
 	}

@@ -38,6 +38,20 @@ func (e *Error) JSON() []byte {
 	return b
 }
 
+// AnthropicJSON renders the error in the Anthropic Messages API's shape,
+// {"type":"error","error":{"type":…,"message":…}}, carrying the OpenAI
+// error's type and message as vLLM's /v1/messages route does
+// (vllm/entrypoints/anthropic/api_router.py translate_error_response,
+// commit 42fa4c096d406754b7e5c6d93835fe390487c8af).
+func (e *Error) AnthropicJSON() []byte {
+	b := make([]byte, 0, 48+len(e.Message))
+	b = append(b, `{"type":"error","error":{"type":`...)
+	b = appendJSONString(b, e.Type)
+	b = append(b, `,"message":`...)
+	b = appendJSONString(b, e.Message)
+	return append(b, "}}"...)
+}
+
 func appendOptionalJSONString(b []byte, s string) []byte {
 	if s == "" {
 		return append(b, "null"...)

@@ -80,3 +80,54 @@ func FuzzParseCompletion(f *testing.F) {
 		}
 	})
 }
+
+// checkConverted holds a converted Messages or Responses request to the
+// chat parser's invariants.
+func checkConverted(t *testing.T, body, orig []byte, r *ChatRequest, err error) {
+	t.Helper()
+	if !bytes.Equal(body, orig) {
+		t.Fatal("the parser modified its input")
+	}
+	if err != nil {
+		checkRejection(t, err)
+		return
+	}
+	if (len(r.Messages) == 0 && r.Approximate == "") || len(r.Messages) > fuzzLimits.MaxMessages || r.MaxTokens > DefaultLimits.MaxOutputTokens {
+		t.Fatalf("accepted request breaks invariants: %d messages, max tokens %d", len(r.Messages), r.MaxTokens)
+	}
+	if r.ContinueFinalMessage && r.AddGenerationPrompt {
+		t.Fatal("both continue_final_message and add_generation_prompt")
+	}
+}
+
+func FuzzParseMessages(f *testing.F) {
+	for _, s := range []string{
+		`{"model":"m","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}`,
+		`{"model":"m","max_tokens":"8","system":[{"type":"text","text":"s"}],"tools":[{"name":"f","input_schema":{}}],"tool_choice":{"type":"any"},"messages":[{"role":"assistant","content":[{"type":"thinking","thinking":"t"},{"type":"tool_use","id":"1","name":"f","input":{"a":1}}]},{"role":"user","content":[{"type":"tool_result","id":"1","content":[{"type":"text","text":"r"}]},{"type":"image","source":{"data":"x"}}]}]}`,
+		`{"max_tokens":0,"messages":[]}`,
+		`{"max_tokens":1,"messages":[{"role":"system","content":"x"}]}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		orig := bytes.Clone(body)
+		r, err := ParseMessages(body, fuzzLimits)
+		checkConverted(t, body, orig, r, err)
+	})
+}
+
+func FuzzParseResponses(f *testing.F) {
+	for _, s := range []string{
+		`{"model":"m","input":"hi","instructions":"be brief"}`,
+		`{"model":"m","input":[{"role":"user","content":[{"type":"input_text","text":"a"}]},{"type":"reasoning","summary":[{"text":"r"}]},{"type":"function_call","id":"mcp_1","call_id":"c","name":"f","arguments":"{}"},{"type":"function_call_output","call_id":"c","output":"o"}],"tools":[{"type":"function","name":"f"}],"reasoning":{"effort":"low"}}`,
+		`{"input":[{"type":"message","role":"assistant","status":"incomplete","content":[{"type":"output_text","text":"p"}]}],"previous_response_id":"r","max_output_tokens":"3"}`,
+		`{"input":[],"prompt":{"id":"p"}}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		orig := bytes.Clone(body)
+		r, err := ParseResponses(body, fuzzLimits)
+		checkConverted(t, body, orig, r, err)
+	})
+}

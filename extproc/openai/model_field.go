@@ -8,16 +8,8 @@ package openai
 // is false when the body is not such an object or names no model as a
 // string: the engine will answer that request itself.
 func ModelOf(body []byte, lim Limits) (model string, ok bool) {
-	lim = lim.withDefaults()
-	if len(body) == 0 || len(body) > lim.MaxBodyBytes {
-		return "", false
-	}
-	text, terr := jsonText(body)
-	if terr != nil {
-		return "", false
-	}
-	s := newScanner(text, lim)
-	if s.peek() != '{' {
+	s, serr := openBody(body, lim.withDefaults(), "model")
+	if serr != nil {
 		return "", false
 	}
 	err := s.object(func(key string) *Error {

@@ -173,7 +173,24 @@ type Result struct {
 	// exactly; Tokens and the hashes are then empty and the router routes
 	// on load alone.
 	Approximate string
+	// ApproximateReason is Approximate's class, one of the Reason*
+	// constants, for metrics.
+	ApproximateReason string
 }
+
+// The classes of approximate routing (Result.ApproximateReason).
+const (
+	// ReasonChatTemplate: the model's template could not be rendered as
+	// the engine renders it (media parts, a construct kvgate lacks).
+	ReasonChatTemplate = "chat_template"
+	// ReasonRequestTemplate: the request brings its own chat template.
+	ReasonRequestTemplate = "request_template"
+	// ReasonUnseenInput and ReasonUnmodelledInput: a request converted
+	// from another API (openai.ParseResponses, ParseMessages) holds input
+	// only the engine sees, or input whose rendering kvgate does not model.
+	ReasonUnseenInput     = openai.ReasonUnseenInput
+	ReasonUnmodelledInput = openai.ReasonUnmodelledInput
+)
 
 // Chat preprocesses a /v1/chat/completions body.
 func (r *Registry) Chat(body []byte) (*Result, error) {
@@ -187,6 +204,33 @@ func (r *Registry) ChatContext(ctx context.Context, body []byte) (*Result, error
 	if err != nil {
 		return nil, err
 	}
+	return r.chat(ctx, req)
+}
+
+// MessagesContext preprocesses an Anthropic Messages (/v1/messages) body:
+// converted to the chat request vLLM converts it to
+// (openai.ParseMessages), then rendered, tokenized and hashed as a chat.
+func (r *Registry) MessagesContext(ctx context.Context, body []byte) (*Result, error) {
+	req, err := openai.ParseMessages(body, r.limits)
+	if err != nil {
+		return nil, err
+	}
+	return r.chat(ctx, req)
+}
+
+// ResponsesContext preprocesses an OpenAI Responses (/v1/responses) body
+// the same way (openai.ParseResponses).
+func (r *Registry) ResponsesContext(ctx context.Context, body []byte) (*Result, error) {
+	req, err := openai.ParseResponses(body, r.limits)
+	if err != nil {
+		return nil, err
+	}
+	return r.chat(ctx, req)
+}
+
+// chat renders, tokenizes and hashes a chat request, whichever API it came
+// in through.
+func (r *Registry) chat(ctx context.Context, req *openai.ChatRequest) (*Result, error) {
 	res, err := r.resolve(req.Model)
 	if err != nil {
 		return nil, err
@@ -201,7 +245,13 @@ func (r *Registry) ChatContext(ctx context.Context, body []byte) (*Result, error
 					"(if yours run with it, set extproc.preprocess.trust_request_chat_template)"}
 		}
 		// The engine renders it; kvgate does not run a client's template.
-		res.Approximate = "the request brings its own chat template"
+		res.Approximate, res.ApproximateReason = "the request brings its own chat template", ReasonRequestTemplate
+		return res, nil
+	}
+	if req.Approximate != "" {
+		// Converted from another API with a part kvgate cannot see or
+		// reproduce (openai.ParseResponses, ParseMessages).
+		res.Approximate, res.ApproximateReason = req.Approximate, req.ApproximateReason
 		return res, nil
 	}
 	ctx, cancel := r.bound(ctx)
@@ -225,7 +275,7 @@ func (r *Registry) ChatContext(ctx context.Context, body []byte) (*Result, error
 		// a construct the engine renders differently) is not the client's
 		// fault: vLLM may well serve it. Route it without a prefix key
 		// rather than refuse it.
-		res.Approximate = "chat template: " + err.Error()
+		res.Approximate, res.ApproximateReason = "chat template: "+err.Error(), ReasonChatTemplate
 		return res, nil
 	}
 	res.Prompt = prompt

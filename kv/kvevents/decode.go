@@ -23,6 +23,7 @@ type Decoder struct {
 	payload []byte
 	str     []byte // scratch for tags, keys, mediums and byte hashes
 	es      eventScratch
+	format  Format // FormatVLLM unless made by NewFormatDecoder
 }
 
 // NewDecoder returns a Decoder enforcing lim (zero fields take defaults).
@@ -47,7 +48,13 @@ func (dec *Decoder) Decode(payload []byte) (Batch, error) {
 	dec.r.Reset(payload)
 	dec.payload = payload
 	dec.total = len(payload)
-	b, err := dec.batch()
+	var b Batch
+	var err error
+	if dec.format == FormatTRTLLM {
+		b, err = dec.trtllmBatch()
+	} else {
+		b, err = dec.batch()
+	}
 	if err == nil && dec.r.Len() > 0 {
 		err = fmt.Errorf("%d trailing bytes after the batch", dec.r.Len())
 	}

@@ -66,6 +66,10 @@ type Worker struct {
 	// TierEvents and TierReplay are this rank's endpoints of the node's
 	// kvagent residency stream (host and disk tiers); "" = none.
 	TierEvents, TierReplay string
+	// Kind is the engine kind (engines[].kind: "vllm", "sglang",
+	// "trtllm"; "" = vllm): it selects the wire format of its KV events
+	// (kvevents.FormatOf).
+	Kind string
 }
 
 // Endpoint is the ip:port requests for this worker are sent to.

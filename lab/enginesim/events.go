@@ -62,6 +62,10 @@ const (
 	// EncodingMapBatch: batch and events maps (vLLM main between #42892
 	// and v0.26).
 	EncodingMapBatch
+	// EncodingTRTLLM: TensorRT-LLM's own event list
+	// (kvevents.FormatTRTLLM), read by engines configured with kind:
+	// trtllm. No vLLM group metadata or placeholders are added.
+	EncodingTRTLLM
 )
 
 func (e EventEncoding) wire() kvevents.Encoding {
@@ -83,8 +87,10 @@ func ParseEncoding(s string) (EventEncoding, error) {
 		return EncodingArrayLike, nil
 	case "mapbatch":
 		return EncodingMapBatch, nil
+	case "trtllm":
+		return EncodingTRTLLM, nil
 	}
-	return 0, fmt.Errorf("kv events encoding %q: want map (vLLM v0.26: array batch, map events), array (msgspec array_like) or mapbatch", s)
+	return 0, fmt.Errorf("kv events encoding %q: want map (vLLM v0.26: array batch, map events), array (msgspec array_like), mapbatch or trtllm (TensorRT-LLM's event list)", s)
 }
 
 // eventPublisher turns the core's events into vLLM EventBatches, one batch
@@ -98,6 +104,7 @@ type eventPublisher struct {
 	log      *slog.Logger
 
 	seq      uint64 // next batch's sequence number (publish is called from one goroutine)
+	eventID  int64  // next TensorRT-LLM event_id
 	batches  atomic.Int64
 	events   atomic.Int64
 	failures atomic.Int64
@@ -174,8 +181,16 @@ func (p *eventPublisher) publish(b kvevents.Batch) {
 	}
 	// vLLM always writes data_parallel_rank (0 without DP).
 	b.DPRank, b.HasDPRank = p.dpRank, true
-	b.Events = p.shape(b.Events)
-	payload, err := kvevents.Encode(b, p.encoding)
+	var payload []byte
+	var err error
+	if p.cfg.Encoding == EncodingTRTLLM {
+		b.Events = trtllmExpressible(b.Events)
+		payload, err = kvevents.EncodeTRTLLM(b, p.eventID)
+		p.eventID += int64(len(b.Events))
+	} else {
+		b.Events = p.shape(b.Events)
+		payload, err = kvevents.Encode(b, p.encoding)
+	}
 	if err == nil {
 		seq := p.seq
 		p.seq++
@@ -195,6 +210,23 @@ func (p *eventPublisher) publish(b kvevents.Batch) {
 }
 
 func (p *eventPublisher) close() error { return p.pub.Close() }
+
+// trtllmExpressible drops the events TensorRT-LLM's serializer cannot
+// carry: a LoRA adapter's blocks (KVCacheEventSerializer leaves lora_id
+// out, "TODO ... enable serialization of lora_id", tensorrt_llm/_utils.py at
+// ed53795b33fc139493f762a1c6c53f691cf52d38) and salted ones (it has no
+// salt). A consumer of the real engine cannot see them either.
+func trtllmExpressible(in []kvevents.Event) []kvevents.Event {
+	out := in[:0:0]
+	for _, ev := range in {
+		if ev.Kind == kvevents.BlockStored && (ev.LoRAName != "" || ev.HasLoRAID || ev.CacheSalt != "") {
+			continue
+		}
+		ev.LoRAName, ev.HasLoRAID, ev.LoRAID = "", false, 0
+		out = append(out, ev)
+	}
+	return out
+}
 
 // offsetEndpointPort adds rank to a tcp endpoint's port, as vLLM does for
 // data-parallel ranks; other transports (ipc, inproc) get a "_dp<rank>"

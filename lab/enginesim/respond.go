@@ -22,6 +22,14 @@ type apiKind int
 const (
 	apiChat apiKind = iota
 	apiCompletion
+	// apiMessages (Anthropic Messages) and apiResponses (OpenAI Responses)
+	// are rendered as vLLM renders them (preprocess.Registry's
+	// MessagesContext, ResponsesContext), so the blocks cached and
+	// published are the ones kvgate hashes; answers use each API's
+	// non-streamed shape, and a streamed one is sent as chat chunks (a
+	// simulator simplification: kvgate passes streams through untouched).
+	apiMessages
+	apiResponses
 )
 
 // generation is one accepted request on its way through the engine.
@@ -42,6 +50,14 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request) {
 	s.handleGenerate(w, r, apiCompletion)
+}
+
+func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
+	s.handleGenerate(w, r, apiMessages)
+}
+
+func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
+	s.handleGenerate(w, r, apiResponses)
 }
 
 func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request, kind apiKind) {
@@ -90,14 +106,33 @@ func (s *Server) prepare(body []byte, kind apiKind) (Request, *generation, kvTra
 	var res *preprocess.Result
 	var err error
 	prefix := "chatcmpl-"
-	if kind == apiChat {
+	switch kind {
+	case apiChat:
 		res, err = s.reg.Chat(body)
-	} else {
+	case apiMessages:
+		prefix = "msg_"
+		res, err = s.reg.MessagesContext(context.Background(), body)
+	case apiResponses:
+		prefix = "resp_"
+		res, err = s.reg.ResponsesContext(context.Background(), body)
+	default:
 		prefix = "cmpl-"
 		res, err = s.reg.Completion(body)
 	}
 	if err != nil {
 		return Request{}, nil, kvTransferParams{}, asOpenAIError(err)
+	}
+	if kind == apiResponses && res.ApproximateReason == preprocess.ReasonUnseenInput {
+		// The simulator stores no responses: a previous_response_id is
+		// unknown, answered as vLLM answers one it does not hold (404,
+		// vllm/entrypoints/openai/responses/serving.py
+		// _make_not_found_error at 4d89a999c51e191a959a49e44cf7d6697f96cf6a).
+		var prev struct {
+			ID string `json:"previous_response_id"`
+		}
+		_ = json.Unmarshal(body, &prev)
+		return Request{}, nil, kvTransferParams{}, &openai.Error{Status: http.StatusNotFound, Type: "invalid_request_error",
+			Message: fmt.Sprintf("Response with id '%s' not found.", prev.ID)}
 	}
 	x, err := parseExtras(body)
 	if err != nil {
@@ -122,6 +157,8 @@ func (s *Server) prepare(body []byte, kind apiKind) (Request, *generation, kvTra
 		maxTokens, param = *x.MaxCompletionTokens, "max_completion_tokens"
 	case x.MaxTokens != nil:
 		maxTokens = *x.MaxTokens
+	case kind == apiResponses && res.MaxTokens > 0:
+		maxTokens, param = res.MaxTokens, "max_output_tokens"
 	}
 	if maxTokens < 1 {
 		return Request{}, nil, kvp, invalidRequest(param, "%s must be at least 1, got %d", param, maxTokens)
@@ -305,14 +342,19 @@ func (s *Server) respond(ctx context.Context, w http.ResponseWriter, g *generati
 	u := newUsage(o.PromptTokens, o.OutputTokens, o.CachedTokens)
 	reason := "length"
 	var v any
-	if g.kind == apiChat {
+	switch g.kind {
+	case apiMessages:
+		v = anthropicMessage(g, text, o)
+	case apiResponses:
+		v = responsesResponse(g, text, o)
+	case apiChat:
 		cc := chatCompletion{ID: g.id, Object: "chat.completion", Created: g.created, Model: g.served, Usage: u,
 			Choices: []chatChoice{{Message: chatMessage{Role: "assistant", Content: text, ToolCalls: []any{}}, FinishReason: reason}}}
 		if kvp != nil {
 			cc.KVTransferParams = kvp
 		}
 		v = cc
-	} else {
+	default:
 		tc := textCompletion{ID: g.id, Object: "text_completion", Created: g.created, Model: g.served, Usage: u,
 			Choices: []textChoice{{Text: text, FinishReason: &reason}}}
 		if kvp != nil {
@@ -357,7 +399,7 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, g *generatio
 		if final != nil {
 			gen = final.OutputTokens
 		}
-		if sent == 0 && g.kind == apiChat && (gen > 0 || final != nil) {
+		if sent == 0 && g.kind != apiCompletion && (gen > 0 || final != nil) {
 			// vLLM's first chat chunk carries only the role.
 			empty := ""
 			if err := sse.event(s.chatChunk(g, object, chatDelta{Role: "assistant", Content: &empty}, nil)); err != nil {
@@ -391,7 +433,7 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, g *generatio
 		if g.includeUsage {
 			u := newUsage(final.PromptTokens, final.OutputTokens, final.CachedTokens)
 			var chunk any
-			if g.kind == apiChat {
+			if g.kind != apiCompletion {
 				chunk = chatChunk{ID: g.id, Object: object, Created: g.created, Model: g.served, Choices: []chatChunkChoice{}, Usage: u}
 			} else {
 				chunk = textCompletion{ID: g.id, Object: object, Created: g.created, Model: g.served, Choices: []textChoice{}, Usage: u}
@@ -412,7 +454,7 @@ func (s *Server) chatChunk(g *generation, object string, d chatDelta, reason *st
 
 func (s *Server) tokenChunk(g *generation, object string, i int, reason *string) any {
 	_, piece := s.filler.token(i)
-	if g.kind == apiChat {
+	if g.kind != apiCompletion {
 		return s.chatChunk(g, object, chatDelta{Content: &piece}, reason)
 	}
 	return textCompletion{ID: g.id, Object: object, Created: g.created, Model: g.served,
@@ -420,7 +462,7 @@ func (s *Server) tokenChunk(g *generation, object string, i int, reason *string)
 }
 
 func (s *Server) chatOrTextFinal(g *generation, object string, reason *string) any {
-	if g.kind == apiChat {
+	if g.kind != apiCompletion {
 		return s.chatChunk(g, object, chatDelta{}, reason)
 	}
 	return textCompletion{ID: g.id, Object: object, Created: g.created, Model: g.served,
