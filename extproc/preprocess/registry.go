@@ -173,6 +173,8 @@ type Result struct {
 	// exactly; Tokens and the hashes are then empty and the router routes
 	// on load alone.
 	Approximate string
+
+	tokenBuf *[]uint32 // Tokens' buffer came from tokenBuffers (Release returns it)
 }
 
 // Chat preprocesses a /v1/chat/completions body.
@@ -231,7 +233,7 @@ func (r *Registry) ChatContext(ctx context.Context, body []byte) (*Result, error
 	res.Prompt = prompt
 	// vLLM tokenizes rendered chat prompts without adding special tokens:
 	// the template already wrote them.
-	res.Tokens, err = res.Model.Tokenizer.EncodeBounded(ctx, make([]uint32, 0, len(prompt)/3+8), prompt,
+	res.Tokens, err = res.Model.Tokenizer.EncodeBounded(ctx, res.tokenBuffer(len(prompt)/3+8), prompt,
 		tokenizer.EncodeOptions{Cache: r.cache, Limits: r.tokenLimits()})
 	if err != nil {
 		return nil, r.tokenizeError(ctx, err, "messages")
@@ -269,7 +271,7 @@ func (r *Registry) CompletionContext(ctx context.Context, body []byte) (*Result,
 			defer cancel()
 			// vLLM's completions endpoint adds the tokenizer's special
 			// tokens (Llama-3: <|begin_of_text|>).
-			res.Tokens, err = res.Model.Tokenizer.EncodeBounded(ctx, make([]uint32, 0, len(p.Text)/3+8), p.Text,
+			res.Tokens, err = res.Model.Tokenizer.EncodeBounded(ctx, res.tokenBuffer(len(p.Text)/3+8), p.Text,
 				tokenizer.EncodeOptions{SpecialTokens: true, Limits: r.tokenLimits()})
 			if err != nil {
 				return nil, r.tokenizeError(ctx, err, "prompt")
