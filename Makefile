@@ -63,12 +63,14 @@ all: build
 # `go build` prints nothing while it compiles, which on a cold cache (a fresh
 # clone) is minutes: scripts/gobuild.sh counts the packages as they compile.
 # -buildvcs=auto stamps the commit into the binaries (`kvgate version`) even
-# where GOFLAGS turns it off.
+# where GOFLAGS turns it off. -tags grpcnotrace keeps gRPC from linking
+# golang.org/x/net/trace, whose templates stop the linker from dropping
+# unused methods (bin/kvgate 67 → 51 MB; internal/importrules checks it).
 build:
 	@if [ -x $(BIN) ] && [ -x $(LAB) ]; then echo "building $(BIN) and $(LAB) (up to date in seconds unless sources changed)…"; \
 	else echo "building $(BIN) and $(LAB) (the first build compiles every dependency: minutes, about 10 on a busy 2-core machine; progress below)…"; fi
-	GO=$(GO) bash scripts/gobuild.sh "build $(BIN)" -buildvcs=auto -o $(BIN) ./cmd/kvgate
-	GO=$(GO) bash scripts/gobuild.sh "build $(LAB)" -buildvcs=auto -o $(LAB) ./cmd/kvgate-lab
+	GO=$(GO) bash scripts/gobuild.sh "build $(BIN)" -buildvcs=auto -tags grpcnotrace -o $(BIN) ./cmd/kvgate
+	GO=$(GO) bash scripts/gobuild.sh "build $(LAB)" -buildvcs=auto -tags grpcnotrace -o $(LAB) ./cmd/kvgate-lab
 
 # A working local gateway on embedded defaults (no Redis): simulated engines,
 # the extproc, a gateway on localhost:8080, a trace replay. Ctrl-C stops it.

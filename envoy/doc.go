@@ -23,6 +23,8 @@
 //     the metadata namespace the routing reads; the metadata path is
 //     x-gateway-destination-endpoint).
 //
-// Every type in go-control-plane's v3 config and extension packages is
-// registered (extensions_gen.go), so user configs validate too.
+// The core API (bootstrap, listener, cluster, route, endpoint and what they
+// import) is linked, and of the extension types the ones kvgate's configs
+// use and those commonly beside them (extensions.go, ExtensionTypes); any
+// other @type is reported as unknown, naming that list.
 package envoy

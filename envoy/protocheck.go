@@ -111,7 +111,7 @@ func checkAnyJSON(ps *problems, path string, obj map[string]any, depth int) {
 	}
 	mt, err := protoregistry.GlobalTypes.FindMessageByURL(url)
 	if err != nil {
-		ps.add(field(path, "@type"), "unknown type %q: no such message in the Envoy API (go-control-plane) or the xDS types", url)
+		ps.add(field(path, "@type"), "unknown type %q%s", url, suggestExtension(url))
 		return
 	}
 	md := mt.Descriptor()

@@ -65,11 +65,11 @@ func InferencePoolSource(c kubeselect.InferencePool, r *Router, poolState func(e
 	if err := c.Validate(); err != nil {
 		return nil, fmt.Errorf("extproc.discovery.inference_pool: %w", err)
 	}
-	clients, err := discovery.NewPoolClients(c.Kubeconfig)
+	client, err := discovery.NewClient(c.Kubeconfig)
 	if err != nil {
 		return nil, fmt.Errorf("extproc.discovery.inference_pool: %w", err)
 	}
-	return discovery.NewInferencePool(clients, c, discovery.PoolHooks{Objectives: r.SetObjectives, PoolState: poolState}, log)
+	return discovery.NewInferencePool(client, c, discovery.PoolHooks{Objectives: r.SetObjectives, PoolState: poolState}, log)
 }
 
 // KubernetesSource builds the configured Kubernetes discovery (nil when

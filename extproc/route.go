@@ -37,6 +37,8 @@ func (r *Router) Decide(ctx context.Context, req *server.Request) (*server.Decis
 	if res == nil {
 		return r.routeUnparsed(req)
 	}
+	// The token ids are read for their count only, within this call.
+	defer res.Release()
 	p := r.fleet.Load().pools[res.Model.Name]
 	if p == nil {
 		r.metrics.requests.WithLabelValues(res.Served, "no_worker").Inc()

@@ -30,8 +30,10 @@ func runValidateEnvoy(args []string, _ io.Reader, stdout, stderr io.Writer) int 
 	fs.SetOutput(stderr)
 	kvgateConfig := fs.String("config", "", "kvgate configuration: also check that Envoy can route what it sends (extproc.envoy_routing, extproc.fallbacks)")
 	strict := fs.Bool("strict", false, "fail (exit 2) on warnings too: for CI on configs you ship")
+	types := fs.Bool("types", false, "list the extension @type URLs whose typed_config the validator checks, and exit")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: kvgate validate-envoy [--config kvgate.yaml] [--strict] FILE...")
+		fmt.Fprintln(stderr, "       kvgate validate-envoy --types")
 		fmt.Fprintln(stderr, "  FILE: an Envoy bootstrap (YAML/JSON), or Kubernetes YAML holding Istio EnvoyFilter /")
 		fmt.Fprintln(stderr, "  DestinationRule or Envoy Gateway EnvoyExtensionPolicy / EnvoyPatchPolicy / ClientTrafficPolicy objects")
 		fs.PrintDefaults()
@@ -41,6 +43,14 @@ func runValidateEnvoy(args []string, _ io.Reader, stdout, stderr io.Writer) int 
 			return 0
 		}
 		return 2
+	}
+	if *types {
+		// Beside the core API, these are the payloads checked; any other
+		// @type is reported as unknown (envoy/extensions.go says why).
+		for _, url := range envoy.ExtensionTypes() {
+			fmt.Fprintln(stdout, url)
+		}
+		return 0
 	}
 	if fs.NArg() == 0 {
 		fs.Usage()

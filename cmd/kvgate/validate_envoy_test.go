@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -144,5 +145,39 @@ func TestValidateEnvoyCLIWarningsExitZeroUnlessStrict(t *testing.T) {
 	broken := writeBrokenCopy(t, "../../envoy/envoy-original-dst.yaml", "lb_policy: CLUSTER_PROVIDED", "lb_policy: ROUND_ROBIN")
 	if code, out, _ := runValidateEnvoyCLI(t, unreported, broken); code != 2 || !strings.Contains(out, broken+": static_resources.clusters[1].lb_policy: ORIGINAL_DST requires CLUSTER_PROVIDED") {
 		t.Fatalf("an error beside a warning: exit %d, stdout:\n%s\nwant exit 2", code, out)
+	}
+}
+
+// --types prints the extension types the validator checks: every type the
+// shipped configs name is among them, and a type outside the list is
+// reported as unknown with the list pointed at.
+func TestValidateEnvoyCLITypes(t *testing.T) {
+	code, out, errOut := runValidateEnvoyCLI(t, "--types")
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	listed := strings.Fields(out)
+	for _, want := range []string{
+		"type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor",
+		"type.googleapis.com/envoy.extensions.load_balancing_policies.override_host.v3.OverrideHost",
+		"type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+	} {
+		if !slices.Contains(listed, want) {
+			t.Errorf("--types lacks %s; got:\n%s", want, out)
+		}
+	}
+	data, err := os.ReadFile("../../envoy/envoy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const router = "envoy.extensions.filters.http.router.v3.Router"
+	const jwt = "envoy.extensions.filters.http.jwt_authn.v3.JwtAuthentication"
+	file := filepath.Join(t.TempDir(), "jwt.yaml")
+	if err := os.WriteFile(file, bytes.Replace(data, []byte(router), []byte(jwt), 1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ = runValidateEnvoyCLI(t, file)
+	if code != 2 || !strings.Contains(out, `unknown type "type.googleapis.com/`+jwt+`"`) || !strings.Contains(out, "validate-envoy --types") {
+		t.Fatalf("unlinked extension: exit %d, stdout:\n%s", code, out)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -45,8 +46,14 @@ type Options struct {
 // use: templates are compiled once in New and only read afterwards.
 type Renderer struct {
 	templates map[string]*jinja.Template
-	special   map[string]jinja.Value
-	opts      Options
+	// special (the special tokens, which chat_template_kwargs may
+	// override) and callables (raise_exception, strftime_now, which they
+	// may not) are built once here rather than per request (issue 27 item 3).
+	special, callables map[string]jinja.Value
+	opts               Options
+	// vars recycles the per-render variable maps: the engine copies them
+	// into its own scope (jinja render) and keeps no reference.
+	vars sync.Pool
 
 	renders, failures, inexact atomic.Uint64
 }
@@ -83,7 +90,7 @@ func New(cfg *Config, opts Options) (*Renderer, error) {
 	if len(opts.ToolFunctionFields) == 0 {
 		opts.ToolFunctionFields = []string{"name", "description", "parameters"}
 	}
-	r := &Renderer{templates: map[string]*jinja.Template{}, special: map[string]jinja.Value{}, opts: opts}
+	r := &Renderer{templates: map[string]*jinja.Template{}, special: map[string]jinja.Value{}, callables: map[string]jinja.Value{}, opts: opts}
 	for name, src := range cfg.Templates {
 		t, err := jinja.Compile(normalizeSource(src))
 		if err != nil {
@@ -101,6 +108,18 @@ func New(cfg *Config, opts Options) (*Renderer, error) {
 		}
 		r.special["additional_special_tokens"] = jinja.NewList(items)
 	}
+	r.callables["raise_exception"] = jinja.NewCallable("raise_exception", raiseException)
+	now := opts.Now
+	r.callables["strftime_now"] = jinja.NewCallable("strftime_now", func(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+		if len(args) != 1 || !args[0].IsString() {
+			return jinja.Value{}, errors.New("strftime_now: expected one format string")
+		}
+		s, err := strftime(args[0].AsString(), now())
+		if err != nil {
+			return jinja.Value{}, err
+		}
+		return jinja.NewString(s), nil
+	})
 	return r, nil
 }
 
@@ -165,7 +184,14 @@ func (r *Renderer) render(ctx context.Context, req *openai.ChatRequest) (string,
 		return "", err
 	}
 	b := &bridge{format: r.opts.ContentFormat, functionFields: r.opts.ToolFunctionFields}
-	vars := make(map[string]jinja.Value, 12+len(req.ChatTemplateKwargs))
+	vars, _ := r.vars.Get().(map[string]jinja.Value)
+	if vars == nil {
+		vars = make(map[string]jinja.Value, len(r.special)+len(r.callables)+4+len(req.ChatTemplateKwargs))
+	}
+	defer func() {
+		clear(vars)
+		r.vars.Put(vars)
+	}()
 	for k, v := range r.special {
 		vars[k] = v
 	}
@@ -199,18 +225,9 @@ func (r *Renderer) render(ctx context.Context, req *openai.ChatRequest) (string,
 		vars["documents"] = jinja.NewList(docs)
 	}
 	vars["add_generation_prompt"] = jinja.NewBool(req.AddGenerationPrompt)
-	vars["raise_exception"] = jinja.NewCallable("raise_exception", raiseException)
-	now := r.opts.Now
-	vars["strftime_now"] = jinja.NewCallable("strftime_now", func(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
-		if len(args) != 1 || !args[0].IsString() {
-			return jinja.Value{}, errors.New("strftime_now: expected one format string")
-		}
-		s, err := strftime(args[0].AsString(), now())
-		if err != nil {
-			return jinja.Value{}, err
-		}
-		return jinja.NewString(s), nil
-	})
+	for k, v := range r.callables {
+		vars[k] = v
+	}
 
 	out, err := tmpl.RenderValuesContext(ctx, vars, jinja.RenderOptions{MaxOutputBytes: r.opts.MaxPromptBytes, SizeHint: len(req.Body)})
 	if err != nil {

@@ -10,67 +10,19 @@ import (
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/dynamic/dynamicinformer"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/clientcmd"
-	gieclient "sigs.k8s.io/gateway-api-inference-extension/client-go/clientset/versioned"
-	gieinformers "sigs.k8s.io/gateway-api-inference-extension/client-go/informers/externalversions"
+	giev1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
 
 	"github.com/kvgate/kvgate/extproc/discovery/kubeselect"
 	"github.com/kvgate/kvgate/kv/kvfleet"
 )
-
-// PoolClients are the API clients the InferencePool source reads through:
-// the core API (pods), GIE's generated clientset (InferencePool v1) and
-// the dynamic client (InferenceObjective, which has no Go type in the GIE
-// release kvgate builds against).
-type PoolClients struct {
-	Core    kubernetes.Interface
-	GIE     gieclient.Interface
-	Dynamic dynamic.Interface
-}
-
-// NewPoolClients connects the three clients: in-cluster when kubeconfig
-// is "", else with that kubeconfig file.
-func NewPoolClients(kubeconfig string) (PoolClients, error) {
-	var rc *rest.Config
-	var err error
-	if kubeconfig == "" {
-		rc, err = rest.InClusterConfig()
-	} else {
-		rc, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
-	}
-	if err != nil {
-		return PoolClients{}, fmt.Errorf("discovery: kubernetes client config: %w", err)
-	}
-	return PoolClientsFor(rc)
-}
-
-// PoolClientsFor builds the clients from a rest config.
-func PoolClientsFor(rc *rest.Config) (PoolClients, error) {
-	core, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		return PoolClients{}, fmt.Errorf("discovery: kubernetes client: %w", err)
-	}
-	gie, err := gieclient.NewForConfig(rc)
-	if err != nil {
-		return PoolClients{}, fmt.Errorf("discovery: inference extension client: %w", err)
-	}
-	dyn, err := dynamic.NewForConfig(rc)
-	if err != nil {
-		return PoolClients{}, fmt.Errorf("discovery: dynamic client: %w", err)
-	}
-	return PoolClients{Core: core, GIE: gie, Dynamic: dyn}, nil
-}
 
 // PoolHooks receive what the InferencePool source learns besides the
 // worker set. Each is called from Run's goroutine, never concurrently,
@@ -99,10 +51,10 @@ var ErrPoolMissing = errors.New("InferencePool not found")
 // extproc turns into failing readiness; GIE's own picker instead clears
 // its datastore (v1.5.0 pkg/epp/controller/inferencepool_reconciler.go).
 type InferencePoolSource struct {
-	clients PoolClients
-	cfg     kubeselect.InferencePool
-	hooks   PoolHooks
-	log     *slog.Logger
+	client dynamic.Interface
+	cfg    kubeselect.InferencePool
+	hooks  PoolHooks
+	log    *slog.Logger
 
 	present    atomic.Bool
 	workers    atomic.Int64
@@ -114,21 +66,21 @@ type InferencePoolSource struct {
 var _ Source = (*InferencePoolSource)(nil)
 
 // NewInferencePool validates cfg, whose namespace must be resolved, and
-// returns a source reading through clients. log may be nil.
-func NewInferencePool(clients PoolClients, cfg kubeselect.InferencePool, hooks PoolHooks, log *slog.Logger) (*InferencePoolSource, error) {
+// returns a source reading through client (NewClient). log may be nil.
+func NewInferencePool(client dynamic.Interface, cfg kubeselect.InferencePool, hooks PoolHooks, log *slog.Logger) (*InferencePoolSource, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("discovery: %w", err)
 	}
 	if cfg.Namespace == "" {
 		return nil, errors.New("discovery: inference_pool.namespace must be resolved before the source starts")
 	}
-	if clients.Core == nil || clients.GIE == nil {
-		return nil, errors.New("discovery: inference pool source needs the core and GIE clients")
+	if client == nil {
+		return nil, errors.New("discovery: inference pool source needs a client")
 	}
 	if log == nil {
 		log = slog.Default()
 	}
-	return &InferencePoolSource{clients: clients, cfg: cfg.WithDefaults(), hooks: hooks, log: log}, nil
+	return &InferencePoolSource{client: client, cfg: cfg.WithDefaults(), hooks: hooks, log: log}, nil
 }
 
 // PoolStats is a snapshot of the source's counters.
@@ -176,26 +128,23 @@ func (s *InferencePoolSource) Register(reg prometheus.Registerer) error {
 // objectivesServed reports whether the API server serves InferenceObjective:
 // GIE v1.6 dropped its CRD, so a cluster may have pools and no objectives.
 // An informer on a resource the server does not serve would never sync.
-func (s *InferencePoolSource) objectivesServed() bool {
-	if !s.cfg.WatchObjectives() || s.clients.Dynamic == nil {
+// The probe is a one-item list, which answers 404 for a resource the
+// server does not serve (as API discovery would) and also tells a
+// forbidden list apart, which the informer would otherwise retry forever.
+func (s *InferencePoolSource) objectivesServed(ctx context.Context) bool {
+	if !s.cfg.WatchObjectives() {
 		return false
 	}
 	gv := ObjectiveResource.GroupVersion().String()
-	list, err := s.clients.Core.Discovery().ServerResourcesForGroupVersion(gv)
-	if err != nil {
-		if apierrors.IsNotFound(err) {
-			s.log.Warn("discovery: InferenceObjective is not served (its CRD is not installed): every request has priority 0", "group_version", gv)
-		} else {
-			s.log.Warn("discovery: cannot tell whether InferenceObjective is served: every request has priority 0", "group_version", gv, "err", err)
-		}
-		return false
+	_, err := s.client.Resource(ObjectiveResource).Namespace(s.cfg.Namespace).List(ctx, metav1.ListOptions{Limit: 1})
+	switch {
+	case err == nil:
+		return true
+	case apierrors.IsNotFound(err):
+		s.log.Warn("discovery: InferenceObjective is not served (its CRD is not installed): every request has priority 0", "group_version", gv)
+	default:
+		s.log.Warn("discovery: cannot tell whether InferenceObjective is served: every request has priority 0", "group_version", gv, "err", err)
 	}
-	for _, r := range list.APIResources {
-		if r.Name == ObjectiveResource.Resource {
-			return true
-		}
-	}
-	s.log.Warn("discovery: InferenceObjective is not served: every request has priority 0", "group_version", gv)
 	return false
 }
 
@@ -205,70 +154,36 @@ func (s *InferencePoolSource) objectivesServed() bool {
 func (s *InferencePoolSource) Run(ctx context.Context, onChange func([]kvfleet.Worker)) error {
 	c := s.cfg
 	ctx, cancel := context.WithCancel(ctx)
-	// One pool, by name: the informer holds only it.
-	gieFactory := gieinformers.NewSharedInformerFactoryWithOptions(s.clients.GIE, c.ResyncPeriod,
-		gieinformers.WithNamespace(c.Namespace), gieinformers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", c.Name).String()
-		}))
-	// Every pod of the namespace: the selector is the pool's and may
-	// change, and re-selecting must not wait for a new list.
-	coreFactory := informers.NewSharedInformerFactoryWithOptions(s.clients.Core, c.ResyncPeriod, informers.WithNamespace(c.Namespace))
-	var dynFactory dynamicinformer.DynamicSharedInformerFactory
-	watchObjectives := s.objectivesServed()
-	if watchObjectives {
-		dynFactory = dynamicinformer.NewFilteredDynamicSharedInformerFactory(s.clients.Dynamic, c.ResyncPeriod, c.Namespace, nil)
-	}
-	// Deferred so that cancel runs first: Shutdown waits for the
-	// informers, which stop only once the context is done.
-	defer gieFactory.Shutdown()
-	defer coreFactory.Shutdown()
-	if dynFactory != nil {
-		defer dynFactory.Shutdown()
-	}
+	var group informerGroup
+	// Deferred so that cancel runs first: the informers stop only once the
+	// context is done.
+	defer group.wait()
 	defer cancel()
 
 	ch := newChanges()
 	handler := ch.handler()
-	poolInf := gieFactory.Inference().V1().InferencePools()
-	podInf := coreFactory.Core().V1().Pods()
-	for name, inf := range map[string]cache.SharedIndexInformer{"inferencepool": poolInf.Informer(), "pod": podInf.Informer()} {
-		if _, err := inf.AddEventHandler(handler); err != nil {
-			return fmt.Errorf("discovery: %s handler: %w", name, err)
+	// One pool, by name: the informer holds only it.
+	poolInf := informerFor[giev1.InferencePool](s.client, poolResource, c.Namespace, c.ResyncPeriod, func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", c.Name).String()
+	})
+	// Every pod of the namespace: the selector is the pool's and may
+	// change, and re-selecting must not wait for a new list.
+	podInf := informerFor[corev1.Pod](s.client, podResource, c.Namespace, c.ResyncPeriod, nil)
+	if err := group.add(poolInf, handler, "inferencepool"); err != nil {
+		return err
+	}
+	if err := group.add(podInf, handler, "pod"); err != nil {
+		return err
+	}
+	var objInf cache.SharedIndexInformer
+	if s.objectivesServed(ctx) {
+		objInf = informerFor[unstructured.Unstructured](s.client, ObjectiveResource, c.Namespace, c.ResyncPeriod, nil)
+		if err := group.add(objInf, handler, "inferenceobjective"); err != nil {
+			return err
 		}
 	}
-	var objLister cache.GenericNamespaceLister
-	if dynFactory != nil {
-		inf := dynFactory.ForResource(ObjectiveResource)
-		if _, err := inf.Informer().AddEventHandler(handler); err != nil {
-			return fmt.Errorf("discovery: inferenceobjective handler: %w", err)
-		}
-		objLister = inf.Lister().ByNamespace(c.Namespace)
-	}
-	poolLister := poolInf.Lister().InferencePools(c.Namespace)
-	podLister := podInf.Lister().Pods(c.Namespace)
-
-	gieFactory.Start(ctx.Done())
-	coreFactory.Start(ctx.Done())
-	var unsynced []string
-	for typ, ok := range gieFactory.WaitForCacheSync(ctx.Done()) {
-		if !ok {
-			unsynced = append(unsynced, typ.String())
-		}
-	}
-	for typ, ok := range coreFactory.WaitForCacheSync(ctx.Done()) {
-		if !ok {
-			unsynced = append(unsynced, typ.String())
-		}
-	}
-	if dynFactory != nil {
-		dynFactory.Start(ctx.Done())
-		for gvr, ok := range dynFactory.WaitForCacheSync(ctx.Done()) {
-			if !ok {
-				unsynced = append(unsynced, gvr.String())
-			}
-		}
-	}
-	if len(unsynced) > 0 {
+	group.start(ctx)
+	if unsynced := group.sync(ctx); len(unsynced) > 0 {
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -283,13 +198,11 @@ func (s *InferencePoolSource) Run(ctx context.Context, onChange func([]kvfleet.W
 	)
 	poolName := c.Namespace + "/" + c.Name
 	for {
-		pool, err := poolLister.Get(c.Name)
+		pool := getCached[giev1.InferencePool](poolInf, c.Namespace, c.Name)
 		var state error
 		switch {
-		case apierrors.IsNotFound(err):
+		case pool == nil:
 			state = fmt.Errorf("%w: %s (deleted, or not created yet)", ErrPoolMissing, poolName)
-		case err != nil:
-			return fmt.Errorf("discovery: get InferencePool %s: %w", poolName, err)
 		case pool.DeletionTimestamp != nil:
 			state = fmt.Errorf("%w: %s is being deleted", ErrPoolMissing, poolName)
 		}
@@ -310,11 +223,7 @@ func (s *InferencePoolSource) Run(ctx context.Context, onChange func([]kvfleet.W
 			var ws []kvfleet.Worker
 			var skipped []string
 			if state == nil {
-				pods, err := podLister.List(labels.Everything())
-				if err != nil {
-					return fmt.Errorf("discovery: list pods of %s: %w", c.Namespace, err)
-				}
-				ws, skipped = workersFromPool(pool, pods, c)
+				ws, skipped = workersFromPool(pool, listCached[corev1.Pod](podInf, labels.Everything()), c)
 			}
 			if first || !slices.Equal(ws, last) {
 				for _, r := range skipped {
@@ -327,14 +236,11 @@ func (s *InferencePoolSource) Run(ctx context.Context, onChange func([]kvfleet.W
 				last = ws
 			}
 		}
-		if objLister != nil || first {
+		if objInf != nil || first {
 			prio := map[string]int{}
 			var skipped []string
-			if objLister != nil {
-				prio, skipped, err = s.listObjectives(objLister)
-				if err != nil {
-					return err
-				}
+			if objInf != nil {
+				prio, skipped = objectivePriorities(listCached[unstructured.Unstructured](objInf, labels.Everything()), s.cfg)
 			}
 			if first || !maps.Equal(prio, lastPrio) {
 				for _, r := range skipped {
@@ -353,20 +259,4 @@ func (s *InferencePoolSource) Run(ctx context.Context, onChange func([]kvfleet.W
 			return nil
 		}
 	}
-}
-
-// listObjectives lists the pool's objectives from the informer cache.
-func (s *InferencePoolSource) listObjectives(l cache.GenericNamespaceLister) (map[string]int, []string, error) {
-	objs, err := l.List(labels.Everything())
-	if err != nil {
-		return nil, nil, fmt.Errorf("discovery: list InferenceObjectives: %w", err)
-	}
-	us := make([]*unstructured.Unstructured, 0, len(objs))
-	for _, o := range objs {
-		if u, ok := o.(*unstructured.Unstructured); ok {
-			us = append(us, u)
-		}
-	}
-	prio, skipped := objectivePriorities(us, s.cfg)
-	return prio, skipped, nil
 }

@@ -9,18 +9,16 @@ import (
 
 	"github.com/kvgate/kvgate/extproc/discovery/kubeselect"
 	"github.com/kvgate/kvgate/kv/kvfleet"
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/dynamic"
 )
 
 // KubernetesSource watches pods or EndpointSlices with client-go informers.
 type KubernetesSource struct {
-	client kubernetes.Interface
+	client dynamic.Interface
 	cfg    kubeselect.Config
 	log    *slog.Logger
 
@@ -38,29 +36,9 @@ type KubernetesStats struct {
 	Skipped int64 // ready pods / slices left out of the last set (reasons are logged)
 }
 
-// NewClient connects to the API server: in-cluster when kubeconfig is "",
-// else with that kubeconfig file.
-func NewClient(kubeconfig string) (kubernetes.Interface, error) {
-	var rc *rest.Config
-	var err error
-	if kubeconfig == "" {
-		rc, err = rest.InClusterConfig()
-	} else {
-		rc, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("discovery: kubernetes client config: %w", err)
-	}
-	cs, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		return nil, fmt.Errorf("discovery: kubernetes client: %w", err)
-	}
-	return cs, nil
-}
-
 // NewKubernetes validates cfg (after filling its defaults) and returns a
 // source reading through client. log may be nil.
-func NewKubernetes(client kubernetes.Interface, cfg kubeselect.Config, log *slog.Logger) (*KubernetesSource, error) {
+func NewKubernetes(client dynamic.Interface, cfg kubeselect.Config, log *slog.Logger) (*KubernetesSource, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("discovery: %w", err)
 	}
@@ -92,64 +70,47 @@ func (k *KubernetesSource) Run(ctx context.Context, onChange func([]kvfleet.Work
 		return fmt.Errorf("discovery: label selector: %w", err)
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	factory := informers.NewSharedInformerFactoryWithOptions(k.client, c.ResyncPeriod,
-		informers.WithNamespace(c.Namespace), informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = sel.String() }))
-	// Deferred in this order so that cancel runs first: Shutdown waits for
-	// the informers, which stop only once the context is done.
-	defer factory.Shutdown()
+	tweak := func(o *metav1.ListOptions) { o.LabelSelector = sel.String() }
+	var group informerGroup
+	// Deferred in this order so that cancel runs first: the informers stop
+	// only once the context is done.
+	defer group.wait()
 	defer cancel()
 
 	ch := newChanges()
 	handler := ch.handler()
 
-	var compute func() ([]kvfleet.Worker, []string, error)
+	var compute func() ([]kvfleet.Worker, []string)
 	if c.Service != "" {
-		inf := factory.Discovery().V1().EndpointSlices()
-		if _, err := inf.Informer().AddEventHandler(handler); err != nil {
-			return fmt.Errorf("discovery: endpointslice handler: %w", err)
+		inf := informerFor[discoveryv1.EndpointSlice](k.client, endpointSliceResource, c.Namespace, c.ResyncPeriod, tweak)
+		if err := group.add(inf, handler, "endpointslice"); err != nil {
+			return err
 		}
-		lister := inf.Lister().EndpointSlices(c.Namespace)
-		compute = func() ([]kvfleet.Worker, []string, error) {
-			eps, err := lister.List(sel)
-			if err != nil {
-				return nil, nil, err
-			}
-			ws, skipped := workersFromSlices(eps, c)
-			return ws, skipped, nil
+		compute = func() ([]kvfleet.Worker, []string) {
+			return workersFromSlices(listCached[discoveryv1.EndpointSlice](inf, sel), c)
 		}
 	} else {
-		inf := factory.Core().V1().Pods()
-		if _, err := inf.Informer().AddEventHandler(handler); err != nil {
-			return fmt.Errorf("discovery: pod handler: %w", err)
+		inf := informerFor[corev1.Pod](k.client, podResource, c.Namespace, c.ResyncPeriod, tweak)
+		if err := group.add(inf, handler, "pod"); err != nil {
+			return err
 		}
-		lister := inf.Lister().Pods(c.Namespace)
-		compute = func() ([]kvfleet.Worker, []string, error) {
-			pods, err := lister.List(sel)
-			if err != nil {
-				return nil, nil, err
-			}
-			ws, skipped := workersFromPods(pods, c)
-			return ws, skipped, nil
+		compute = func() ([]kvfleet.Worker, []string) {
+			return workersFromPods(listCached[corev1.Pod](inf, sel), c)
 		}
 	}
 
-	factory.Start(ctx.Done())
-	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
-		if !ok {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return fmt.Errorf("discovery: %v cache did not sync", typ)
+	group.start(ctx)
+	if unsynced := group.sync(ctx); len(unsynced) > 0 {
+		if ctx.Err() != nil {
+			return nil
 		}
+		return fmt.Errorf("discovery: %v cache did not sync", unsynced)
 	}
 
 	var last []kvfleet.Worker
 	first := true
 	for {
-		ws, skipped, err := compute()
-		if err != nil {
-			return fmt.Errorf("discovery: list %s/%s: %w", c.Namespace, c.LabelSelector+c.Service, err)
-		}
+		ws, skipped := compute()
 		if first || !slices.Equal(ws, last) {
 			for _, s := range skipped {
 				k.log.Warn("discovery: worker skipped", "reason", s)

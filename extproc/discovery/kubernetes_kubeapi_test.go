@@ -14,7 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/dynamic"
 
 	"github.com/kvgate/kvgate/extproc/discovery/kubeselect"
 	"github.com/kvgate/kvgate/kv/kvfleet"
@@ -118,7 +118,7 @@ func (w *watcher) waitFor(want []kvfleet.Worker) {
 	}
 }
 
-func mustKubernetes(t *testing.T, client kubernetes.Interface, c kubeselect.Config) *KubernetesSource {
+func mustKubernetes(t *testing.T, client dynamic.Interface, c kubeselect.Config) *KubernetesSource {
 	t.Helper()
 	src, err := NewKubernetes(client, c, nil)
 	if err != nil {
@@ -163,7 +163,7 @@ func relabel(t *testing.T, srv *kubeapi.Server, namespace, name string, lbls, an
 
 func kubePodsLifecycle(t *testing.T, srv *kubeapi.Server, namespace string) {
 	ctx := context.Background()
-	src := mustKubernetes(t, srv.Clientset, kubeselect.Config{
+	src := mustKubernetes(t, srv.Dynamic, kubeselect.Config{
 		Namespace: namespace, LabelSelector: "app=vllm", PortName: "http", EventsPort: 5557, Debounce: 10 * time.Millisecond,
 	})
 	w := watch(t, src)
@@ -232,7 +232,7 @@ func kubeDPRanksAndSkips(t *testing.T, srv *kubeapi.Server, namespace string) {
 	if _, err := srv.Clientset.CoreV1().Pods(namespace).UpdateStatus(context.Background(), p, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	src := mustKubernetes(t, srv.Clientset, kubeselect.Config{
+	src := mustKubernetes(t, srv.Dynamic, kubeselect.Config{
 		Namespace: namespace, LabelSelector: "app=vllm", Port: 8000, EventsPort: 5557, ReplayPort: 5600, DPRanks: 2,
 	})
 	w := watch(t, src)
@@ -246,7 +246,7 @@ func kubeDPRanksAndSkips(t *testing.T, srv *kubeapi.Server, namespace string) {
 
 func kubeDefaultModelAndIPv6(t *testing.T, srv *kubeapi.Server, namespace string) {
 	createPod(t, srv, namespace, "v6", "fd00::5", map[string]string{"app": "vllm"}, true)
-	src := mustKubernetes(t, srv.Clientset, kubeselect.Config{
+	src := mustKubernetes(t, srv.Dynamic, kubeselect.Config{
 		Namespace: namespace, LabelSelector: "app=vllm", Port: 8000, Model: "llama", EventsPort: 5557,
 	})
 	w := watch(t, src)
@@ -260,7 +260,7 @@ func kubeDefaultModelAndIPv6(t *testing.T, srv *kubeapi.Server, namespace string
 // machine cannot make it fail.
 func kubeDebounce(t *testing.T, srv *kubeapi.Server, namespace string) {
 	const debounce = 200 * time.Millisecond
-	src := mustKubernetes(t, srv.Clientset, kubeselect.Config{Namespace: namespace, LabelSelector: "app=vllm", Port: 8000, Debounce: debounce})
+	src := mustKubernetes(t, srv.Dynamic, kubeselect.Config{Namespace: namespace, LabelSelector: "app=vllm", Port: 8000, Debounce: debounce})
 	w := watch(t, src)
 	w.waitFor(nil)
 	start := time.Now()
@@ -290,7 +290,7 @@ func endpoint(ip string, ready, serving, terminating *bool) discoveryv1.Endpoint
 func kubeEndpointSlices(t *testing.T, srv *kubeapi.Server, namespace string) {
 	ctx := context.Background()
 	eps := srv.Clientset.DiscoveryV1().EndpointSlices(namespace)
-	src := mustKubernetes(t, srv.Clientset, kubeselect.Config{
+	src := mustKubernetes(t, srv.Dynamic, kubeselect.Config{
 		Namespace: namespace, Service: "vllm", PortName: "http", EventsPort: 5557, Debounce: 10 * time.Millisecond,
 	})
 	w := watch(t, src)

@@ -337,9 +337,9 @@ func inferencePoolLifecycle(t *testing.T, srv *kubeapi.Server) {
 	pools := gie.InferenceV1().InferencePools(r.ns)
 	_, err = pools.Create(ctx, newPool(r.ns, "vllm", 8000), metav1.CreateOptions{})
 	must(t, err)
-	clients, err := discovery.PoolClientsFor(srv.Config)
+	client, err := discovery.ClientFor(srv.Config)
 	must(t, err)
-	src, err := discovery.NewInferencePool(clients, kubeselect.InferencePool{Name: "qwen-pool", Namespace: r.ns, EventsPort: 5557, Debounce: 10 * time.Millisecond},
+	src, err := discovery.NewInferencePool(client, kubeselect.InferencePool{Name: "qwen-pool", Namespace: r.ns, EventsPort: 5557, Debounce: 10 * time.Millisecond},
 		discovery.PoolHooks{Objectives: r.router.SetObjectives, PoolState: r.setPoolState}, quiet())
 	must(t, err)
 	r.follow(src)
@@ -383,7 +383,7 @@ func inferencePoolLifecycle(t *testing.T, srv *kubeapi.Server) {
 func labelLifecycle(t *testing.T, srv *kubeapi.Server) {
 	ctx := context.Background()
 	r := newLifecycleRig(t, srv, "label-lifecycle", nil)
-	src, err := discovery.NewKubernetes(srv.Clientset, kubeselect.Config{Namespace: r.ns, LabelSelector: "app=vllm", PortName: "http",
+	src, err := discovery.NewKubernetes(srv.Dynamic, kubeselect.Config{Namespace: r.ns, LabelSelector: "app=vllm", PortName: "http",
 		EventsPort: 5557, Debounce: 10 * time.Millisecond}, quiet())
 	must(t, err)
 	r.follow(src)
@@ -495,7 +495,7 @@ func endpointSliceLifecycle(t *testing.T, srv *kubeapi.Server) {
 	must(t, err)
 	sync := func() { syncSlices(t, srv, r.ns, "vllm") }
 	sync()
-	src, err := discovery.NewKubernetes(cs, kubeselect.Config{Namespace: r.ns, Service: "vllm", PortName: "http",
+	src, err := discovery.NewKubernetes(srv.Dynamic, kubeselect.Config{Namespace: r.ns, Service: "vllm", PortName: "http",
 		EventsPort: 5557, Debounce: 10 * time.Millisecond}, quiet())
 	must(t, err)
 	r.follow(src)
@@ -573,9 +573,9 @@ func objectivePriority(t *testing.T, srv *kubeapi.Server) {
 	create("foreign", "other-pool", ptr(int64(-5)))
 
 	got := make(chan map[string]int, 16)
-	clients, err := discovery.PoolClientsFor(srv.Config)
+	client, err := discovery.ClientFor(srv.Config)
 	must(t, err)
-	src, err := discovery.NewInferencePool(clients, kubeselect.InferencePool{Name: "qwen-pool", Namespace: r.ns, Debounce: 10 * time.Millisecond},
+	src, err := discovery.NewInferencePool(client, kubeselect.InferencePool{Name: "qwen-pool", Namespace: r.ns, Debounce: 10 * time.Millisecond},
 		discovery.PoolHooks{Objectives: func(m map[string]int) { r.router.SetObjectives(m); got <- m }, PoolState: r.setPoolState}, quiet())
 	must(t, err)
 	r.follow(src)

@@ -176,6 +176,8 @@ type Result struct {
 	// ApproximateReason is Approximate's class, one of the Reason*
 	// constants, for metrics.
 	ApproximateReason string
+
+	tokenBuf *[]uint32 // Tokens' buffer came from tokenBuffers (Release returns it)
 }
 
 // The classes of approximate routing (Result.ApproximateReason).
@@ -281,7 +283,7 @@ func (r *Registry) chat(ctx context.Context, req *openai.ChatRequest) (*Result, 
 	res.Prompt = prompt
 	// vLLM tokenizes rendered chat prompts without adding special tokens:
 	// the template already wrote them.
-	res.Tokens, err = res.Model.Tokenizer.EncodeBounded(ctx, make([]uint32, 0, len(prompt)/3+8), prompt,
+	res.Tokens, err = res.Model.Tokenizer.EncodeBounded(ctx, res.tokenBuffer(len(prompt)/3+8), prompt,
 		tokenizer.EncodeOptions{Cache: r.cache, Limits: r.tokenLimits()})
 	if err != nil {
 		return nil, r.tokenizeError(ctx, err, "messages")
@@ -319,7 +321,7 @@ func (r *Registry) CompletionContext(ctx context.Context, body []byte) (*Result,
 			defer cancel()
 			// vLLM's completions endpoint adds the tokenizer's special
 			// tokens (Llama-3: <|begin_of_text|>).
-			res.Tokens, err = res.Model.Tokenizer.EncodeBounded(ctx, make([]uint32, 0, len(p.Text)/3+8), p.Text,
+			res.Tokens, err = res.Model.Tokenizer.EncodeBounded(ctx, res.tokenBuffer(len(p.Text)/3+8), p.Text,
 				tokenizer.EncodeOptions{SpecialTokens: true, Limits: r.tokenLimits()})
 			if err != nil {
 				return nil, r.tokenizeError(ctx, err, "prompt")

@@ -178,3 +178,39 @@ func TestCacheSaltSaltsHashes(t *testing.T) {
 		t.Fatal("completion cache_salt not used as the namespace")
 	}
 }
+
+// Release hands the token buffer back: the next request of the same size
+// reuses it, its ids are its own, and a Result whose ids came from the
+// request keeps them.
+func TestReleaseRecyclesTokenBuffers(t *testing.T) {
+	r := newRegistry(t)
+	body := []byte(`{"model":"qwen3","prompt":"The router hashes prompt blocks to pick a warm worker."}`)
+	first, err := r.Completion(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := slices.Clone(first.Tokens)
+	seq := slices.Clone(first.Sequence)
+	first.Release()
+	if first.Tokens != nil || !slices.Equal(first.Sequence, seq) {
+		t.Fatalf("after Release: Tokens %v (want nil), Sequence changed", first.Tokens)
+	}
+	first.Release() // a second Release is a no-op
+	second, err := r.Completion(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(second.Tokens, want) {
+		t.Fatalf("ids after reuse %v, want %v", second.Tokens, want)
+	}
+	second.Release()
+
+	ids, err := r.Completion([]byte(`{"model":"qwen3","prompt":[1,2,3]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids.Release()
+	if !slices.Equal(ids.Tokens, []uint32{1, 2, 3}) {
+		t.Fatalf("request's own ids after Release: %v", ids.Tokens)
+	}
+}

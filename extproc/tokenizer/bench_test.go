@@ -2,6 +2,7 @@ package tokenizer
 
 import (
 	"context"
+	"runtime"
 	"testing"
 )
 
@@ -74,4 +75,19 @@ func BenchmarkEncodeBounded(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkGCWithTokenizer times a full collection while a loaded Qwen3
+// tokenizer (its warm word cache included) is live: what every GC cycle of
+// the extproc pays to mark the tokenizer's tables.
+func BenchmarkGCWithTokenizer(b *testing.B) {
+	tok := loadModel(b, "qwen3")
+	for _, c := range readCases(b, "golden_qwen3.jsonl") {
+		tok.Encode(c.Text)
+	}
+	runtime.GC()
+	for b.Loop() {
+		runtime.GC()
+	}
+	runtime.KeepAlive(tok)
 }

@@ -6,7 +6,7 @@ package tokenizer
 type bpeModel struct {
 	byteID       [256]uint32
 	merges       map[uint64]uint64 // pairKey(left, right) → rank<<32 | merged id
-	wholeWord    map[string]uint32 // raw bytes → id, for ignore_merges
+	rawVocab     stringTable       // id → raw bytes (Decode); indexed by them only for ignore_merges
 	ignoreMerges bool
 }
 
@@ -28,7 +28,7 @@ func (m *bpeModel) encodeWord(dst []uint32, word string, b *budget) []uint32 {
 	if m.ignoreMerges {
 		// models/bpe/model.rs: with ignore_merges a word that is itself in
 		// the vocabulary is emitted whole.
-		if id, ok := m.wholeWord[word]; ok {
+		if id, ok := m.rawVocab.lookup(word); ok {
 			return append(dst, id)
 		}
 	}

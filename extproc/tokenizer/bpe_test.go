@@ -75,12 +75,18 @@ func TestWordCacheBounded(t *testing.T) {
 	for i := range 10000 {
 		c.put(string(rune('a'+i%26))+string(rune(0x4e00+i)), []uint32{uint32(i)})
 	}
-	total := 0
+	total, words := 0, 0
 	for i := range c.shards {
-		total += len(c.shards[i].m)
+		total += len(c.shards[i].index)
+		words += len(c.shards[i].words)
 	}
 	if total > cacheShards*4 {
 		t.Fatalf("cache holds %d entries, capacity %d", total, cacheShards*4)
+	}
+	// The arenas are emptied with the index: they hold only what it does
+	// (each word here is 4 bytes).
+	if words > total*4 {
+		t.Fatalf("cache arenas hold %d bytes of words for %d entries", words, total)
 	}
 	if _, _, resets := c.counters(); resets == 0 {
 		t.Fatal("no shard was ever reset")
@@ -103,5 +109,32 @@ func TestStatsCountCacheUse(t *testing.T) {
 	}
 	if hits := after.WordCacheHits - mid.WordCacheHits; hits != mid.WordCacheMisses-before.WordCacheMisses {
 		t.Errorf("second encode: %d hits, want one per first-pass miss (%+v → %+v → %+v)", hits, before, mid, after)
+	}
+}
+
+// TestWordCacheHitsOnlyItsWord: a hit gives back exactly the ids stored for
+// that word, a word that was never put misses, and a shard reset drops the
+// words it held.
+func TestWordCacheHitsOnlyItsWord(t *testing.T) {
+	c := newWordCache(cacheShards * 64)
+	c.put("hello", []uint32{1, 2})
+	c.put("world", []uint32{3})
+	c.put(string(make([]byte, maxCachedWord+1)), []uint32{9}) // too long: not cached
+	dst := []uint32{7}
+	dst, ok := c.appendCached(dst, "hello")
+	if !ok || !slices.Equal(dst, []uint32{7, 1, 2}) {
+		t.Fatalf("hello: %v %v", dst, ok)
+	}
+	if got, ok := c.appendCached(nil, "world"); !ok || !slices.Equal(got, []uint32{3}) {
+		t.Fatalf("world: %v %v", got, ok)
+	}
+	for _, w := range []string{"hell", "hello!", "", string(make([]byte, maxCachedWord+1))} {
+		if got, ok := c.appendCached(nil, w); ok || got != nil {
+			t.Errorf("%q: hit %v (%v), want a miss", w, got, ok)
+		}
+	}
+	c.reset()
+	if _, ok := c.appendCached(nil, "hello"); ok {
+		t.Fatal("hello still cached after reset")
 	}
 }

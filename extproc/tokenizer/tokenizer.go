@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"unicode/utf8"
 )
@@ -35,8 +36,9 @@ type Tokenizer struct {
 	rawAdded   *addedMatcher // added tokens matched on the raw text
 	normAdded  *addedMatcher // added tokens matched on the normalized text
 	addedByStr map[string]uint32
-	vocab      map[string]uint32 // as written in tokenizer.json (byte-level alphabet)
-	idBytes    [][]byte          // id → raw bytes, for Decode
+	addedByID  map[uint32]string // an added token's content, which Decode writes for its id
+	vocab      stringTable       // as written in tokenizer.json (byte-level alphabet) → id
+	vocabSize  int               // ids, added tokens included
 	template   specialTemplate
 	special    SpecialTokens
 	cache      *wordCache
@@ -148,9 +150,7 @@ func Parse(data []byte) (*Tokenizer, error) {
 const maxID = 1 << 24
 
 func (t *Tokenizer) buildModel(mc modelConfig) error {
-	t.vocab = mc.vocab
 	t.model.ignoreMerges = mc.ignoreMerges
-	t.model.wholeWord = make(map[string]uint32, len(mc.vocab))
 	maxSeen := uint32(0)
 	for tok, id := range mc.vocab {
 		if id >= maxID {
@@ -158,18 +158,34 @@ func (t *Tokenizer) buildModel(mc modelConfig) error {
 		}
 		maxSeen = max(maxSeen, id)
 	}
-	t.idBytes = make([][]byte, maxSeen+1)
+	// The tables keep no Go string or slice per token (stringTable); the
+	// map decoded from the file is dropped once Parse returns.
+	toks := make([]string, 0, len(mc.vocab))
+	for tok := range mc.vocab {
+		toks = append(toks, tok)
+	}
+	slices.Sort(toks) // a fixed layout, whatever the map's order
+	ids := make([]uint32, len(toks))
+	for i, tok := range toks {
+		ids[i] = mc.vocab[tok]
+	}
+	t.vocab = newStringTable(toks, ids, nil)
+	raw := make([]string, maxSeen+1)
+	decodable := make([]bool, maxSeen+1)
 	for tok, id := range mc.vocab {
 		b, ok := byteLevelToBytes(tok)
 		if !ok {
 			// Not reachable by byte-level BPE; decoded as its text, as the
 			// ByteLevel decoder does for characters outside the alphabet.
-			t.idBytes[id] = []byte(tok)
+			raw[id] = tok
 			continue
 		}
-		t.idBytes[id] = b
-		t.model.wholeWord[string(b)] = id
+		raw[id], decodable[id] = string(b), true
 	}
+	// Only ignore_merges looks words up whole; otherwise the table is
+	// Decode's id → bytes and indexes nothing.
+	t.model.rawVocab = newStringTable(raw, nil, func(id int) bool { return mc.ignoreMerges && decodable[id] })
+	t.vocabSize = len(raw)
 	for b := 0; b < 256; b++ {
 		id, ok := mc.vocab[string(byteToRune[b])]
 		if !ok {
@@ -200,6 +216,8 @@ func (t *Tokenizer) buildModel(mc modelConfig) error {
 // tokens appended with ids 151700+ to the Qwen3 file got 151669+.
 func (t *Tokenizer) buildAdded(tokens []addedTokenJSON) error {
 	t.addedByStr = make(map[string]uint32, len(tokens))
+	t.addedByID = make(map[uint32]string, len(tokens))
+	vocabLen := uint32(t.vocab.entries())
 	nextID, haveAdded := uint32(0), false
 	for i, a := range tokens {
 		if a.Content == "" {
@@ -211,15 +229,15 @@ func (t *Tokenizer) buildAdded(tokens []addedTokenJSON) error {
 		if _, dup := t.addedByStr[a.Content]; dup {
 			return fmt.Errorf("added_tokens[%d] %q: duplicate content", i, a.Content)
 		}
-		id, inVocab := t.vocab[a.Content]
+		id, inVocab := t.vocab.lookup(a.Content)
 		if !inVocab {
 			switch {
 			case !haveAdded:
-				id = uint32(len(t.vocab))
-			case nextID >= uint32(len(t.vocab)):
+				id = vocabLen
+			case nextID >= vocabLen:
 				id = nextID
 			default:
-				id = uint32(len(t.vocab))
+				id = vocabLen
 			}
 		}
 		if id >= maxID {
@@ -235,10 +253,8 @@ func (t *Tokenizer) buildAdded(tokens []addedTokenJSON) error {
 		haveAdded = true
 		t.addedByStr[a.Content] = id
 		t.added = append(t.added, AddedToken{ID: id, Content: a.Content, Special: a.Special, Normalized: a.Normalized, LStrip: a.LStrip, RStrip: a.RStrip, SingleWord: a.SingleWord})
-		if int(id) >= len(t.idBytes) {
-			t.idBytes = append(t.idBytes, make([][]byte, int(id)+1-len(t.idBytes))...)
-		}
-		t.idBytes[id] = []byte(a.Content)
+		t.vocabSize = max(t.vocabSize, int(id)+1)
+		t.addedByID[id] = a.Content
 	}
 	t.rawAdded = newAddedMatcher(t.added, func(a AddedToken) bool { return !a.Normalized }, func(a AddedToken) string { return a.Content })
 	t.normAdded = newAddedMatcher(t.added, func(a AddedToken) bool { return a.Normalized }, func(a AddedToken) string {
@@ -427,8 +443,8 @@ func (t *Tokenizer) encodePlain(dst []uint32, s string, b *budget) []uint32 {
 			dst = t.model.encodeWord(dst, word, b)
 			continue
 		}
-		if ids, ok := t.cache.get(word); ok {
-			dst = append(dst, ids...)
+		var hit bool
+		if dst, hit = t.cache.appendCached(dst, word); hit {
 			continue
 		}
 		n := len(dst)
@@ -447,8 +463,10 @@ func (t *Tokenizer) encodePlain(dst []uint32, s string, b *budget) []uint32 {
 func (t *Tokenizer) Decode(ids []uint32) string {
 	var b []byte
 	for _, id := range ids {
-		if int(id) < len(t.idBytes) {
-			b = append(b, t.idBytes[id]...)
+		if content, ok := t.addedByID[id]; ok {
+			b = append(b, content...)
+		} else {
+			b = append(b, t.model.rawVocab.entry(id)...)
 		}
 	}
 	return strings.ToValidUTF8(string(b), "\uFFFD")
@@ -461,8 +479,7 @@ func (t *Tokenizer) TokenID(token string) (uint32, bool) {
 	if id, ok := t.addedByStr[token]; ok {
 		return id, true
 	}
-	id, ok := t.vocab[token]
-	return id, ok
+	return t.vocab.lookup(token)
 }
 
 // AddedTokens returns the added tokens in file order.
@@ -472,7 +489,7 @@ func (t *Tokenizer) AddedTokens() []AddedToken { return append([]AddedToken(nil)
 func (t *Tokenizer) SpecialTokens() SpecialTokens { return t.special }
 
 // VocabSize is the number of ids, added tokens included.
-func (t *Tokenizer) VocabSize() int { return len(t.idBytes) }
+func (t *Tokenizer) VocabSize() int { return t.vocabSize }
 
 // Stats returns the counters since Load.
 func (t *Tokenizer) Stats() Stats {

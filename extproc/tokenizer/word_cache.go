@@ -2,8 +2,6 @@ package tokenizer
 
 import (
 	"hash/maphash"
-	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 )
@@ -13,6 +11,13 @@ import (
 // golden corpus). It is sharded to keep lock contention low, and bounded: a
 // shard that reaches its capacity is emptied and refills, which bounds memory
 // without per-entry bookkeeping.
+//
+// A shard holds no pointer per entry: words and ids are appended to two
+// arenas and the index maps a word's 64-bit hash to its offsets, so neither
+// a put nor the GC's marking costs anything per entry (a map[string][]uint32
+// cost two allocations per new word and two pointers per cached word for
+// every GC cycle to follow, issue 27 item 3). A hash shared by two words
+// keeps the later one; the word is compared on every hit.
 type wordCache struct {
 	seed     maphash.Seed
 	perShard int
@@ -31,57 +36,87 @@ const (
 // separate lines.
 type cacheShard struct {
 	mu     sync.RWMutex
-	m      map[string][]uint32
+	index  map[uint64]cachedWord // hash of the word → where it is
+	words  []byte                // the cached words, back to back
+	ids    []uint32              // their ids, back to back
 	hits   atomic.Uint64
 	misses atomic.Uint64
 	resets atomic.Uint64
 	_      [64]byte
 }
 
+// cachedWord locates one word and its ids in the shard's arenas. Words are
+// at most maxCachedWord bytes, so are their ids.
+type cachedWord struct {
+	word, ids uint32 // offsets into words and ids
+	wordLen   uint8
+	idsLen    uint8
+}
+
 func newWordCache(capacity int) *wordCache {
 	c := &wordCache{seed: maphash.MakeSeed(), perShard: max(capacity/cacheShards, 1)}
 	for i := range c.shards {
-		c.shards[i].m = make(map[string][]uint32)
+		c.shards[i].index = make(map[uint64]cachedWord)
 	}
 	return c
 }
 
-func (c *wordCache) shard(word string) *cacheShard {
-	return &c.shards[maphash.String(c.seed, word)%cacheShards]
-}
+func (c *wordCache) shard(h uint64) *cacheShard { return &c.shards[h%cacheShards] }
 
-func (c *wordCache) get(word string) ([]uint32, bool) {
-	s := c.shard(word)
+// appendCached appends word's cached ids to dst; false (dst unchanged)
+// when word is not cached. The ids are copied under the shard's lock: a
+// put may reuse the arenas once it lets go.
+func (c *wordCache) appendCached(dst []uint32, word string) ([]uint32, bool) {
+	h := maphash.String(c.seed, word)
+	s := c.shard(h)
 	s.mu.RLock()
-	ids, ok := s.m[word]
+	e, ok := s.index[h]
+	if ok && string(s.words[e.word:e.word+uint32(e.wordLen)]) == word {
+		dst = append(dst, s.ids[e.ids:e.ids+uint32(e.idsLen)]...)
+	} else {
+		ok = false
+	}
 	s.mu.RUnlock()
 	if ok {
 		s.hits.Add(1)
 	} else {
 		s.misses.Add(1)
 	}
-	return ids, ok
+	return dst, ok
 }
 
-// put stores copies: word is usually a substring of the caller's text, which
-// the cache must not keep alive.
+// put copies word and ids into the shard (word is usually a substring of
+// the caller's text, which the cache must not keep alive). Words longer
+// than maxCachedWord, or with more ids, are not cached.
 func (c *wordCache) put(word string, ids []uint32) {
-	word, ids = strings.Clone(word), slices.Clone(ids)
-	s := c.shard(word)
+	if len(word) > maxCachedWord || len(ids) > maxCachedWord {
+		return
+	}
+	h := maphash.String(c.seed, word)
+	s := c.shard(h)
 	s.mu.Lock()
-	if len(s.m) >= c.perShard {
-		clear(s.m)
+	if len(s.index) >= c.perShard {
+		s.clear()
 		s.resets.Add(1)
 	}
-	s.m[word] = ids
+	s.index[h] = cachedWord{word: uint32(len(s.words)), ids: uint32(len(s.ids)), wordLen: uint8(len(word)), idsLen: uint8(len(ids))}
+	s.words = append(s.words, word...)
+	s.ids = append(s.ids, ids...)
 	s.mu.Unlock()
+}
+
+// clear empties the shard, keeping its memory for the refill; the caller
+// holds the lock.
+func (s *cacheShard) clear() {
+	clear(s.index)
+	s.words, s.ids = s.words[:0], s.ids[:0]
 }
 
 func (c *wordCache) reset() {
 	for i := range c.shards {
 		s := &c.shards[i]
 		s.mu.Lock()
-		clear(s.m)
+		s.clear()
 		s.mu.Unlock()
 	}
 }

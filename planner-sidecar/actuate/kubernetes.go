@@ -10,15 +10,11 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/restmapper"
-	"k8s.io/client-go/scale"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/retry"
 
@@ -37,17 +33,29 @@ type Target struct {
 // StatefulSets and any custom resource declaring one share, and marks
 // drained pods with the kvgate.io/draining label (extproc then routes
 // nothing new to them) and the lowest pod-deletion-cost (so that a
-// Deployment's scale-down removes them rather than a busy pod).
+// Deployment's scale-down removes them rather than a busy pod). Everything
+// goes through the dynamic client: client-go's typed clientset, scale
+// client and discovery client register every built-in API group in one
+// scheme at init, which linked all of k8s.io/api into bin/kvgate for two
+// resources (issue 27 item 4).
 type Kubernetes struct {
-	pods    kubernetes.Interface
-	scales  scale.ScalesGetter
-	mapper  meta.RESTMapper
+	client  dynamic.Interface
+	kinds   KindResolver
 	targets map[string]Target
 }
 
-// NewKubernetes builds the actuator from clients (fakes in tests).
-func NewKubernetes(pods kubernetes.Interface, scales scale.ScalesGetter, mapper meta.RESTMapper, targets map[string]Target) *Kubernetes {
-	return &Kubernetes{pods: pods, scales: scales, mapper: mapper, targets: targets}
+// KindResolver maps a workload's kind to its API resource:
+// meta.RESTMapper (tests) or the API server's discovery documents
+// (discoveryKinds, in production).
+type KindResolver interface {
+	RESTMapping(gk schema.GroupKind, versions ...string) (*meta.RESTMapping, error)
+}
+
+var podResource = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+
+// NewKubernetes builds the actuator from a client and a kind resolver.
+func NewKubernetes(client dynamic.Interface, kinds KindResolver, targets map[string]Target) *Kubernetes {
+	return &Kubernetes{client: client, kinds: kinds, targets: targets}
 }
 
 // KubernetesFromKubeconfig connects with a kubeconfig file, or the
@@ -64,28 +72,23 @@ func KubernetesFromKubeconfig(path string, targets map[string]Target) (*Kubernet
 	if err != nil {
 		return nil, fmt.Errorf("actuate kubernetes: %w", err)
 	}
-	cs, err := kubernetes.NewForConfig(cfg)
+	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("actuate kubernetes: %w", err)
 	}
-	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	kinds, err := newDiscoveryKinds(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("actuate kubernetes: %w", err)
 	}
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
-	sc, err := scale.NewForConfig(cfg, mapper, dynamic.LegacyAPIPathResolverFunc, scale.NewDiscoveryScaleKindResolver(dc))
-	if err != nil {
-		return nil, fmt.Errorf("actuate kubernetes: %w", err)
-	}
-	return NewKubernetes(cs, sc, mapper, targets), nil
+	return NewKubernetes(dyn, kinds, targets), nil
 }
 
-func (k *Kubernetes) resource(t Target) (schema.GroupResource, error) {
-	m, err := k.mapper.RESTMapping(schema.GroupKind{Group: t.Group, Kind: t.Kind})
+func (k *Kubernetes) resource(t Target) (schema.GroupVersionResource, error) {
+	m, err := k.kinds.RESTMapping(schema.GroupKind{Group: t.Group, Kind: t.Kind})
 	if err != nil {
-		return schema.GroupResource{}, fmt.Errorf("kind %s.%s: %w", t.Kind, t.Group, err)
+		return schema.GroupVersionResource{}, fmt.Errorf("kind %s.%s: %w", t.Kind, t.Group, err)
 	}
-	return m.Resource.GroupResource(), nil
+	return m.Resource, nil
 }
 
 func (k *Kubernetes) pools() []string {
@@ -123,26 +126,49 @@ func (k *Kubernetes) Apply(ctx context.Context, d plan.Decision) error {
 	return nil
 }
 
+// scaleSubresource is the subresource every scalable kind serves: an
+// autoscaling/v1 Scale whose spec.replicas is the desired count.
+const scaleSubresource = "scale"
+
 func (k *Kubernetes) setReplicas(ctx context.Context, t Target, n int32) error {
-	gr, err := k.resource(t)
+	gvr, err := k.resource(t)
 	if err != nil {
 		return err
 	}
-	sc := k.scales.Scales(t.Namespace)
+	rc := k.client.Resource(gvr).Namespace(t.Namespace)
 	// Read-modify-write with the resource version: a conflicting writer
 	// (kubectl scale, an HPA) makes us read again instead of overwriting.
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		s, err := sc.Get(ctx, gr, t.Name, metav1.GetOptions{})
+		s, err := rc.Get(ctx, t.Name, metav1.GetOptions{}, scaleSubresource)
 		if err != nil {
 			return err
 		}
-		if s.Spec.Replicas == n {
+		cur, err := scaleReplicas(s)
+		if err != nil {
+			return err
+		}
+		if cur == n {
 			return nil
 		}
-		s.Spec.Replicas = n
-		_, err = sc.Update(ctx, gr, s, metav1.UpdateOptions{})
+		if err := unstructured.SetNestedField(s.Object, int64(n), "spec", "replicas"); err != nil {
+			return fmt.Errorf("scale of %s/%s: %w", t.Namespace, t.Name, err)
+		}
+		_, err = rc.Update(ctx, s, metav1.UpdateOptions{}, scaleSubresource)
 		return err
 	})
+}
+
+// scaleReplicas is a Scale's spec.replicas; absent is 0, as the typed
+// autoscalingv1.ScaleSpec reads it (omitempty).
+func scaleReplicas(s *unstructured.Unstructured) (int32, error) {
+	n, _, err := unstructured.NestedInt64(s.Object, "spec", "replicas")
+	if err != nil {
+		return 0, fmt.Errorf("scale of %s: spec.replicas: %w", s.GetName(), err)
+	}
+	if n < 0 || n > 1<<31-1 {
+		return 0, fmt.Errorf("scale of %s: spec.replicas %d out of range", s.GetName(), n)
+	}
+	return int32(n), nil
 }
 
 // markDraining labels the pod behind a replica name: a pod name, or an
@@ -153,14 +179,14 @@ func (k *Kubernetes) markDraining(ctx context.Context, t Target, name string) er
 		if !ok {
 			host = name
 		}
-		list, err := k.pods.CoreV1().Pods(t.Namespace).List(ctx, metav1.ListOptions{LabelSelector: t.PodSelector})
+		list, err := k.client.Resource(podResource).Namespace(t.Namespace).List(ctx, metav1.ListOptions{LabelSelector: t.PodSelector})
 		if err != nil {
 			return err
 		}
 		pod = ""
 		for _, p := range list.Items {
-			if p.Status.PodIP == host {
-				pod = p.Name
+			if ip, _, _ := unstructured.NestedString(p.Object, "status", "podIP"); ip == host {
+				pod = p.GetName()
 				break
 			}
 		}
@@ -172,7 +198,7 @@ func (k *Kubernetes) markDraining(ctx context.Context, t Target, name string) er
 		"labels":      map[string]string{DrainingLabel: "true"},
 		"annotations": map[string]string{DeletionCostAnnotation: "-1000"},
 	}})
-	_, err := k.pods.CoreV1().Pods(t.Namespace).Patch(ctx, pod, types.MergePatchType, patch, metav1.PatchOptions{})
+	_, err := k.client.Resource(podResource).Namespace(t.Namespace).Patch(ctx, pod, types.MergePatchType, patch, metav1.PatchOptions{})
 	return err
 }
 
@@ -182,17 +208,20 @@ func (k *Kubernetes) Current(ctx context.Context) (map[string]int, error) {
 	var errs []error
 	for _, pool := range k.pools() {
 		t := k.targets[pool]
-		gr, err := k.resource(t)
+		gvr, err := k.resource(t)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("pool %s: %w", pool, err))
 			continue
 		}
-		s, err := k.scales.Scales(t.Namespace).Get(ctx, gr, t.Name, metav1.GetOptions{})
-		if err != nil {
-			errs = append(errs, fmt.Errorf("pool %s: get scale of %s/%s: %w", pool, t.Namespace, t.Name, err))
-			continue
+		s, err := k.client.Resource(gvr).Namespace(t.Namespace).Get(ctx, t.Name, metav1.GetOptions{}, scaleSubresource)
+		if err == nil {
+			var n int32
+			if n, err = scaleReplicas(s); err == nil {
+				out[pool] = int(n)
+				continue
+			}
 		}
-		out[pool] = int(s.Spec.Replicas)
+		errs = append(errs, fmt.Errorf("pool %s: get scale of %s/%s: %w", pool, t.Namespace, t.Name, err))
 	}
 	if len(errs) > 0 {
 		return out, fmt.Errorf("actuate kubernetes: %w", errors.Join(errs...))

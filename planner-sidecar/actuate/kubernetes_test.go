@@ -6,22 +6,22 @@ import (
 	"sync"
 	"testing"
 
-	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/kubernetes/fake"
-	scalefake "k8s.io/client-go/scale/fake"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/kvgate/kvgate/planner-sidecar/plan"
 )
 
-// scaleStore backs client-go's fake scale client with replica counts per
-// resource/name, as the API server's /scale would.
+// scaleStore backs the /scale subresource of client-go's fake dynamic
+// client with replica counts per resource/name, as the API server would
+// (an autoscaling/v1 Scale, read and written whole).
 type scaleStore struct {
 	mu        sync.Mutex
 	replicas  map[string]int32
@@ -29,10 +29,12 @@ type scaleStore struct {
 	conflicts int // Update answers Conflict this many times first
 }
 
-func (s *scaleStore) client() *scalefake.FakeScaleClient {
-	c := &scalefake.FakeScaleClient{}
-	c.AddReactor("get", "*", func(a k8stesting.Action) (bool, runtime.Object, error) {
+func (s *scaleStore) serve(c *dynamicfake.FakeDynamicClient) {
+	c.PrependReactor("get", "*", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		g := a.(k8stesting.GetAction)
+		if g.GetSubresource() != "scale" {
+			return false, nil, nil
+		}
 		key := g.GetResource().Resource + "/" + g.GetName()
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -40,24 +42,33 @@ func (s *scaleStore) client() *scalefake.FakeScaleClient {
 		if !ok {
 			return true, nil, apierrors.NewNotFound(g.GetResource().GroupResource(), g.GetName())
 		}
-		return true, &autoscalingv1.Scale{ObjectMeta: metav1.ObjectMeta{Name: g.GetName(), Namespace: g.GetNamespace(), ResourceVersion: "1"},
-			Spec: autoscalingv1.ScaleSpec{Replicas: n}}, nil
+		return true, &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "autoscaling/v1", "kind": "Scale",
+			"metadata": map[string]any{"name": g.GetName(), "namespace": g.GetNamespace(), "resourceVersion": "1"},
+			"spec":     map[string]any{"replicas": int64(n)},
+		}}, nil
 	})
-	c.AddReactor("update", "*", func(a k8stesting.Action) (bool, runtime.Object, error) {
+	c.PrependReactor("update", "*", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		u := a.(k8stesting.UpdateAction)
-		sc := u.GetObject().(*autoscalingv1.Scale)
-		key := u.GetResource().Resource + "/" + sc.Name
+		if u.GetSubresource() != "scale" {
+			return false, nil, nil
+		}
+		sc := u.GetObject().(*unstructured.Unstructured)
+		n, _, err := unstructured.NestedInt64(sc.Object, "spec", "replicas")
+		if err != nil {
+			return true, nil, err
+		}
+		key := u.GetResource().Resource + "/" + sc.GetName()
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if s.conflicts > 0 {
 			s.conflicts--
-			return true, nil, apierrors.NewConflict(u.GetResource().GroupResource(), sc.Name, nil)
+			return true, nil, apierrors.NewConflict(u.GetResource().GroupResource(), sc.GetName(), nil)
 		}
-		s.replicas[key] = sc.Spec.Replicas
+		s.replicas[key] = int32(n)
 		s.updates = append(s.updates, key)
 		return true, sc, nil
 	})
-	return c
 }
 
 func mapper() meta.RESTMapper {
@@ -80,13 +91,18 @@ func pod(name, ip string, labels map[string]string) *corev1.Pod {
 // its CRD's module is not one this project may take).
 func TestKubernetesScalesAndDrains(t *testing.T) {
 	store := &scaleStore{replicas: map[string]int32{"deployments/prefill": 2, "statefulsets/decode": 3, "leaderworkersets/big": 1}}
-	pods := fake.NewClientset(
+	scheme := runtime.NewScheme()
+	if err := corev1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	client := dynamicfake.NewSimpleDynamicClient(scheme,
 		pod("decode-0", "10.0.0.1", map[string]string{"app": "decode"}),
 		pod("decode-1", "10.0.0.2", map[string]string{"app": "decode"}),
 		pod("decode-2", "10.0.0.3", map[string]string{"app": "decode"}),
 		pod("other", "10.0.0.3", map[string]string{"app": "other"}), // same IP, another selector
 	)
-	k := NewKubernetes(pods, store.client(), mapper(), map[string]Target{
+	store.serve(client)
+	k := NewKubernetes(client, mapper(), map[string]Target{
 		"prefill":    {Group: "apps", Kind: "Deployment", Name: "prefill", Namespace: "llm"},
 		"decode":     {Group: "apps", Kind: "StatefulSet", Name: "decode", Namespace: "llm", PodSelector: "app=decode"},
 		"aggregated": {Group: "leaderworkerset.x-k8s.io", Kind: "LeaderWorkerSet", Name: "big", Namespace: "llm"},
@@ -114,10 +130,13 @@ func TestKubernetesScalesAndDrains(t *testing.T) {
 		}
 	}
 	for name, want := range map[string]bool{"decode-0": false, "decode-1": true, "decode-2": true, "other": false} {
-		p, _ := pods.CoreV1().Pods("llm").Get(ctx, name, metav1.GetOptions{})
-		got := p.Labels[DrainingLabel] == "true" && p.Annotations[DeletionCostAnnotation] == "-1000"
-		if got != want || p.Labels["app"] == "" {
-			t.Errorf("pod %s: draining %v, want %v (labels %v)", name, got, want, p.Labels)
+		p, err := client.Resource(podResource).Namespace("llm").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := p.GetLabels()[DrainingLabel] == "true" && p.GetAnnotations()[DeletionCostAnnotation] == "-1000"
+		if got != want || p.GetLabels()["app"] == "" {
+			t.Errorf("pod %s: draining %v, want %v (labels %v)", name, got, want, p.GetLabels())
 		}
 	}
 	// Remove: the scale-down to 1.
