@@ -352,7 +352,7 @@ func listenOrFallback(out io.Writer, addr, what string) (net.Listener, error) {
 // does), and routes everything there. The balancer is one extra loopback
 // hop that only this fleet pays.
 func roundRobinFleetRun(ctx context.Context, out io.Writer, reqs []replay.TraceRequest, o gatewayDemoOptions, tokDir string, log *slog.Logger) (*demoFleetRun, error) {
-	fmt.Fprintf(out, "starting %d more simulated engines behind a round-robin balancer, with its own gateway and extproc…\n", o.engines)
+	fmt.Fprintf(out, "starting %d fresh simulated engines behind a round-robin balancer, with its own gateway and extproc…\n", o.engines)
 	fleetCtx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer wg.Wait()
