@@ -303,22 +303,34 @@ func startDemoGateway(ctx context.Context, wg *sync.WaitGroup, cfg config.Config
 // startDemoEngines starts n simulated vLLM engines on loopback, serving
 // until ctx ends; seeds start at firstSeed so two fleets differ.
 func startDemoEngines(ctx context.Context, wg *sync.WaitGroup, n int, firstSeed uint64, tokDir string, speedup float64, log *slog.Logger) ([]*enginesim.Server, []config.Engine, error) {
+	// Each engine loads the tokenizer, the slow part of a fleet's start
+	// (seconds of CPU each): loaded side by side they take the machine's
+	// free cores, and on a machine shared with other work a larger share
+	// of it, instead of one core after the other.
 	servers := make([]*enginesim.Server, n)
-	var cfgs []config.Engine
+	errs := make([]error, n)
+	var loading sync.WaitGroup
 	for i := range servers {
-		s, err := enginesim.NewServer(enginesim.ServerConfig{
-			Model: demoModel, TokenizerDir: tokDir, Seed: firstSeed + uint64(i), Logger: log,
-			Engine: enginesim.Config{BlockSize: 64, NumGPUBlocks: demoGPUBlocks, SpeedUp: speedup},
-			Events: enginesim.EventsConfig{Endpoint: "tcp://127.0.0.1:0", ReplayEndpoint: "tcp://127.0.0.1:0"},
-		})
-		if err != nil {
-			return nil, nil, fmt.Errorf("simulated engine %d: %w", i, err)
-		}
+		loading.Add(1)
+		go func() {
+			defer loading.Done()
+			servers[i], errs[i] = enginesim.NewServer(enginesim.ServerConfig{
+				Model: demoModel, TokenizerDir: tokDir, Seed: firstSeed + uint64(i), Logger: log,
+				Engine: enginesim.Config{BlockSize: 64, NumGPUBlocks: demoGPUBlocks, SpeedUp: speedup},
+				Events: enginesim.EventsConfig{Endpoint: "tcp://127.0.0.1:0", ReplayEndpoint: "tcp://127.0.0.1:0"},
+			})
+		}()
+	}
+	loading.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, nil, fmt.Errorf("simulated engines: %w", err)
+	}
+	var cfgs []config.Engine
+	for i, s := range servers {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			return nil, nil, fmt.Errorf("simulated engine %d: %w", i, err)
 		}
-		servers[i] = s
 		wg.Add(1)
 		go func() { defer wg.Done(); s.Serve(ctx, ln, time.Second) }()
 		cfgs = append(cfgs, config.Engine{Endpoint: ln.Addr().String(), Model: demoModel, DPRanks: 1, Role: "both",
