@@ -108,7 +108,21 @@ func (f demoFigures) verdict() string {
 			pct(f.kvHit.median), pct(f.rrHit.median), f.hitRatio.median)
 	}
 	if f.p50Ratio.n > 0 && f.p90Ratio.n > 0 {
-		fmt.Fprintf(&b, "; time to first token p50 %s, p90 %s round robin's (below 1× is faster)", ratioWithRange(f.p50Ratio), ratioWithRange(f.p90Ratio))
+		fmt.Fprintf(&b, "; its time to first token was %.2f× round robin's at p50 and %.2f× at p90 (", f.p50Ratio.median, f.p90Ratio.median)
+		// Where the rounds disagree on which fleet was faster, say so.
+		var mixed []string
+		for _, r := range []struct {
+			name string
+			s    spread
+		}{{"p50", f.p50Ratio}, {"p90", f.p90Ratio}} {
+			if r.s.lo < 1 && r.s.hi > 1 {
+				mixed = append(mixed, fmt.Sprintf("%s %.2f–%.2f×", r.name, r.s.lo, r.s.hi))
+			}
+		}
+		if len(mixed) > 0 {
+			b.WriteString(strings.Join(mixed, ", ") + " over the rounds; ")
+		}
+		b.WriteString("below 1× is faster)")
 	}
 	if f.rounds > 1 {
 		fmt.Fprintf(&b, "; medians of %d rounds", f.rounds)
@@ -117,15 +131,6 @@ func (f demoFigures) verdict() string {
 		fmt.Fprintf(&b, "; but %d round-robin and %d kvgate requests failed", f.rrFailed, f.kvFailed)
 	}
 	return b.String() + "."
-}
-
-// ratioWithRange prints a ratio's median, and its range when the rounds
-// disagree on which side of 1× it lies.
-func ratioWithRange(s spread) string {
-	if s.lo < 1 && s.hi > 1 {
-		return fmt.Sprintf("%.2f× (%.2f–%.2f× over the rounds)", s.median, s.lo, s.hi)
-	}
-	return fmt.Sprintf("%.2f×", s.median)
 }
 
 // writeSideBySide prints the two fleets' figures over the rounds (median
