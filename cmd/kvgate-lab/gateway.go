@@ -43,9 +43,16 @@ func init() {
 // embeddedEnvoyFile is the Envoy configuration played by default.
 const embeddedEnvoyFile = "envoy.yaml"
 
+// servedByHeader is the response header in which the development gateway
+// names the engine (ip:port) that answered: a development aid, which no
+// shipped Envoy config adds; in production the decision log
+// (/debug/decisions) says where each request went.
+const servedByHeader = "x-kvgate-served-by"
+
 // gatewayFlags are the command line as given.
 type gatewayFlags struct {
 	listen, envoyFile, cfgPath, extproc, workers, logFormat string
+	servedBy                                                string
 	allowDebug                                              bool
 }
 
@@ -64,6 +71,9 @@ type gatewayPlan struct {
 	logFormat string
 	exposed   bool // listen is beyond loopback
 	debugSet  bool // --allow-client-debug
+	// servedBy names the response header carrying the engine that
+	// answered ("" = none).
+	servedBy string
 }
 
 func runGateway(args []string, _ io.Reader, stdout, stderr io.Writer) int {
@@ -77,6 +87,7 @@ func runGateway(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.extproc, "extproc", "", "comma-separated kvgate extproc replicas (host:port), the ext_proc cluster's endpoints (default: extproc.listen of --config, else the Envoy config's)")
 	fs.StringVar(&f.workers, "workers", "", "comma-separated worker endpoints (ip:port), what EDS would deliver to the worker cluster (default: engines[].endpoint of --config)")
 	drain := fs.Duration("drain", 30*time.Second, "on SIGTERM: stop accepting connections, let requests in flight (streams included) finish for up to this, then cut them")
+	fs.StringVar(&f.servedBy, "served-by-header", servedByHeader, "response header naming the engine (ip:port) that answered, a development aid no Envoy config adds (\"\" = none)")
 	fs.BoolVar(&f.allowDebug, "allow-client-debug", false, "let clients' x-kvgate-* headers reach kvgate (every shipped Envoy config strips them): a deviation from the file, for reading x-kvgate-debug locally")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, `usage: kvgate-lab gateway [--config kvgate.yaml] [--extproc ADDR,...] [--workers ADDR,...] [flags]
@@ -86,7 +97,8 @@ fleet. It plays an Envoy configuration (default: envoy/envoy.yaml) exactly as kv
 play Envoy: client headers stripped before ext_proc, the ext_proc stream to a health-checked
 kvgate extproc replica, the engine chosen from kvgate's answer with fallbacks walked on retry,
 the served engine reported back, responses streamed through unbuffered (SSE included).
-Plain HTTP/1.1 only, to clients, to ext_proc and to the engines.
+Unlike Envoy, each response names the engine that answered in x-kvgate-served-by
+(--served-by-header). Plain HTTP/1.1 only, to clients, to ext_proc and to the engines.
 
 Examples:
   kvgate-lab gateway --config examples/local/kvgate.yaml --listen 127.0.0.1:8080
@@ -140,6 +152,10 @@ func planGateway(f gatewayFlags) (gatewayPlan, error) {
 		return p, fmt.Errorf("--listen %q: port %q is not a number in 0..65535", f.listen, port)
 	}
 	p.listen, p.exposed = f.listen, !confaddr.IsLoopback(f.listen)
+	if f.servedBy != "" && !validHeaderName(f.servedBy) {
+		return p, fmt.Errorf("--served-by-header %q: not an HTTP header name (letters, digits and !#$%%&'*+-.^_`|~)", f.servedBy)
+	}
+	p.servedBy = strings.ToLower(f.servedBy)
 
 	var envoyData []byte
 	var err error
@@ -241,6 +257,20 @@ func planGateway(f gatewayFlags) (gatewayPlan, error) {
 	return p, nil
 }
 
+// validHeaderName is RFC 9110's field-name: a token (section 5.1, 5.6.2).
+func validHeaderName(s string) bool {
+	if s == "" || len(s) > 256 {
+		return false
+	}
+	for _, c := range []byte(s) {
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
 // splitAddrs splits a comma-separated flag value and checks each address.
 func splitAddrs(flagName, value string, check func(string) (string, error)) ([]string, error) {
 	var out []string
@@ -299,7 +329,7 @@ const gatewayMaxHeaderBytes = 60 << 10
 // "Draining"); a development gateway stopped with Ctrl-C or by a process
 // manager should not cut a stream it is serving.
 func serveGateway(ctx context.Context, stopSignals func(), p gatewayPlan, drain time.Duration, log *slog.Logger, stdout io.Writer) error {
-	proxy, err := envoyharness.NewProxy(p.envoy, envoyharness.ProxyOptions{ExtProc: p.extproc, Workers: p.workers, Logger: log})
+	proxy, err := envoyharness.NewProxy(p.envoy, envoyharness.ProxyOptions{ExtProc: p.extproc, Workers: p.workers, Logger: log, ServedByHeader: p.servedBy})
 	if err != nil {
 		return err
 	}

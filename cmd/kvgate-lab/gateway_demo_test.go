@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -37,23 +38,29 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-// `make run` end to end, small: simulated engines behind the gateway and
-// the extproc; a chat request through the gateway is answered, the trace
-// slice replays without failures through a round-robin fleet and the
-// kvgate fleet, the side-by-side summary is printed, and all accounting is
-// released.
+// `make run` end to end, small: two rounds, each the trace slice through a
+// fresh round-robin fleet and a fresh kvgate fleet, without failures; the
+// summary over the rounds and the verdict are printed; then the last
+// kvgate fleet serves: a chat request through its gateway is answered and
+// names the engine that served it, `kvgate-lab replay --gateway` runs
+// against it, and all accounting is released.
 func TestGatewayDemo(t *testing.T) {
 	var out lockedBuffer
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		done <- gatewayDemo(ctx, &out, gatewayDemoOptions{engines: 2, listen: "127.0.0.1:0", requests: 25, compare: true,
+		done <- gatewayDemo(ctx, &out, gatewayDemoOptions{engines: 2, listen: "127.0.0.1:0", requests: 25, compare: true, repeats: 2,
 			duration: 2 * time.Second, speedup: 50, trace: "../../lab/replay/testdata/conversation_head300.jsonl"})
 	}()
-	re := regexp.MustCompile(`ext_proc on (http://\S+)\.`)
+	re := regexp.MustCompile(`The kvgate-lab gateway stays up at (http://\S+);`)
 	var base string
-	poll.Until(t, "the gateway to announce its address", time.Minute, func() error {
+	poll.Until(t, "the demo's summary and the gateway's address", 3*time.Minute, func() error {
+		select {
+		case err := <-done:
+			t.Fatalf("the demo ended before serving: %v\n%s", err, out.String())
+		default:
+		}
 		m := re.FindStringSubmatch(out.String())
 		if m == nil {
 			return fmt.Errorf("output so far:\n%s", out.String())
@@ -81,6 +88,12 @@ func TestGatewayDemo(t *testing.T) {
 	}
 	if !strings.Contains(resp.Header.Get("x-kvgate-debug"), "chosen=") {
 		t.Fatalf("no debug header: %v", resp.Header)
+	}
+	// The served-by header names the engine kvgate chose: the debug
+	// header's endpoint.
+	served := resp.Header.Get(servedByHeader)
+	if served == "" || !strings.Contains(resp.Header.Get("x-kvgate-debug"), served) {
+		t.Fatalf("%s %q does not name the engine of x-kvgate-debug %q", servedByHeader, served, resp.Header.Get("x-kvgate-debug"))
 	}
 	// `kvgate-lab replay --gateway` against the same gateway, live.
 	var rout, rerr bytes.Buffer
@@ -115,59 +128,66 @@ func TestGatewayDemo(t *testing.T) {
 	if err := json.Unmarshal(rout.Bytes(), &live); err != nil || live.Requests != 12 || len(live.Policies) != 1 || live.Policies["live"].HitRatio == nil || live.Policies["live"].TTFTP50Ms <= 0 {
 		t.Fatalf("replay --gateway --json: %s (%v)", rout.String(), err)
 	}
-	// The demo serves until Ctrl-C after its summary; wait for the summary, then stop it.
-	poll.Until(t, "the demo's summary", 2*time.Minute, func() error {
-		if !strings.Contains(out.String(), "still open") {
-			return fmt.Errorf("output so far:\n%s", out.String())
-		}
-		return nil
-	})
 	cancel()
 	if err := <-done; err != nil && err != context.Canceled {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
 	s := out.String()
 	for _, want := range []*regexp.Regexp{
-		regexp.MustCompile(`round-robin: 25 requests, 0 failed`),
-		regexp.MustCompile(`kvgate: 25 requests, 0 failed`),
-		regexp.MustCompile(`Summary: the same 25 requests, round robin vs kvgate`),
-		regexp.MustCompile(`prefix-cache hit ratio \(prompt tokens\) +\d+\.\d% +\d+\.\d% +(\d+\.\d\d×|-)`),
-		regexp.MustCompile(`time to first token p50 +\d+ ms +\d+ ms +\d+\.\d\d×`),
-		regexp.MustCompile(`requests per engine +\d+ \d+ +\d+ \d+`),
+		regexp.MustCompile(`round 1 of 2:`),
+		regexp.MustCompile(`round 2 of 2:`),
+		regexp.MustCompile(`(?s)round-robin: 25 requests, 0 failed.*round-robin: 25 requests, 0 failed`),
+		regexp.MustCompile(`(?s)kvgate: 25 requests, 0 failed.*kvgate: 25 requests, 0 failed`),
+		regexp.MustCompile(`Summary: the same 25 requests, round robin vs kvgate, 2 rounds`),
+		regexp.MustCompile(`prefix-cache hit ratio \(prompt tokens\) +\d+\.\d% \[[\d.]+%–[\d.]+%\] +\d+\.\d% \[`),
+		regexp.MustCompile(`time to first token p50 +\d+ ms \[\d+ ms–\d+ ms\] +\d+ ms \[\d+ ms–\d+ ms\] +\d+\.\d\d× \[`),
+		regexp.MustCompile(`requests per engine \(last round\) +\d+ \d+ +\d+ \d+`),
 		regexp.MustCompile(`infinite-cache ideal .*: \d+\.\d% of prompt tokens`),
-		regexp.MustCompile(`\d+ requests begun, 0 still open`),
+		regexp.MustCompile(`\n  kvgate accounting after the replay: \d+ requests begun, 0 still open`),
+		regexp.MustCompile(`\nVerdict: .*medians of 2 rounds\.\n`),
+		regexp.MustCompile(`Try it \(the response's x-kvgate-served-by header`),
 	} {
 		if !want.MatchString(s) {
-			t.Errorf("summary lacks %s:\n%s", want, s)
+			t.Errorf("output lacks %s:\n%s", want, s)
 		}
 	}
 }
 
-// The side-by-side table: kvgate's column over round robin's, per row.
-func TestWriteSideBySide(t *testing.T) {
-	reqs, _, err := loadTrace("../../lab/replay/testdata/conversation_head300.jsonl", 50)
+// --exit: the summary and the verdict, and no "Try it" for a gateway that
+// is about to stop.
+func TestGatewayDemoExitSaysNoTryIt(t *testing.T) {
+	var out lockedBuffer
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	err := gatewayDemo(ctx, &out, gatewayDemoOptions{engines: 1, listen: "127.0.0.1:0", requests: 8, compare: true, repeats: 1, exitAfter: true,
+		duration: time.Second, speedup: 50, trace: "../../lab/replay/testdata/conversation_head300.jsonl"})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%v\n%s", err, out.String())
 	}
-	rr := &demoFleetRun{name: "round-robin", res: &replay.PolicyResult{HitRatio: 0.05, TTFTP50Ms: 400, TTFTP90Ms: 900}, perEngine: []int{25, 25}}
-	kv := &demoFleetRun{name: "kvgate", res: &replay.PolicyResult{HitRatio: 0.15, TTFTP50Ms: 200, TTFTP90Ms: 450}, perEngine: []int{30, 20}, failed: 1}
-	var b bytes.Buffer
-	writeSideBySide(&b, reqs, rr, kv)
-	s := b.String()
-	for _, want := range []string{
-		"Summary: the same 50 requests",
-		"5.0%", "15.0%", "3.00×", // hit ratio
-		"400 ms", "200 ms", "0.50×", // p50
-		"900 ms", "450 ms", // p90
-		"25 25", "30 20",
-		fmt.Sprintf("%.1f%% of prompt tokens", 100*replay.IdealHitRatio(reqs, 64)),
-	} {
-		if !strings.Contains(s, want) {
-			t.Errorf("table lacks %q:\n%s", want, s)
+	s := out.String()
+	if !regexp.MustCompile(`\nVerdict: .*\.\n$`).MatchString(s) {
+		t.Errorf("the output does not end with the verdict:\n%s", s)
+	}
+	for _, unwanted := range []string{"Try it", "curl", "stays up"} {
+		if strings.Contains(s, unwanted) {
+			t.Errorf("--exit printed %q:\n%s", unwanted, s)
 		}
 	}
-	if !regexp.MustCompile(`failed requests +0 +1`).MatchString(s) {
-		t.Errorf("failed row:\n%s", s)
+}
+
+// A round past its budget is a slow machine, not a defect: the demo stops
+// with a slowMachineStop (exit 0) and says why.
+func TestGatewayDemoRoundBudgetIsSlowMachine(t *testing.T) {
+	var out lockedBuffer
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	// A one-second round cannot start two fleets and replay 8 requests
+	// spread over a minute.
+	err := gatewayDemo(ctx, &out, gatewayDemoOptions{engines: 1, listen: "127.0.0.1:0", requests: 8, compare: true, repeats: 2, exitAfter: true,
+		duration: time.Minute, speedup: 50, roundBudget: time.Second, trace: "../../lab/replay/testdata/conversation_head300.jsonl"})
+	var slow *slowMachineStop
+	if !errors.As(err, &slow) || !strings.Contains(err.Error(), "round 1 of 2 did not finish within 1s") {
+		t.Fatalf("want a slow-machine stop for round 1, got %v\n%s", err, out.String())
 	}
 }
 

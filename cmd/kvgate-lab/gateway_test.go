@@ -54,6 +54,7 @@ func TestGatewayUsageErrors(t *testing.T) {
 		{[]string{"--workers", "127.0.0.1:8001", "--listen", "8080"}, `--listen "8080"`},
 		{[]string{"--workers", "127.0.0.1:8001", "--drain", "0s"}, "--drain must be positive"},
 		{[]string{"--workers", "127.0.0.1:8001", "extra"}, `unexpected arguments ["extra"]`},
+		{[]string{"--workers", "127.0.0.1:8001", "--served-by-header", "x served"}, `--served-by-header "x served": not an HTTP header name`},
 		{[]string{"--workers", "127.0.0.1:8001", "--bogus"}, "flag provided but not defined: -bogus"},
 		{[]string{"--envoy-config", filepath.Join(dir, "missing.yaml")}, "--envoy-config: open "},
 		{[]string{"--envoy-config", notEnvoy, "--workers", "127.0.0.1:8001"}, "--envoy-config " + notEnvoy + ": "},
@@ -215,6 +216,10 @@ func TestGatewayProcessRoutesStreamsAndDrains(t *testing.T) {
 	defer resp.Body.Close()
 	if resp.StatusCode != 200 || resp.Header.Get("content-type") != "text/event-stream" || resp.Header.Get("x-kvgate-debug") != "" {
 		t.Fatalf("status %d, headers %v", resp.StatusCode, resp.Header)
+	}
+	// The development aid: the engine that answered, by default.
+	if got := resp.Header.Values(servedByHeader); !slices.Equal(got, []string{workerAddr}) {
+		t.Errorf("%s: %q, want the engine %s", servedByHeader, got, workerAddr)
 	}
 	rd := bufio.NewReader(resp.Body)
 	first, err := rd.ReadString('\n')

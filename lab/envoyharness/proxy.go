@@ -46,7 +46,14 @@ type ProxyOptions struct {
 	// MaxRequestBytes bounds what the proxy reads from a client (default
 	// 64 MiB; 413 above it).
 	MaxRequestBytes int64
-	Logger          *slog.Logger
+	// ServedByHeader, when set, names a response header the proxy sets to
+	// the upstream host (ip:port) that answered: a development aid of
+	// kvgate-lab's gateway, not something Envoy does (the e2e tests, which
+	// play Envoy, leave it unset). It is set after the processor has seen
+	// the response headers, so kvgate can neither see nor remove it, and is
+	// absent from replies the proxy makes up itself (no upstream answered).
+	ServedByHeader string
+	Logger         *slog.Logger
 }
 
 // Proxy is an http.Handler that does for each client request what the
@@ -500,7 +507,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		f = withBody(f, body)
 	}
 	sent := time.Now()
-	resp, err := p.forward(ctx, f)
+	resp, servedBy, err := p.forward(ctx, f)
 	if err != nil {
 		if ctx.Err() != nil {
 			return
@@ -548,6 +555,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		w.Header().Add(h.Name, h.Value)
+	}
+	if p.opts.ServedByHeader != "" && servedBy != "" {
+		w.Header().Set(p.opts.ServedByHeader, servedBy)
 	}
 	w.WriteHeader(code)
 	flusher, _ := w.(http.Flusher)
@@ -632,11 +642,11 @@ const (
 // the route's retry policy says (router.cc / retry_state_impl.cc: each
 // retry re-runs the cluster's host choice). Without a retry policy there
 // is one attempt. A retriable status consumes an attempt; the last
-// attempt's response is the answer.
-func (p *Proxy) forward(ctx context.Context, f *Forwarded) (*http.Response, error) {
+// attempt's response is the answer, with the host that gave it.
+func (p *Proxy) forward(ctx context.Context, f *Forwarded) (*http.Response, string, error) {
 	method, _ := Get(f.Headers, ":method")
 	if cl, ok := Get(f.Headers, "content-length"); ok && cl != strconv.Itoa(len(f.Body)) {
-		return nil, fmt.Errorf("content-length %s does not match the %d-byte body the processor left", cl, len(f.Body))
+		return nil, "", fmt.Errorf("content-length %s does not match the %d-byte body the processor left", cl, len(f.Body))
 	}
 	retries := 0
 	if rp := p.cfg.Route.Retry; rp != nil {
@@ -650,13 +660,13 @@ func (p *Proxy) forward(ctx context.Context, f *Forwarded) (*http.Response, erro
 			if resp != nil {
 				resp.Body.Close()
 			}
-			return nil, ctx.Err()
+			return nil, "", ctx.Err()
 		}
 		if attempt >= retries || !p.retriable(failure, resp) {
 			if err != nil {
-				return nil, fmt.Errorf("upstream %s: %w", host, err)
+				return nil, "", fmt.Errorf("upstream %s: %w", host, err)
 			}
-			return resp, nil
+			return resp, host, nil
 		}
 		if resp != nil {
 			resp.Body.Close()
@@ -664,7 +674,7 @@ func (p *Proxy) forward(ctx context.Context, f *Forwarded) (*http.Response, erro
 		lastErr = err
 		next, cerr := f.NextUpstream()
 		if cerr != nil {
-			return nil, fmt.Errorf("retry: %w (after %v)", cerr, lastErr)
+			return nil, "", fmt.Errorf("retry: %w (after %v)", cerr, lastErr)
 		}
 		host = next
 	}

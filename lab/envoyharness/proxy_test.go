@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -58,6 +59,12 @@ func (f deciderFunc) Decide(ctx context.Context, req *server.Request) (*server.D
 // endpoints, listening on loopback.
 func gateway(t *testing.T, r server.Decider, envoyFile string, workers ...string) string {
 	t.Helper()
+	return gatewayWith(t, r, envoyFile, "", workers...)
+}
+
+// gatewayWith is gateway with the proxy's ServedByHeader option.
+func gatewayWith(t *testing.T, r server.Decider, envoyFile, servedBy string, workers ...string) string {
+	t.Helper()
 	cfg := envoyharness.MustShipped(envoyFile)
 	srv, err := server.New(r, server.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		SingleDestination: cfg.Route.Cluster.OriginalDst != nil})
@@ -73,7 +80,7 @@ func gateway(t *testing.T, r server.Decider, envoyFile string, workers ...string
 	srv.Register(g)
 	go func() { _ = g.Serve(lis) }()
 	p, err := envoyharness.NewProxy(cfg, envoyharness.ProxyOptions{ExtProc: []string{lis.Addr().String()}, Workers: workers,
-		ChunkSize: 64, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		ChunkSize: 64, ServedByHeader: servedBy, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,6 +213,50 @@ func TestGatewayFallbackPerConfig(t *testing.T) {
 		tk.wait(t)
 		if tk.served.Load() != c.wantServed {
 			t.Errorf("%s: served %v, want %v", c.file, tk.served.Load(), c.wantServed)
+		}
+	}
+}
+
+// ServedByHeader names the host that answered: the fallback after the
+// primary's connect failure, not kvgate's first choice; a reply the proxy
+// makes up itself (no upstream answered) carries none, and without the
+// option (as Envoy) no response does.
+func TestGatewayServedByHeader(t *testing.T) {
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok") }))
+	defer backend.Close()
+	dead, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadAddr := dead.Addr().String()
+	dead.Close()
+	live := hostPort(t, backend.URL)
+	for _, c := range []struct {
+		name, header, file string
+		fallbacks          []string
+		wantStatus         int
+		want               []string
+	}{
+		{"fallback served", "x-kvgate-served-by", "envoy.yaml", []string{live}, 200, []string{live}},
+		{"no upstream answered", "x-kvgate-served-by", "envoy-original-dst.yaml", nil, 503, nil},
+		{"option unset", "", "envoy.yaml", []string{live}, 200, nil},
+	} {
+		tk := &gwTicket{done: make(chan struct{})}
+		url := gatewayWith(t, deciderFunc(func(context.Context, *server.Request) (*server.Decision, *server.RouteError) {
+			return &server.Decision{Endpoint: deadAddr, Fallbacks: c.fallbacks, Ticket: tk}, nil
+		}), c.file, c.header, deadAddr, live)
+		resp, err := http.Get(url + "/v1/models")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		tk.wait(t)
+		if resp.StatusCode != c.wantStatus {
+			t.Fatalf("%s: status %d", c.name, resp.StatusCode)
+		}
+		if got := resp.Header.Values("x-kvgate-served-by"); !slices.Equal(got, c.want) {
+			t.Errorf("%s: x-kvgate-served-by %q, want %q", c.name, got, c.want)
 		}
 	}
 }
