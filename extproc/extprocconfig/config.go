@@ -66,7 +66,9 @@ type Config struct {
 	// sets no max_tokens.
 	ExpectedOutputTokens int       `yaml:"expected_output_tokens"`
 	Admission            Admission `yaml:"admission"`
-	PD                   PD        `yaml:"pd"`
+	// FlowControl holds requests past saturation (flowcontrol.go).
+	FlowControl FlowControl `yaml:"flow_control"`
+	PD          PD          `yaml:"pd"`
 	// SyncTimeout bounds how long an extproc holding the index in memory
 	// waits, at start, for its engines' event streams to catch up (replay)
 	// before reporting ready; past it, it reports ready anyway.
@@ -283,6 +285,7 @@ func (x *Config) ApplyDefaults() {
 	}
 	x.EngineMetrics.ApplyDefaults()
 	x.Outlier.applyDefaults()
+	x.FlowControl.applyDefaults()
 	x.HealthyPanic.applyDefaults()
 	x.SharedLoad.applyDefaults()
 	x.Preprocess.ApplyDefaults()
@@ -306,6 +309,9 @@ func (x *Config) ApplyDefaults() {
 // validated when extproc starts discovery.
 func (x *Config) Validate(path string) error {
 	if err := x.validateOwn(path); err != nil {
+		return err
+	}
+	if err := x.FlowControl.validate(path + ".flow_control"); err != nil {
 		return err
 	}
 	if err := x.Outlier.validate(path + ".outlier"); err != nil {

@@ -161,15 +161,19 @@ func TestSaturation(t *testing.T) {
 	}
 	full := picker.Load{InflightRequests: 4}
 	cands := []picker.Candidate{{Load: full}, {Load: picker.Load{}, Worker: picker.Worker{Unhealthy: true}}}
-	if !s.AllSaturated(cands) {
+	if !s.AllSaturated(cands, false) {
 		t.Error("an unhealthy idle worker counted as room")
 	}
 	cands = append(cands, picker.Candidate{})
-	if s.AllSaturated(cands) {
+	if s.AllSaturated(cands, false) {
 		t.Error("an idle usable worker not counted as room")
 	}
-	if s.AllSaturated([]picker.Candidate{{Worker: picker.Worker{Draining: true}, Load: full}}) {
+	if s.AllSaturated([]picker.Candidate{{Worker: picker.Worker{Draining: true}, Load: full}}, false) {
 		t.Error("a pool with no usable worker reported saturated")
+	}
+	pd := []picker.Candidate{{Load: full, Worker: picker.Worker{Role: picker.RoleDecode}}, {Worker: picker.Worker{Role: picker.RolePrefill}}}
+	if !s.AllSaturated(pd, false) || s.AllSaturated(pd, true) {
+		t.Error("an idle prefill worker counts as room only with disaggregation on")
 	}
 	if (Saturation{MaxKVUsage: 1.5}).Validate() == nil {
 		t.Error("KV usage over 1 accepted")

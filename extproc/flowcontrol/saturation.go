@@ -59,14 +59,16 @@ func (s Saturation) WorkerSaturated(l picker.Load) bool {
 
 // AllSaturated reports whether every candidate that could serve a request
 // is saturated. Candidates the picker would not choose (unhealthy,
-// draining, ejected) do not count; with none left it reports false, so the
-// picker answers (no eligible worker) instead of the request waiting for
-// a worker that may never come.
-func (s Saturation) AllSaturated(cands []picker.Candidate) bool {
+// draining, ejected) do not count, nor prefill-only workers unless
+// withPrefill (disaggregation is on: a prefill worker with room takes the
+// prompt off the decode workers' queues); with none left it reports
+// false, so the picker answers (no eligible worker) instead of the request
+// waiting for a worker that may never come.
+func (s Saturation) AllSaturated(cands []picker.Candidate, withPrefill bool) bool {
 	usable := 0
 	for _, c := range cands {
 		w := c.Worker
-		if w.Unhealthy || w.Draining || w.Ejected || w.Role == picker.RolePrefill {
+		if w.Unhealthy || w.Draining || w.Ejected || (w.Role == picker.RolePrefill && !withPrefill) {
 			continue
 		}
 		usable++
