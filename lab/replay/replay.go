@@ -35,7 +35,10 @@ const (
 const PendingPrefixTTL = loadview.PendingTTL
 
 // AllPolicies lists every policy, baselines first.
-var AllPolicies = []string{PolicyRandom, PolicyRoundRobin, PolicyLeastLoaded, PolicyApproxPrefix, PolicyDynamo, PolicyKvgate, PolicyKvgateEventsOnly}
+//
+// PolicyLLMD and PolicySGLang are the peers' own policies (policy_llmd.go,
+// policy_sglang.go).
+var AllPolicies = []string{PolicyRandom, PolicyRoundRobin, PolicyLeastLoaded, PolicyApproxPrefix, PolicyDynamo, PolicyLLMD, PolicySGLang, PolicyKvgate, PolicyKvgateEventsOnly}
 
 // Options configure a replay. Zero fields take the defaults noted.
 type Options struct {

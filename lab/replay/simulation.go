@@ -44,6 +44,8 @@ type simulation struct {
 	ingErr  error
 
 	tiers []*enginesim.StoreTier // with Options.HostBlocks
+	// sglang is SGLang's approximate tree (PolicySGLang).
+	sglang *sglangTree
 
 	flights []flight
 	cands   []picker.Candidate
@@ -89,7 +91,7 @@ func newSimulation(policy string, idx uint64, reqs []TraceRequest, opt *Options)
 	case PolicyDynamo, PolicyApproxPrefix:
 		s.pick.Policy = picker.PolicyDynamo
 	}
-	if policy == PolicyDynamo || policy == PolicyKvgate || policy == PolicyKvgateEventsOnly {
+	if policy == PolicyDynamo || policy == PolicyLLMD || policy == PolicyKvgate || policy == PolicyKvgateEventsOnly {
 		s.idx = kvindex.NewMemory(kvindex.MemoryConfig{})
 	}
 	if policy == PolicyKvgate {
@@ -244,7 +246,7 @@ func (s *simulation) route(i int, toks []uint32, at time.Duration) error {
 	now := epoch.Add(at)
 	bs := s.opt.BlockSize
 	var chain []uint64
-	if s.policy == PolicyApproxPrefix || s.idx != nil {
+	if s.policy == PolicyApproxPrefix || s.policy == PolicySGLang || s.idx != nil {
 		chain = blockhash.SequenceHashes(blockhash.LocalHashes(toks, bs, s.seed))
 	}
 	expected := min(max(1, r.OutputLength), picker.MaxOutputTokens)
@@ -258,6 +260,15 @@ func (s *simulation) route(i int, toks []uint32, at time.Duration) error {
 		s.rr = (s.rr + 1) % len(s.engines)
 	case PolicyLeastLoaded:
 		w = s.leastLoaded()
+	case PolicySGLang:
+		w = s.pickSGLang(chain, at)
+	case PolicyLLMD:
+		m, err := s.idx.Match(context.Background(), chain)
+		if err != nil {
+			return fmt.Errorf("index match: %w", err)
+		}
+		w = s.pickLLMD(m)
+		depths = m[s.workers[w].ID]
 	default:
 		var m kvindex.Match
 		if s.recent != nil {
