@@ -93,3 +93,36 @@ func TestSGLangCacheAwareRouter(t *testing.T) {
 		}
 	}
 }
+
+// kvgate-flow replays through the extproc's queue: at 4× the trace's rate
+// on two workers the fleet saturates, requests wait (a queue wait is
+// measured) and every request ends routed or refused; goodput counts only
+// the requests within the SLA.
+func TestKvgateFlowReplayWaitsPastSaturation(t *testing.T) {
+	reqs, err := LoadTrace("testdata/conversation_head300.jsonl", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Run(t.Context(), "slice", reqs, Options{Workers: 2, Seed: 3, RateScale: 4, Policies: []string{PolicyKvgate, PolicyKvgateFlow}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, k := res.Policies[PolicyKvgateFlow], res.Policies[PolicyKvgate]
+	if f.QueueWaitP99Ms <= 0 {
+		t.Fatalf("no request waited: %+v", f)
+	}
+	if len(f.TTFTsMs)+f.Refused != 300 || f.ShedRate != float64(f.Refused)/300 {
+		t.Fatalf("%d answered + %d refused of 300 (shed rate %v)", len(f.TTFTsMs), f.Refused, f.ShedRate)
+	}
+	for _, r := range []*PolicyResult{f, k} {
+		met := 0
+		for _, ms := range r.TTFTsMs {
+			if ms <= msOf(DefaultGoodputSLA) {
+				met++
+			}
+		}
+		if r.SLAAttainment != float64(met)/300 || r.GoodputRPS <= 0 {
+			t.Fatalf("attainment %v goodput %v, want %d/300 met", r.SLAAttainment, r.GoodputRPS, met)
+		}
+	}
+}

@@ -70,6 +70,9 @@ type Options struct {
 	// Kvgate, if set, is the kvgate policy's picker configuration (its
 	// Policy is forced to kvgate); default picker.DefaultConfig's knobs.
 	Kvgate *picker.Config
+	// GoodputSLA is the TTFT a request must meet to count in
+	// PolicyResult.GoodputRPS; default DefaultGoodputSLA.
+	GoodputSLA time.Duration
 	// Progress, if set, is called now and then with the policy being
 	// replayed and how many of its requests have been routed.
 	Progress func(policy string, routed, total int)
@@ -112,6 +115,9 @@ func (o *Options) fill() error {
 	if len(o.Policies) == 0 {
 		o.Policies = AllPolicies
 	}
+	if o.GoodputSLA == 0 {
+		o.GoodputSLA = DefaultGoodputSLA
+	}
 	finite := func(v, lo, hi float64) bool { return !math.IsNaN(v) && v >= lo && v <= hi }
 	switch {
 	case o.Workers < 1 || o.Workers > MaxWorkers:
@@ -141,7 +147,7 @@ func (o *Options) fill() error {
 }
 
 func knownPolicy(p string) bool {
-	for _, q := range AllPolicies {
+	for _, q := range append(AllPolicies[:len(AllPolicies):len(AllPolicies)], ExtraPolicies...) {
 		if p == q {
 			return true
 		}
@@ -203,6 +209,16 @@ type PolicyResult struct {
 	// HostHitRatio is the part of HitRatio loaded from the host tier
 	// (Options.HostBlocks); absent without one.
 	HostHitRatio float64 `json:"host_hit_ratio,omitempty"`
+	// Overload measures: GoodputRPS is the requests per second whose TTFT
+	// met Options.GoodputSLA (a refused request is a miss), SLAAttainment
+	// their share of all requests; with flow control (kvgate-flow),
+	// ShedRate and Refused are the requests refused (queue bounds or
+	// max_wait), QueueWaitP99Ms the p99 wait of those that waited.
+	GoodputRPS     float64 `json:"goodput_rps"`
+	SLAAttainment  float64 `json:"sla_attainment"`
+	ShedRate       float64 `json:"shed_rate,omitempty"`
+	Refused        int     `json:"refused,omitempty"`
+	QueueWaitP99Ms float64 `json:"queue_wait_p99_ms,omitempty"`
 	// IndexRejects counts KV events the indexer rejected (kv-aware
 	// policies); a replay is only as good as its index.
 	IndexRejects uint64 `json:"-"`
