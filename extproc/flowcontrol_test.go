@@ -11,8 +11,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/kvgate/kvgate/config"
+	"github.com/kvgate/kvgate/extproc/loadview"
 	"github.com/kvgate/kvgate/extproc/server"
 	"github.com/kvgate/kvgate/internal/yamlconf"
+	"github.com/kvgate/kvgate/kv/kvfleet"
 	"github.com/kvgate/kvgate/lab/envoyharness"
 	"github.com/kvgate/kvgate/lab/testkit/poll"
 )
@@ -301,5 +303,31 @@ func TestFlowKeyHashesTenant(t *testing.T) {
 	}
 	if flowKeyOf("", req, nil) != "" {
 		t.Fatal("no tenant configured, yet a flow key")
+	}
+}
+
+// Saturation is judged per worker from the load the picker weighs: with
+// every worker past saturation.max_queued_prefill_tokens (and no admission
+// bound), a request waits; when one worker's queue drains — load released
+// outside kvgate's tickets, so only the recheck can see it — it is routed.
+func TestFlowWaitsWhileEveryWorkerSaturated(t *testing.T) {
+	r := newRig(t, func(c *config.Config) {
+		c.Extproc.FlowControl.Saturation.MaxQueuedPrefillTokens = 1000
+		c.Extproc.FlowControl.Recheck = yamlconf.Duration(20 * time.Millisecond)
+	}, envoyharness.DefaultConfig())
+	var pinned []*loadview.Ticket
+	for _, w := range workers {
+		pinned = append(pinned, r.router.load.Begin(kvfleet.WorkerID{Endpoint: w}, 1000, 0, time.Now()))
+	}
+	held := startHeld(t, r, context.Background(), chatBody("qwen3", "A question for a saturated fleet."), 1)
+	pinned[1].Finish(loadview.OutcomeCompleted)
+	res := <-held
+	if res.err != nil || res.x.Forward == nil {
+		t.Fatalf("not routed once a worker had room: %v %+v", res.err, res.x)
+	}
+	res.x.Cancel()
+	<-res.x.Done()
+	for _, tk := range pinned {
+		tk.Finish(loadview.OutcomeCompleted)
 	}
 }

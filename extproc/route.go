@@ -27,7 +27,8 @@ import (
 // detector (outlierDetector.mu: ejections), the health checker
 // (healthChecker.mu: probe results), the engine metrics
 // (enginemetrics.Scraper.mu: samples), the decision log (decisionLog.mu:
-// its ring); the worker set and the peers' shared load are atomic pointers
+// its ring), flow control (flowGate.mu: the pools' queues; it reads the
+// load under it, never the other way round); the worker set and the peers' shared load are atomic pointers
 // swapped whole; each request draws from its own random source
 // (randsource.go).
 func (r *Router) Decide(ctx context.Context, req *server.Request) (*server.Decision, *server.RouteError) {
