@@ -254,6 +254,7 @@ func (r *Router) SetMembers(workers []kvfleet.Worker) error {
 			}
 		}
 	}
+	r.kickFlow() // a worker that joined is room for requests waiting
 	return nil
 }
 
