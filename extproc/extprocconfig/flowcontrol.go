@@ -62,7 +62,8 @@ type FlowSaturation struct {
 	MaxInflight int `yaml:"max_inflight"`
 	// MaxEngineWaiting and MaxKVUsage are the engine's own waiting queue and
 	// KV-cache usage (engine_metrics); GIE's saturation detector defaults,
-	// 5 and 0.8 (pkg/epp/saturationdetector/config.go).
+	// 5 and 0.8 (gateway-api-inference-extension at 9ca8b513,
+	// pkg/epp/saturationdetector/config.go).
 	MaxEngineWaiting int     `yaml:"max_engine_waiting"`
 	MaxKVUsage       float64 `yaml:"max_kv_usage"`
 }

@@ -12,10 +12,12 @@
 // pkg/epp/flowcontrol/registry/config.go): priority bands, higher priority
 // first; a fairness policy choosing among the band's flows; an ordering
 // policy inside a flow; byte bounds on what waits. kvgate fixes the
-// policies instead of making them plugins: round robin across flows (GIE's
-// round-robin fairness policy; its default, global strict, is plain FCFS
-// across flows and lets a noisy tenant crowd out the rest) and earliest
-// deadline first inside a flow (GIE's EDF ordering), arrival breaking ties.
+// policies instead of making them plugins: round robin across flows (GIE
+// offers a round-robin fairness policy; its default, global strict, serves
+// the flows by their head requests, so a tenant with many early requests
+// keeps its turn) and earliest deadline first inside a flow (GIE's EDF
+// ordering, pkg/epp/flowcontrol/framework/plugins/policies/intraflow/
+// dispatch/edf), arrival breaking ties.
 package flowcontrol
 
 import (

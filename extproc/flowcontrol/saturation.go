@@ -20,12 +20,13 @@ type Saturation struct {
 	MaxInflight int
 	// MaxEngineWaiting: the engine's own waiting queue
 	// (vllm:num_requests_waiting; Load.Waiting). GIE's saturation detector
-	// uses 5 (pkg/epp/saturationdetector/config.go
-	// DefaultQueueDepthThreshold).
+	// uses 5 (kubernetes-sigs/gateway-api-inference-extension at 9ca8b513,
+	// pkg/epp/saturationdetector/config.go DefaultQueueDepthThreshold =
+	// pkg/epp/common/config DefaultQueueThresholdCritical).
 	MaxEngineWaiting int
 	// MaxKVUsage: the engine's KV-cache usage fraction
 	// (vllm:kv_cache_usage_perc; Load.KVUsage). GIE uses 0.8
-	// (DefaultKVCacheUtilThreshold, same file).
+	// (DefaultKVCacheUtilThreshold, same files).
 	MaxKVUsage float64
 }
 
