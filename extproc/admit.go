@@ -32,8 +32,9 @@ func (r *Router) admit(req *server.Request, res *preprocess.Result, cands []pick
 // it could not start within max_wait or the queue's bounds are full. It
 // reports whether the request waited (its load view is then stale) and
 // the function to call once it has booked.
-func (r *Router) admitFlow(ctx context.Context, req *server.Request, res *preprocess.Result, prio requestPriority) (bool, func(), *server.RouteError) {
-	fw := r.flow.enter(ctx, res.Model.Name, prio.Priority, flowKeyOf(r.cfg.FlowControl.Tenant, req, res), int64(len(req.Body)))
+func (r *Router) admitFlow(ctx context.Context, req *server.Request, res *preprocess.Result, p *pool, cands []picker.Candidate, prio requestPriority) (bool, func(), *server.RouteError) {
+	roomNow := r.shedReason(cands, prio) == "" && !r.saturation.AllSaturated(cands, r.cfg.PD.Enabled && p.hasPD)
+	fw := r.flow.enter(ctx, res.Model.Name, prio.Priority, flowKeyOf(r.cfg.FlowControl.Tenant, req, res), int64(len(req.Body)), roomNow)
 	switch {
 	case fw.cancelled:
 		r.metrics.requests.WithLabelValues(res.Served, "client_cancel").Inc()

@@ -84,9 +84,11 @@ type flowWait struct {
 func noop() {}
 
 // enter lets a request of pool model through at once when nothing waits
-// there and the pool has room; otherwise it queues the request and blocks
-// until it is dispatched, its deadline passes, or ctx ends.
-func (g *flowGate) enter(ctx context.Context, model string, prio int, flowKey string, bytes int64) flowWait {
+// there and the pool has room (roomNow: judged by the caller on the load
+// it already gathered, so the common case costs no second gather);
+// otherwise it queues the request and blocks until it is dispatched, its
+// deadline passes, or ctx ends.
+func (g *flowGate) enter(ctx context.Context, model string, prio int, flowKey string, bytes int64, roomNow bool) flowWait {
 	now := g.now()
 	g.mu.Lock()
 	p := g.pools[model]
@@ -95,7 +97,7 @@ func (g *flowGate) enter(ctx context.Context, model string, prio int, flowKey st
 		p = &gatePool{q: q}
 		g.pools[model] = p
 	}
-	if p.q.Len() == 0 && !p.inTransit && g.room(model, prio) {
+	if p.q.Len() == 0 && !p.inTransit && roomNow {
 		g.mu.Unlock()
 		return flowWait{done: noop}
 	}

@@ -56,7 +56,7 @@ func (r *Router) Decide(ctx context.Context, req *server.Request) (*server.Decis
 			return nil, rerr
 		}
 	} else {
-		waited, done, rerr := r.admitFlow(ctx, req, res, prio)
+		waited, done, rerr := r.admitFlow(ctx, req, res, p, cands, prio)
 		defer done() // booked (or failed): the next waiting request may go
 		if rerr != nil {
 			return nil, rerr
