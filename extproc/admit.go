@@ -1,9 +1,11 @@
 package extproc
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"net/http"
+	"strconv"
 
 	"github.com/kvgate/kvgate/extproc/preprocess"
 	"github.com/kvgate/kvgate/extproc/server"
@@ -21,6 +23,50 @@ func (r *Router) admit(req *server.Request, res *preprocess.Result, cands []pick
 	if reason == "" {
 		return nil
 	}
+	return r.shed(req, res, prio, reason, 0)
+}
+
+// admitFlow is admit with flow control (extproc.flow_control, flowgate.go):
+// over an admission bound, or with every usable worker saturated, the
+// request waits for room instead of being shed, and is refused only when
+// it could not start within max_wait or the queue's bounds are full. It
+// reports whether the request waited (its load view is then stale) and
+// the function to call once it has booked.
+func (r *Router) admitFlow(ctx context.Context, req *server.Request, res *preprocess.Result, p *pool, cands []picker.Candidate, prio requestPriority) (bool, func(), *server.RouteError) {
+	roomNow := r.shedReason(cands, prio) == "" && !r.saturation.AllSaturated(cands, r.cfg.PD.Enabled && p.hasPD)
+	fw := r.flow.enter(ctx, res.Model.Name, prio.Priority, flowKeyOf(r.cfg.FlowControl.Tenant, req, res), int64(len(req.Body)), roomNow)
+	switch {
+	case fw.cancelled:
+		r.metrics.requests.WithLabelValues(res.Served, "client_cancel").Inc()
+		return false, fw.done, routeError(http.StatusServiceUnavailable, "request cancelled", "service_unavailable", "")
+	case fw.shed != "":
+		return false, fw.done, r.shed(req, res, prio, fw.shed, r.cfg.FlowControl.RetryAfter.D().Seconds())
+	}
+	return fw.waited, fw.done, nil
+}
+
+// poolHasRoom is flow control's saturation judgement for pool model and a
+// request of priority prio: the pool is within its admission bounds (for
+// that priority) and some usable worker is below every saturation bound
+// (flowcontrol.Saturation, extproc.flow_control.saturation). It reads the
+// same load the picker weighs (gather), without a prefix match.
+func (r *Router) poolHasRoom(model string, prio int) bool {
+	p := r.fleet.Load().pools[model]
+	if p == nil {
+		return true // the request's own pick answers: no worker
+	}
+	rnd := r.rand.get()
+	defer r.rand.put(rnd)
+	cands := r.gatherer.gather(p.workers, nil, nil, r.now(), rnd)
+	if r.shedReason(cands, requestPriority{Priority: prio}) != "" {
+		return false
+	}
+	return !r.saturation.AllSaturated(cands, r.cfg.PD.Enabled && p.hasPD)
+}
+
+// shed answers 429 for reason and records the refusal; retryAfter > 0
+// adds a Retry-After header of that many seconds (rounded up).
+func (r *Router) shed(req *server.Request, res *preprocess.Result, prio requestPriority, reason string, retryAfter float64) *server.RouteError {
 	class := "standard"
 	if prio.sheddable() {
 		class = "sheddable"
@@ -33,6 +79,9 @@ func (r *Router) admit(req *server.Request, res *preprocess.Result, cands []pick
 	})
 	e := routeError(http.StatusTooManyRequests, "kvgate is shedding load: "+reason, "rate_limit_exceeded", "shed")
 	e.Headers = map[string]string{"x-kvgate-shed-reason": reason}
+	if retryAfter > 0 {
+		e.Headers["retry-after"] = strconv.Itoa(int(math.Ceil(retryAfter)))
+	}
 	return e
 }
 

@@ -17,6 +17,30 @@ type metrics struct {
 	approximate   *prometheus.CounterVec
 	debugHeader   *prometheus.CounterVec
 	shedByClass   *prometheus.CounterVec
+	flow          *flowMetrics
+}
+
+// flowMetrics are flow control's (flowgate.go). Bands are labelled
+// high (priority > 0), standard (0) and sheddable (< 0); tenants are
+// hashed into tenantBuckets label values, never named.
+type flowMetrics struct {
+	depth       *prometheus.GaugeVec
+	tenantDepth *prometheus.GaugeVec
+	wait        *prometheus.HistogramVec
+	requests    *prometheus.CounterVec
+}
+
+func newFlowMetrics() *flowMetrics {
+	return &flowMetrics{
+		depth: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "kvgate_flow_queue_depth",
+			Help: "Requests waiting for room in a saturated pool, by priority band (high > 0, standard = 0, sheddable < 0)."}, []string{"band"}),
+		tenantDepth: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "kvgate_flow_tenant_queue_depth",
+			Help: "Requests waiting, by tenant bucket: tenants (extproc.flow_control.tenant) hashed into 16 buckets, so one bucket far above the rest is a noisy tenant."}, []string{"tenant_bucket"}),
+		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "kvgate_flow_queue_wait_seconds",
+			Help: "Time requests spent waiting for room, by band, whatever ended the wait.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}, []string{"band"}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvgate_flow_requests_total",
+			Help: "Requests that met flow control's queue, by band and outcome: dispatched, cancelled (the client left), shed_deadline (could not start within max_wait), shed_max_requests, shed_max_bytes (the queue's bounds)."}, []string{"band", "outcome"}),
+	}
 }
 
 func newMetrics() *metrics {
@@ -45,13 +69,14 @@ func newMetrics() *metrics {
 			Help: "Routed requests that asked for x-kvgate-debug, by whether extproc.debug_header granted it (refused: not a trusted client)."}, []string{"outcome"}),
 		shedByClass: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvgate_extproc_shed_by_priority_total",
 			Help: "Requests shed by admission, by priority class: sheddable (priority < 0, shed first at admission.sheddable_fraction of the bounds) or standard."}, []string{"class"}),
+		flow: newFlowMetrics(),
 	}
 }
 
 // Register adds the router's metrics, and its load view as gauges, to reg.
 func (r *Router) Register(reg prometheus.Registerer) error {
 	m := r.metrics
-	cs := []prometheus.Collector{m.requests, m.picks, m.pd, m.finished, m.overlap, m.ttfb, m.decision, m.indexErrors, m.fallbacksUsed, m.approximate, m.debugHeader, m.shedByClass, r.panics.counter, loadCollector{r}}
+	cs := []prometheus.Collector{m.requests, m.picks, m.pd, m.finished, m.overlap, m.ttfb, m.decision, m.indexErrors, m.fallbacksUsed, m.approximate, m.debugHeader, m.shedByClass, m.flow.depth, m.flow.tenantDepth, m.flow.wait, m.flow.requests, r.panics.counter, loadCollector{r}}
 	for _, s := range r.signals {
 		cs = append(cs, s.collectors...)
 	}

@@ -36,6 +36,7 @@ func TestPriorityShedsLowestFirst(t *testing.T) {
 		c.Extproc.Admission.MaxInflight = 5
 		c.Extproc.Admission.SheddableFraction = 0.6
 		c.Extproc.DebugHeader.AllowAnyClient = true
+		c.Extproc.FlowControl.Disabled = true // the bounds shed at once (flowcontrol_test.go holds instead)
 	}, envoyharness.DefaultConfig())
 	r.router.SetObjectives(map[string]int{"batch": -1, "critical": 10})
 	batch := map[string]string{ObjectiveHeader: "batch"}

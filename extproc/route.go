@@ -17,7 +17,9 @@ import (
 //
 //	preprocess → match → gather → admit → pick → book
 //
-// The router holds no lock of its own and none is held across two stages.
+// With flow control (extproc.flow_control, on by default) admit may hold
+// the request until its pool has room (admitFlow); then match and gather
+// run again on the load of that moment. The router holds no lock of its own and none is held across two stages.
 // Each piece of state guards itself, for one read or one write at a time:
 // the index (its backend's), the load view (loadview.View.mu: bookings),
 // the recent and pending credits (loadview.Recent.mu each: recorded
@@ -25,7 +27,8 @@ import (
 // detector (outlierDetector.mu: ejections), the health checker
 // (healthChecker.mu: probe results), the engine metrics
 // (enginemetrics.Scraper.mu: samples), the decision log (decisionLog.mu:
-// its ring); the worker set and the peers' shared load are atomic pointers
+// its ring), flow control (flowGate.mu: the pools' queues; it reads the
+// load under it, never the other way round); the worker set and the peers' shared load are atomic pointers
 // swapped whole; each request draws from its own random source
 // (randsource.go).
 func (r *Router) Decide(ctx context.Context, req *server.Request) (*server.Decision, *server.RouteError) {
@@ -50,8 +53,26 @@ func (r *Router) Decide(ctx context.Context, req *server.Request) (*server.Decis
 	m := r.match(ctx, p, res.Sequence, start)
 	cands := r.gatherer.gather(p.workers, m, req.SubsetHint, r.now(), rnd)
 	prio := r.priorityOf(req)
-	if rerr := r.admit(req, res, cands, prio); rerr != nil {
-		return nil, rerr
+	if r.flow == nil {
+		if rerr := r.admit(req, res, cands, prio); rerr != nil {
+			return nil, rerr
+		}
+	} else {
+		waited, done, rerr := r.admitFlow(ctx, req, res, p, cands, prio)
+		defer done() // booked (or failed): the next waiting request may go
+		if rerr != nil {
+			return nil, rerr
+		}
+		if waited {
+			// Seconds may have passed: the worker set, the index and the
+			// load are read again.
+			if p = r.fleet.Load().pools[res.Model.Name]; p == nil {
+				r.metrics.requests.WithLabelValues(res.Served, "no_worker").Inc()
+				return nil, routeError(http.StatusServiceUnavailable, fmt.Sprintf("no worker serves model %s", res.Served), "service_unavailable", "no_eligible_worker")
+			}
+			m = r.match(ctx, p, res.Sequence, r.now())
+			cands = r.gatherer.gather(p.workers, m, req.SubsetHint, r.now(), rnd)
+		}
 	}
 	c, rerr := r.pick(req, res, p, cands, rnd)
 	if rerr != nil {

@@ -26,6 +26,7 @@ import (
 
 	"github.com/kvgate/kvgate/extproc/enginemetrics"
 	"github.com/kvgate/kvgate/extproc/extprocconfig"
+	"github.com/kvgate/kvgate/extproc/flowcontrol"
 	"github.com/kvgate/kvgate/extproc/loadview"
 	"github.com/kvgate/kvgate/extproc/preprocess"
 	"github.com/kvgate/kvgate/extproc/server"
@@ -79,6 +80,8 @@ type Router struct {
 	engines    *enginemetrics.Scraper // nil when disabled
 	outlier    *outlierDetector       // nil when disabled
 	shared     *sharedLoad            // nil unless the Redis backend shares load
+	flow       *flowGate              // nil when flow control is disabled (flowgate.go)
+	saturation flowcontrol.Saturation // when a worker has no room (flow control)
 	now        func() time.Time
 
 	// signals lists the enabled sources above with their life cycle
@@ -194,6 +197,11 @@ func NewRouter(rc RouterConfig, reg *preprocess.Registry, idx kvindex.Index, log
 		r.engines = enginemetrics.New(emc)
 		r.signals = append(r.signals, engineMetricsSource(r.engines, log))
 	}
+	if !x.FlowControl.Disabled {
+		fs := x.FlowControl.Saturation
+		r.saturation = flowcontrol.Saturation{MaxQueuedPrefillTokens: fs.MaxQueuedPrefillTokens, MaxInflight: fs.MaxInflight, MaxEngineWaiting: fs.MaxEngineWaiting, MaxKVUsage: fs.MaxKVUsage}
+		r.flow = newFlowGate(x.FlowControl, r.poolHasRoom, r.metrics.flow, func() time.Time { return r.now() })
+	}
 	r.gatherer = &gatherer{load: r.load, throughput: r.throughput, outlier: r.outlier, health: r.health, shared: r.shared, engines: r.engines}
 	if err := r.SetMembers(rc.Workers); err != nil {
 		return nil, err
@@ -240,6 +248,7 @@ func (r *Router) SetMembers(workers []kvfleet.Worker) error {
 			}
 		}
 	}
+	r.kickFlow() // a worker that joined is room for requests waiting
 	return nil
 }
 

@@ -59,6 +59,7 @@ func (t *ticket) ResponseStatus(status int, _ bool) { t.status = status }
 func (t *ticket) FirstByte() {
 	t.load.PrefillDone()
 	t.prefill.Finish(loadview.OutcomeCompleted)
+	t.router.kickFlow() // the prefill queue shrank
 	secs := t.router.now().Sub(t.start).Seconds()
 	t.router.metrics.ttfb.Observe(secs)
 	if t.uncached <= 0 || secs <= 0 {
@@ -79,10 +80,11 @@ func (t *ticket) finishUnobserved() {
 	t.load.PrefillDone()
 	t.prefill.Finish(loadview.OutcomeCompleted)
 	if hold := t.router.cfg.UnobservedHold.D(); hold > 0 {
-		time.AfterFunc(hold, func() { t.load.Finish(loadview.OutcomeCompleted) })
+		time.AfterFunc(hold, func() { t.load.Finish(loadview.OutcomeCompleted); t.router.kickFlow() })
 	} else {
 		t.load.Finish(loadview.OutcomeCompleted)
 	}
+	t.router.kickFlow()
 	t.router.metrics.finished.WithLabelValues(server.OutcomeUnobserved.String()).Inc()
 }
 
@@ -129,9 +131,19 @@ func (t *ticket) Finish(o server.Outcome) {
 		}
 		t.load.Finish(lo)
 		t.prefill.Finish(lo)
+		t.router.kickFlow()
 		if t.worker.Endpoint != "" {
 			t.router.outlier.observeRequest(t.worker.Endpoint, t.fallbacks, t.served, t.status, t.router.now())
 		}
 		t.router.metrics.finished.WithLabelValues(o.String()).Inc()
 	})
+}
+
+// kickFlow tells flow control that load fell: a request waiting for room
+// may go now (flowgate.go). The accounting has been released before, so
+// the saturation judged next sees it.
+func (r *Router) kickFlow() {
+	if r.flow != nil {
+		r.flow.kick()
+	}
 }

@@ -45,11 +45,11 @@ func TestReplayJSONPrintsExactlyOneObject(t *testing.T) {
 	if err := json.Unmarshal(doc["policies"], &pols); err != nil {
 		t.Fatal(err)
 	}
-	wantPolicies := []string{"approx-prefix", "dynamo", "kvgate", "kvgate-events-only", "least-loaded", "random", "round-robin"}
+	wantPolicies := []string{"approx-prefix", "dynamo", "kvgate", "kvgate-events-only", "least-loaded", "llm-d", "random", "round-robin", "sglang"}
 	var gotPolicies []string
 	for p, fields := range pols {
 		gotPolicies = append(gotPolicies, p)
-		if got := keys(fields); !slices.Equal(got, []string{"e2e_p90_ms", "hit_ratio", "itl_p50_ms", "itl_p90_ms", "load_imbalance", "throughput_rps", "ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms"}) {
+		if got := keys(fields); !slices.Equal(got, []string{"e2e_p90_ms", "goodput_rps", "hit_ratio", "itl_p50_ms", "itl_p90_ms", "load_imbalance", "sla_attainment", "throughput_rps", "ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms"}) {
 			t.Errorf("%s: fields %v", p, got)
 		}
 		for k, v := range fields {

@@ -68,7 +68,9 @@ type Config struct {
 	// sets no max_tokens.
 	ExpectedOutputTokens int       `yaml:"expected_output_tokens"`
 	Admission            Admission `yaml:"admission"`
-	PD                   PD        `yaml:"pd"`
+	// FlowControl holds requests past saturation (flowcontrol.go).
+	FlowControl FlowControl `yaml:"flow_control"`
+	PD          PD          `yaml:"pd"`
 	// SyncTimeout bounds how long an extproc holding the index in memory
 	// waits, at start, for its engines' event streams to catch up (replay)
 	// before reporting ready; past it, it reports ready anyway.
@@ -286,6 +288,7 @@ func (x *Config) ApplyDefaults() {
 	x.Picker.applyDefaults()
 	x.EngineMetrics.ApplyDefaults()
 	x.Outlier.applyDefaults()
+	x.FlowControl.applyDefaults()
 	x.HealthyPanic.applyDefaults()
 	x.SharedLoad.applyDefaults()
 	x.Preprocess.ApplyDefaults()
@@ -312,6 +315,9 @@ func (x *Config) Validate(path string) error {
 		return err
 	}
 	if err := x.Picker.validate(path + ".picker"); err != nil {
+		return err
+	}
+	if err := x.FlowControl.validate(path + ".flow_control"); err != nil {
 		return err
 	}
 	if err := x.Outlier.validate(path + ".outlier"); err != nil {

@@ -35,7 +35,10 @@ const (
 const PendingPrefixTTL = loadview.PendingTTL
 
 // AllPolicies lists every policy, baselines first.
-var AllPolicies = []string{PolicyRandom, PolicyRoundRobin, PolicyLeastLoaded, PolicyApproxPrefix, PolicyDynamo, PolicyKvgate, PolicyKvgateEventsOnly}
+//
+// PolicyLLMD and PolicySGLang are the peers' own policies (policy_llmd.go,
+// policy_sglang.go).
+var AllPolicies = []string{PolicyRandom, PolicyRoundRobin, PolicyLeastLoaded, PolicyApproxPrefix, PolicyDynamo, PolicyLLMD, PolicySGLang, PolicyKvgate, PolicyKvgateEventsOnly}
 
 // Options configure a replay. Zero fields take the defaults noted.
 type Options struct {
@@ -68,6 +71,9 @@ type Options struct {
 	// Policy is forced to kvgate); default picker.DefaultConfig's knobs.
 	// `kvgate-lab replay --term NAME=off` sets it (SwitchTerm).
 	Kvgate *picker.Config
+	// GoodputSLA is the TTFT a request must meet to count in
+	// PolicyResult.GoodputRPS; default DefaultGoodputSLA.
+	GoodputSLA time.Duration
 	// Progress, if set, is called now and then with the policy being
 	// replayed and how many of its requests have been routed.
 	Progress func(policy string, routed, total int)
@@ -110,6 +116,9 @@ func (o *Options) fill() error {
 	if len(o.Policies) == 0 {
 		o.Policies = AllPolicies
 	}
+	if o.GoodputSLA == 0 {
+		o.GoodputSLA = DefaultGoodputSLA
+	}
 	finite := func(v, lo, hi float64) bool { return !math.IsNaN(v) && v >= lo && v <= hi }
 	switch {
 	case o.Workers < 1 || o.Workers > MaxWorkers:
@@ -139,7 +148,7 @@ func (o *Options) fill() error {
 }
 
 func knownPolicy(p string) bool {
-	for _, q := range AllPolicies {
+	for _, q := range append(AllPolicies[:len(AllPolicies):len(AllPolicies)], ExtraPolicies...) {
 		if p == q {
 			return true
 		}
@@ -206,6 +215,16 @@ type PolicyResult struct {
 	// requests: what each term weighed in the policy's choices. Picker
 	// policies only (dynamo, kvgate); `kvgate-lab replay --term` prints it.
 	TermMeans map[string]float64 `json:"-"`
+	// Overload measures: GoodputRPS is the requests per second whose TTFT
+	// met Options.GoodputSLA (a refused request is a miss), SLAAttainment
+	// their share of all requests; with flow control (kvgate-flow),
+	// ShedRate and Refused are the requests refused (queue bounds or
+	// max_wait), QueueWaitP99Ms the p99 wait of those that waited.
+	GoodputRPS     float64 `json:"goodput_rps"`
+	SLAAttainment  float64 `json:"sla_attainment"`
+	ShedRate       float64 `json:"shed_rate,omitempty"`
+	Refused        int     `json:"refused,omitempty"`
+	QueueWaitP99Ms float64 `json:"queue_wait_p99_ms,omitempty"`
 	// IndexRejects counts KV events the indexer rejected (kv-aware
 	// policies); a replay is only as good as its index.
 	IndexRejects uint64 `json:"-"`

@@ -44,6 +44,12 @@ type simulation struct {
 	ingErr  error
 
 	tiers []*enginesim.StoreTier // with Options.HostBlocks
+	// sglang is SGLang's approximate tree (PolicySGLang).
+	sglang *sglangTree
+	// flow is kvgate-flow's waiting room (flow.go); dispatching marks a
+	// request leaving it, which is not admitted again.
+	flow        *flowState
+	dispatching bool
 
 	flights []flight
 	cands   []picker.Candidate
@@ -84,7 +90,7 @@ func newSimulation(policy string, idx uint64, reqs []TraceRequest, opt *Options)
 	s.pick = picker.DefaultConfig()
 	s.pick.Fallbacks = 0
 	switch policy {
-	case PolicyKvgate, PolicyKvgateEventsOnly:
+	case PolicyKvgate, PolicyKvgateEventsOnly, PolicyKvgateFlow:
 		if opt.Kvgate != nil {
 			s.pick = *opt.Kvgate
 			s.pick.Fallbacks = 0
@@ -93,10 +99,17 @@ func newSimulation(policy string, idx uint64, reqs []TraceRequest, opt *Options)
 	case PolicyDynamo, PolicyApproxPrefix:
 		s.pick.Policy = picker.PolicyDynamo
 	}
-	if policy == PolicyDynamo || policy == PolicyKvgate || policy == PolicyKvgateEventsOnly {
+	if policy == PolicyDynamo || policy == PolicyLLMD || policy == PolicyKvgate || policy == PolicyKvgateEventsOnly || policy == PolicyKvgateFlow {
 		s.idx = kvindex.NewMemory(kvindex.MemoryConfig{})
 	}
-	if policy == PolicyKvgate {
+	if policy == PolicyKvgateFlow {
+		f, err := newFlowState(len(reqs))
+		if err != nil {
+			return nil, err
+		}
+		s.flow = f
+	}
+	if policy == PolicyKvgate || policy == PolicyKvgateFlow {
 		r, err := loadview.NewPending(loadview.RecentConfig{TTL: PendingPrefixTTL, MaxEntries: min(1<<26, max(1<<18, 4*opt.Workers*opt.GPUBlocks))})
 		if err != nil {
 			return nil, err
@@ -200,6 +213,9 @@ func (s *simulation) run(ctx context.Context) (*PolicyResult, error) {
 		for _, o := range s.engines[w].Advance(tEng) {
 			s.observe(o)
 		}
+		if err := s.pumpFlow(tEng); err != nil {
+			return nil, err
+		}
 		if s.ingErr != nil {
 			return nil, fmt.Errorf("KV events of %s: %w", s.workers[w].ID, s.ingErr)
 		}
@@ -212,10 +228,17 @@ func (s *simulation) run(ctx context.Context) (*PolicyResult, error) {
 	if s.opt.Progress != nil {
 		s.opt.Progress(s.policy, len(s.reqs), len(s.reqs))
 	}
-	if s.completed != len(s.reqs) {
-		return nil, fmt.Errorf("%d of %d requests completed", s.completed, len(s.reqs))
+	if s.completed+s.refused() != len(s.reqs) {
+		return nil, fmt.Errorf("%d of %d requests completed (%d refused)", s.completed, len(s.reqs), s.refused())
 	}
 	r := s.result()
+	met := 0
+	for _, ms := range s.ttft {
+		if ms <= msOf(s.opt.GoodputSLA) {
+			met++
+		}
+	}
+	s.goodput(r, met)
 	var hostTok uint64
 	for _, e := range s.engines {
 		hostTok += e.Stats().TierHitTokens
@@ -244,11 +267,14 @@ func (s *simulation) nextEngineEvent() (time.Duration, int, bool) {
 
 // route chooses a worker for request i arriving at `at` and submits it.
 func (s *simulation) route(i int, toks []uint32, at time.Duration) error {
+	if s.flow != nil && !s.dispatching && s.admitFlow(i, at) {
+		return nil // waiting, or refused
+	}
 	r := s.reqs[i]
 	now := epoch.Add(at)
 	bs := s.opt.BlockSize
 	var chain []uint64
-	if s.policy == PolicyApproxPrefix || s.idx != nil {
+	if s.policy == PolicyApproxPrefix || s.policy == PolicySGLang || s.idx != nil {
 		chain = blockhash.SequenceHashes(blockhash.LocalHashes(toks, bs, s.seed))
 	}
 	expected := min(max(1, r.OutputLength), picker.MaxOutputTokens)
@@ -262,6 +288,15 @@ func (s *simulation) route(i int, toks []uint32, at time.Duration) error {
 		s.rr = (s.rr + 1) % len(s.engines)
 	case PolicyLeastLoaded:
 		w = s.leastLoaded()
+	case PolicySGLang:
+		w = s.pickSGLang(chain, at)
+	case PolicyLLMD:
+		m, err := s.idx.Match(context.Background(), chain)
+		if err != nil {
+			return fmt.Errorf("index match: %w", err)
+		}
+		w = s.pickLLMD(m)
+		depths = m[s.workers[w].ID]
 	default:
 		var m kvindex.Match
 		if s.recent != nil {
@@ -354,7 +389,11 @@ func (s *simulation) observe(o enginesim.Output) {
 	f.ticket.Finish(loadview.OutcomeCompleted)
 	s.completed++
 	s.lastEnd = max(s.lastEnd, o.FinishedAt)
-	s.ttft = append(s.ttft, msOf(o.FirstTokenAt-o.Arrival))
+	ttft := o.FirstTokenAt - o.Arrival
+	if s.flow != nil {
+		ttft += s.flow.waited[i] // from the request's arrival, its wait included
+	}
+	s.ttft = append(s.ttft, msOf(ttft))
 	s.e2e = append(s.e2e, msOf(o.FinishedAt-o.Arrival))
 	if o.OutputTokens >= 2 {
 		s.itl = append(s.itl, msOf(o.MeanITL()))

@@ -1,0 +1,141 @@
+package replay
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/kvgate/kvgate/extproc/extprocconfig"
+	"github.com/kvgate/kvgate/extproc/flowcontrol"
+	"github.com/kvgate/kvgate/picker"
+)
+
+// PolicyKvgateFlow is the kvgate policy with flow control as the extproc
+// runs it by default (extproc.flow_control): a request arriving when every
+// worker is saturated waits in the same queue code (extproc/flowcontrol)
+// until a worker has room, and is refused — a miss — when it could not
+// start within max_wait or the queue is full. The saturation bounds and
+// the queue's are extprocconfig's defaults; the engine signals (waiting
+// queue, KV usage) are read from the simulated engines, as the extproc's
+// engine_metrics scrape reads them from vLLM.
+const PolicyKvgateFlow = "kvgate-flow"
+
+// ExtraPolicies are replayed only when named (kvgate-lab replay
+// --policies): they are not part of the default comparison.
+var ExtraPolicies = []string{PolicyKvgateFlow}
+
+// DefaultGoodputSLA is Options.GoodputSLA's default, the sweep's TTFT SLA.
+const DefaultGoodputSLA = 2 * time.Second
+
+// flowState is a kvgate-flow replay's waiting room.
+type flowState struct {
+	q       *flowcontrol.Queue
+	sat     flowcontrol.Saturation
+	maxWait time.Duration
+	waited  []time.Duration // per request: its time in the queue
+	shed    int
+	waits   []float64 // ms, of requests that waited and were dispatched
+}
+
+func newFlowState(n int) (*flowState, error) {
+	var fc extprocconfig.FlowControl
+	x := extprocconfig.Config{FlowControl: fc}
+	x.ApplyDefaults()
+	fc = x.FlowControl
+	q, err := flowcontrol.New(flowcontrol.Bounds{MaxRequests: fc.MaxRequests, MaxBytes: fc.MaxBytes})
+	if err != nil {
+		return nil, err
+	}
+	s := fc.Saturation
+	return &flowState{
+		q:       q,
+		sat:     flowcontrol.Saturation{MaxQueuedPrefillTokens: s.MaxQueuedPrefillTokens, MaxInflight: s.MaxInflight, MaxEngineWaiting: s.MaxEngineWaiting, MaxKVUsage: s.MaxKVUsage},
+		maxWait: fc.MaxWait.D(),
+		waited:  make([]time.Duration, n),
+	}, nil
+}
+
+// saturated judges the fleet as the extproc's poolHasRoom does, from the
+// load the picker weighs.
+func (s *simulation) saturated() bool {
+	cands := s.cands[:0]
+	for j, wk := range s.workers {
+		l := s.load.Snapshot(wk.ID)
+		st := s.engines[j].Stats()
+		l.HaveEngine, l.Waiting, l.Running, l.KVUsage = true, st.Waiting, st.Running, st.KVUsage
+		cands = append(cands, picker.Candidate{Worker: wk, Load: l})
+	}
+	s.cands = cands
+	return s.flow.sat.AllSaturated(cands, false)
+}
+
+// admitFlow queues request i when others wait or the fleet is saturated;
+// it reports whether it did (or refused it: the queue was full).
+func (s *simulation) admitFlow(i int, at time.Duration) bool {
+	if s.flow.q.Len() == 0 && !s.saturated() {
+		return false
+	}
+	r := s.reqs[i]
+	it := &flowcontrol.Item{Flow: "", Bytes: int64(r.InputLength) * 4, Deadline: epoch.Add(at + s.flow.maxWait), Arrived: epoch.Add(at), Value: i}
+	if err := s.flow.q.Add(it); err != nil {
+		s.refuse(i)
+	}
+	return true
+}
+
+// refuse counts request i as refused: it ends without a first token.
+func (s *simulation) refuse(i int) {
+	s.flow.shed++
+	_ = i
+}
+
+// refused is how many requests flow control refused.
+func (s *simulation) refused() int {
+	if s.flow == nil {
+		return 0
+	}
+	return s.flow.shed
+}
+
+// pumpFlow expires the requests past their deadline and dispatches the
+// waiting ones while the fleet has room, at virtual time at.
+func (s *simulation) pumpFlow(at time.Duration) error {
+	if s.flow == nil || s.flow.q.Len() == 0 {
+		return nil
+	}
+	for _, it := range s.flow.q.Expired(epoch.Add(at)) {
+		s.refuse(it.Value.(int))
+	}
+	for s.flow.q.Len() > 0 && !s.saturated() {
+		it := s.flow.q.Pop()
+		i := it.Value.(int)
+		arrived := it.Arrived.Sub(epoch)
+		s.flow.waited[i] = at - arrived
+		s.flow.waits = append(s.flow.waits, msOf(at-arrived))
+		s.dispatching = true
+		err := s.route(i, Tokens(nil, s.reqs[i]), at)
+		s.dispatching = false
+		if err != nil {
+			return fmt.Errorf("dispatch of trace line %d: %w", s.reqs[i].Line, err)
+		}
+	}
+	return nil
+}
+
+// goodput fills r's overload measures: requests per second that met the
+// TTFT SLA (a refused request is a miss), the share that did, the share
+// refused, and the queue wait p99.
+func (s *simulation) goodput(r *PolicyResult, met int) {
+	n := len(s.reqs)
+	r.SLAAttainment = float64(met) / float64(n)
+	if span := (s.lastEnd - s.firstArrival).Seconds(); span > 0 {
+		r.GoodputRPS = float64(met) / span
+	}
+	if s.flow == nil {
+		return
+	}
+	r.ShedRate = float64(s.flow.shed) / float64(n)
+	slices.Sort(s.flow.waits)
+	r.QueueWaitP99Ms = percentile(s.flow.waits, 99)
+	r.Refused = s.flow.shed
+}
