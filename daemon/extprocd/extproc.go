@@ -22,7 +22,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
@@ -225,18 +224,6 @@ func drainExtproc(srv *server.Server, gs *grpc.Server, ready *readiness, grace, 
 	}
 }
 
-// sharedLoadOptions gives the router the Redis client of the index
-// indexer.OpenIndex opened, so that the replicas' shared load rides on the
-// index's connection settings (addresses, Cluster, AUTH, TLS); the index
-// keeps it and closes it. A memory index has none: replicas then count
-// only their own load.
-func sharedLoadOptions(idx kvindex.Index) []extproc.Option {
-	if h, ok := idx.(interface{ RedisClient() redis.UniversalClient }); ok {
-		return []extproc.Option{extproc.WithSharedLoadClient(h.RedisClient())}
-	}
-	return nil
-}
-
 // Serve runs the ext_proc server until ctx ends, then drains: the
 // readiness probe fails first, in-flight streams finish (up to the drain
 // deadline), and only then does the process stop.
@@ -254,7 +241,7 @@ func Serve(ctx context.Context, cfg config.Config, o Options) error {
 	if err != nil {
 		return err
 	}
-	router, err := extproc.NewRouter(extproc.RouterConfig{Extproc: cfg.Extproc, Index: cfg.Index, Workers: workers}, reg, idx, o.Log, sharedLoadOptions(idx)...)
+	router, err := extproc.NewRouter(extproc.RouterConfig{Extproc: cfg.Extproc, Index: cfg.Index, Workers: workers}, reg, idx, o.Log)
 	if err != nil {
 		return err
 	}
@@ -283,9 +270,9 @@ func Serve(ctx context.Context, cfg config.Config, o Options) error {
 	indexerDone := make(chan struct{})
 	var setWorkers func(context.Context, []kvfleet.Worker) error
 	var svc *indexer.Service
-	if cfg.Index.Backend == "memory" || o.WithIndexer {
-		// The in-memory index lives in this process, so this process must
-		// also keep it fed.
+	if _, shared := idx.(kvindex.Shared); !shared || o.WithIndexer {
+		// An index that is not shared lives in this process, so this
+		// process must also keep it fed.
 		svc, err = indexer.New(indexer.ServiceConfig{Index: cfg.Index, Indexer: cfg.Indexer, Models: cfg.Models, Workers: workers}, idx, o.Log)
 		if err != nil {
 			return err

@@ -11,6 +11,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/kvgate/kvgate/kv/kvfleet"
 )
 
@@ -73,4 +75,23 @@ func validWorker(w kvfleet.WorkerID) error {
 // no generation.
 type Generationer interface {
 	Generation(ctx context.Context) (string, error)
+}
+
+// Shared is implemented by a backend whose data lives outside the process,
+// in a store that every kvgate process opening the same index: section
+// reads and writes (Redis). Processes ask the index for it instead of
+// comparing backend names, so a new backend declares what it can do in
+// its own file:
+//   - another process (the indexer) may feed a Shared index, so an extproc
+//     replica need not run an indexer of its own; an index without it
+//     lives and dies with its process, which must feed it itself
+//     (daemon/extprocd);
+//   - the extproc replicas share their in-flight load through the same
+//     store (extproc/sharedload.go), on the index's connection settings
+//     (addresses, Cluster, AUTH, TLS).
+type Shared interface {
+	// LoadStore is the client and the key prefix under which the extproc
+	// replicas keep their shared load beside the index. The index keeps
+	// the client: callers never close it.
+	LoadStore() (client redis.UniversalClient, prefix string)
 }

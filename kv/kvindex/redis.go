@@ -90,9 +90,10 @@ import (
 
 // RedisConfig configures NewRedis.
 type RedisConfig struct {
-	// Client is used, never closed, by the index: its creator owns it
-	// (indexer.OpenIndex closes the one it creates).
-	Client redis.UniversalClient
+	// Client is used by the index; Close closes it only when OwnClient is
+	// set (indexer.OpenIndex hands over the one it creates).
+	Client    redis.UniversalClient
+	OwnClient bool
 	// Prefix starts every key (indexconfig.DefaultRedisPrefix when empty). It may not contain
 	// '{' or '}': a hash tag would put the whole index in one slot.
 	Prefix string
@@ -137,6 +138,7 @@ const (
 // Redis is the Redis-backed Index. See the schema comment above.
 type Redis struct {
 	client      redis.UniversalClient
+	ownClient   bool
 	prefix      string
 	registryKey string
 	blockTTL    time.Duration
@@ -171,8 +173,11 @@ type Redis struct {
 	gen   string // last Generation seen; "" before the first call
 }
 
-var _ Index = (*Redis)(nil)
-var _ Generationer = (*Redis)(nil)
+var (
+	_ Index        = (*Redis)(nil)
+	_ Generationer = (*Redis)(nil)
+	_ Shared       = (*Redis)(nil)
+)
 
 // redisWriter is a worker this instance writes for: its registry number
 // and the epoch its stores carry.
@@ -277,6 +282,7 @@ func NewRedis(ctx context.Context, cfg RedisConfig) (*Redis, error) {
 	}
 	r := &Redis{
 		client:      cfg.Client,
+		ownClient:   cfg.OwnClient,
 		prefix:      cfg.Prefix,
 		registryKey: cfg.Prefix + "workers",
 		blockTTL:    cfg.BlockTTL,
@@ -341,17 +347,26 @@ func (r *Redis) Generation(ctx context.Context) (string, error) {
 	return tok, nil
 }
 
-// Close stops the heartbeat and pruner. It does not close the client.
-// Workers this instance wrote for expire WorkerTTL after its last
-// heartbeat unless another instance writes for them.
+// Close stops the heartbeat and pruner, and closes the client if the
+// index owns it (RedisConfig.OwnClient). Workers this instance wrote for
+// expire WorkerTTL after its last heartbeat unless another instance writes
+// for them.
 func (r *Redis) Close() error {
+	var err error
 	r.once.Do(func() {
 		r.closed.Store(true)
 		r.stopBG()
 		r.wg.Wait()
+		if r.ownClient {
+			err = r.client.Close()
+		}
 	})
-	return nil
+	return err
 }
+
+// LoadStore implements Shared: the extproc replicas' shared load rides on
+// the index's client and prefix.
+func (r *Redis) LoadStore() (redis.UniversalClient, string) { return r.client, r.prefix }
 
 var errRedisClosed = errors.New("index closed")
 
