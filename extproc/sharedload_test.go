@@ -267,7 +267,7 @@ func TestRoutersShareLoadThroughRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 	holder := kvfleet.WorkerID{Endpoint: workers[0]}
-	if err := a.idx.Store(ctx, holder, kvfleet.TierDevice, res.Sequence); err != nil {
+	if err := a.idx.Store(ctx, holder, kvfleet.TierDevice, kvindex.ChainBlocks(res.Sequence)); err != nil {
 		t.Fatal(err)
 	}
 	// Replica A has a burst in flight on the holder.

@@ -32,16 +32,20 @@ type Stats struct {
 // Events for one worker must be applied in order by one writer; events for
 // different workers may be applied concurrently.
 type Index interface {
-	// Store records that worker holds the blocks on tier.
-	Store(ctx context.Context, w kvfleet.WorkerID, tier kvfleet.Tier, hashes []uint64) error
+	// Store records that worker holds the blocks on tier. Each block
+	// carries its segment (Block.Seg); a block must be removed with the
+	// segment it was stored with.
+	Store(ctx context.Context, w kvfleet.WorkerID, tier kvfleet.Tier, blocks []Block) error
 	// Remove records that worker no longer holds the blocks on tier.
-	Remove(ctx context.Context, w kvfleet.WorkerID, tier kvfleet.Tier, hashes []uint64) error
+	Remove(ctx context.Context, w kvfleet.WorkerID, tier kvfleet.Tier, blocks []Block) error
 	// Clear forgets everything worker holds (AllBlocksCleared, or a lost
 	// event stream that cannot be repaired); the worker stays known.
 	Clear(ctx context.Context, w kvfleet.WorkerID) error
 	// RemoveWorker forgets worker entirely (it died or left the fleet).
 	RemoveWorker(ctx context.Context, w kvfleet.WorkerID) error
-	// Match returns, per worker, the matched prefix depth of chain on each tier.
+	// Match returns, per worker, the matched prefix depth of chain on each
+	// tier. chain is a chain's hashes from position 0: block p is looked
+	// for in segment chain[p - p%SegmentBlocks], as ChainBlocks places it.
 	Match(ctx context.Context, chain []uint64) (Match, error)
 	// Stats reports the index's size.
 	Stats(ctx context.Context) (Stats, error)

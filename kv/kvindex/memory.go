@@ -119,7 +119,8 @@ func (m *Memory) shardOf(h uint64) *memShard {
 }
 
 // Store implements Index.
-func (m *Memory) Store(_ context.Context, w kvfleet.WorkerID, tier kvfleet.Tier, hashes []uint64) error {
+// The memory index finds blocks by hash alone and ignores Block.Seg.
+func (m *Memory) Store(_ context.Context, w kvfleet.WorkerID, tier kvfleet.Tier, blocks []Block) error {
 	if err := validTier(tier); err != nil {
 		return fmt.Errorf("memory index store for %s: %w", w, err)
 	}
@@ -129,10 +130,10 @@ func (m *Memory) Store(_ context.Context, w kvfleet.WorkerID, tier kvfleet.Tier,
 	}
 	defer ws.mu.Unlock()
 	bit := uint8(1) << tier
-	for _, h := range hashes {
-		s := m.shardOf(h)
+	for _, b := range blocks {
+		s := m.shardOf(b.Hash)
 		s.mu.Lock()
-		s.store(ws.idx, bit, h)
+		s.store(ws.idx, bit, b.Hash)
 		s.mu.Unlock()
 	}
 	return nil
@@ -140,7 +141,7 @@ func (m *Memory) Store(_ context.Context, w kvfleet.WorkerID, tier kvfleet.Tier,
 
 // Remove implements Index. Unknown hashes are no-ops; like every write
 // (and as the Redis backend does), it makes the worker known.
-func (m *Memory) Remove(_ context.Context, w kvfleet.WorkerID, tier kvfleet.Tier, hashes []uint64) error {
+func (m *Memory) Remove(_ context.Context, w kvfleet.WorkerID, tier kvfleet.Tier, blocks []Block) error {
 	if err := validTier(tier); err != nil {
 		return fmt.Errorf("memory index remove for %s: %w", w, err)
 	}
@@ -150,10 +151,10 @@ func (m *Memory) Remove(_ context.Context, w kvfleet.WorkerID, tier kvfleet.Tier
 	}
 	defer ws.mu.Unlock()
 	bit := uint8(1) << tier
-	for _, h := range hashes {
-		s := m.shardOf(h)
+	for _, b := range blocks {
+		s := m.shardOf(b.Hash)
 		s.mu.Lock()
-		s.remove(ws.idx, bit, h)
+		s.remove(ws.idx, bit, b.Hash)
 		s.mu.Unlock()
 	}
 	return nil
