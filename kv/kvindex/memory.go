@@ -248,6 +248,7 @@ type matchLive struct {
 type matchScratch struct {
 	states []matchState // one per holder of chain[0], sorted by worker
 	live   []matchLive  // sorted by worker
+	dense  denseScratch // the dense walk's (memory_dense.go)
 }
 
 // Match implements Index.
@@ -277,6 +278,9 @@ func (m *Memory) Match(_ context.Context, chain []uint64) (Match, error) {
 	// worker's entries under this lock before its slot can be reused, so
 	// every holder seen here is named by this snapshot.
 	names := *m.workers.names.Load()
+	if denseWalk(len(b.holders), len(names)) {
+		return m.matchDense(sc, chain, b, s, names), nil
+	}
 	sc.states = sc.states[:0]
 	sc.live = sc.live[:0]
 	for _, h := range b.holders {
@@ -410,6 +414,17 @@ type block struct {
 	// referenced is the CLOCK bit. Match sets it under the read lock, hence
 	// atomic; it is only written when clear, so hot blocks stay read-shared.
 	referenced uint32
+	// bits caches holders as per-tier bitsets for the dense walk
+	// (memory_dense.go): built by a Match under the read lock, hence
+	// atomic; dropped by every write that changes holders.
+	bits atomic.Pointer[holderBits]
+}
+
+// changed drops the bitset cache after a write to b's holders.
+func (b *block) changed() {
+	if b.bits.Load() != nil {
+		b.bits.Store(nil)
+	}
 }
 
 func (b *block) touch() {
@@ -455,6 +470,7 @@ func (s *memShard) store(w uint32, bit uint8, h uint64) {
 	b := &s.blocks[slot]
 	b.touch()
 	i, found := findHolder(b.holders, w)
+	b.changed()
 	if found {
 		b.holders[i].tiers |= bit
 	} else {
@@ -479,6 +495,7 @@ func (s *memShard) remove(w uint32, bit uint8, h uint64) {
 		return
 	}
 	s.entries--
+	b.changed()
 	b.holders[i].tiers &^= bit
 	if b.holders[i].tiers != 0 {
 		return
@@ -517,6 +534,7 @@ func (s *memShard) dropWorker(w uint32) {
 			continue
 		}
 		s.entries -= int64(bits.OnesCount8(b.holders[i].tiers))
+		b.changed()
 		b.holders = slices.Delete(b.holders, i, i+1)
 		if len(b.holders) == 0 {
 			s.freeBlock(slot)
@@ -543,6 +561,7 @@ func (s *memShard) newBlock(h uint64) int32 {
 // holder slice for reuse so that steady-state churn does not allocate.
 func (s *memShard) freeBlock(slot int32) {
 	b := &s.blocks[slot]
+	b.changed()
 	s.index.del(b.hash)
 	if cap(b.holders) > 8 {
 		b.holders = nil
