@@ -420,7 +420,8 @@ func (w *Worker) stored(ctx context.Context, ev *kvevents.Event) error {
 		w.reject(RejectLoRAWithoutName, ev, fmt.Sprintf("lora_id %d", ev.LoRAID))
 		return nil
 	}
-	var parent *BlockIdentity
+	var parent *uint64
+	var prev BlockIdentity // the parent, then each block in turn
 	nsSalt := blockhash.NamespaceSalt(w.cfg.Namespace)
 	if ev.HasParent {
 		p, ok := w.blocks[ev.ParentHash]
@@ -429,7 +430,7 @@ func (w *Worker) stored(ctx context.Context, ev *kvevents.Event) error {
 		}
 		switch {
 		case ok:
-			parent = &p.BlockIdentity
+			parent, prev = &p.Seq, p.BlockIdentity
 			nsSalt = p.NSSalt
 		case ev.ParentHash == 0:
 			// llm-d-inference-sim writes 0 for "no parent" in the array
@@ -454,24 +455,15 @@ func (w *Worker) stored(ctx context.Context, ev *kvevents.Event) error {
 		w.reject(RejectCapacity, ev, fmt.Sprintf("%d tracked + %d new > %d", len(w.blocks), newHashes, w.cfg.MaxBlocks))
 		return nil
 	}
-
 	seed := blockhash.BaseSeed + blockhash.LoRASalt(ev.LoRAName) + nsSalt
-	var parentSeq *uint64
-	if parent != nil {
-		parentSeq = &parent.Seq
-	}
-	seqs := blockhash.ContinueSequence(parentSeq, blockhash.LocalHashes(ev.TokenIDs, ev.BlockSize, seed))
+	seqs := blockhash.ContinueSequence(parent, blockhash.LocalHashes(ev.TokenIDs, ev.BlockSize, seed))
 	add := w.scratch[:0]
-	var prev BlockIdentity // the identity of block i-1, once i > 0
 	for i, h := range ev.BlockHashes {
 		id := firstBlock(seqs[i], nsSalt)
-		switch {
-		case i > 0:
+		if i > 0 || parent != nil {
 			id = prev.next(seqs[i])
-		case parent != nil:
-			id = parent.next(seqs[i])
+			id.NSSalt = nsSalt // an event's cache_salt overrides its parent's
 		}
-		id.NSSalt = nsSalt // an event's cache_salt overrides its parent's
 		prev = id
 		b, ok := w.blocks[h]
 		if ok && b.Seq != seqs[i] {
