@@ -100,25 +100,49 @@ func (e *upstreamEngine) complete(t *testing.T, tokens []int) {
 }
 
 // redisBlocksByWorker lists, per worker, the device-tier blocks the Redis index
-// holds for it: every block key is scanned and each block matched alone,
-// so entries of a cleared epoch or a dead worker do not count.
-func redisBlocksByWorker(t *testing.T, c redis.UniversalClient, idx kvindex.Index, prefix string) map[string][]uint64 {
+// holds for it: every segment key (key schema 2, kv/kvindex/redis_segments.go)
+// is scanned and each block's entries read with the index's liveness rule
+// (the worker registered, its alive-until not passed, the entry's epoch at
+// least the registry's), so entries of a cleared epoch or a dead worker do
+// not count. A lone block cannot be matched by itself (Match looks block p
+// up in the segment of chain[p - p%64]), hence the registry read here.
+func redisBlocksByWorker(t *testing.T, c redis.UniversalClient, _ kvindex.Index, prefix string) map[string][]uint64 {
 	t.Helper()
 	ctx := context.Background()
+	reg, err := c.HGetAll(ctx, prefix+"workers").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UnixMilli()
 	out := map[string][]uint64{}
-	iter := c.Scan(ctx, 0, prefix+"b:*", 1000).Iterator()
+	iter := c.Scan(ctx, 0, prefix+"v2:s:*", 1000).Iterator()
 	for iter.Next(ctx) {
-		key := iter.Val()
-		h, err := strconv.ParseUint(strings.TrimPrefix(key, prefix+"b:"), 16, 64)
-		if err != nil {
-			t.Fatalf("block key %q: %v", key, err)
-		}
-		m, err := idx.Match(ctx, []uint64{h})
+		fields, err := c.HGetAll(ctx, iter.Val()).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
-		for w, d := range m {
-			if d[kvfleet.TierDevice] == 1 {
+		for f, v := range fields {
+			h, err := strconv.ParseUint(f, 16, 64)
+			if err != nil {
+				t.Fatalf("block field %q of %s: %v", f, iter.Val(), err)
+			}
+			for _, e := range strings.Split(v, ",") {
+				parts := strings.Split(e, ":")
+				if len(parts) != 3 || parts[1] != "0" {
+					continue // malformed, or not the device tier
+				}
+				num, epoch := parts[0], parts[2]
+				id, ok := reg["w:"+num]
+				alive, _ := strconv.ParseInt(reg["a:"+num], 10, 64)
+				regEpoch, _ := strconv.ParseInt(reg["e:"+num], 10, 64)
+				ep, err := strconv.ParseInt(epoch, 10, 64)
+				if !ok || alive < now || err != nil || ep < regEpoch {
+					continue
+				}
+				w, err := kvfleet.ParseWorkerID(id)
+				if err != nil {
+					t.Fatalf("registry worker %q: %v", id, err)
+				}
 				out[w.Endpoint] = append(out[w.Endpoint], h)
 			}
 		}

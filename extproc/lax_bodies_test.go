@@ -7,6 +7,7 @@ import (
 	"unicode/utf16"
 
 	"github.com/kvgate/kvgate/kv/kvfleet"
+	"github.com/kvgate/kvgate/kv/kvindex"
 	"github.com/kvgate/kvgate/lab/envoyharness"
 )
 
@@ -25,7 +26,7 @@ func TestVLLMLaxBodiesAreRouted(t *testing.T) {
 		t.Fatal(err)
 	}
 	holder := kvfleet.WorkerID{Endpoint: workers[2]}
-	if err := r.idx.Store(context.Background(), holder, kvfleet.TierDevice, res.Sequence); err != nil {
+	if err := r.idx.Store(context.Background(), holder, kvfleet.TierDevice, kvindex.ChainBlocks(res.Sequence)); err != nil {
 		t.Fatal(err)
 	}
 	// chatBody writes {"messages":…,"model":…,"stream":true}; each case

@@ -22,8 +22,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/kvgate/kvgate/extproc/enginemetrics"
 	"github.com/kvgate/kvgate/extproc/extprocconfig"
 	"github.com/kvgate/kvgate/extproc/flowcontrol"
@@ -94,42 +92,21 @@ type Router struct {
 
 var _ server.Decider = (*Router)(nil)
 
-// Option gives NewRouter what the configuration cannot: a dependency the
-// caller owns.
-type Option func(*routerDeps)
-
-type routerDeps struct {
-	sharedLoad redis.UniversalClient
-}
-
-// WithSharedLoadClient is the Redis client the extproc replicas share
-// their load through (sharedload.go), normally the Redis index's own
-// (indexer.OpenIndex), so that both ride on the same connection settings.
-// The caller keeps it and closes it. Without it, replicas count only their
-// own load.
-func WithSharedLoadClient(c redis.UniversalClient) Option {
-	return func(d *routerDeps) { d.sharedLoad = c }
-}
-
 // RouterConfig is what the request path reads of the configuration file:
 // its own section, the index section, and the workers the engines: list
 // expands to. The caller composes it (config.Config.Workers expands the
 // list), so extproc does not depend on the whole file (issue 18).
 type RouterConfig struct {
 	Extproc extprocconfig.Config
-	// Index says whether replicas can share their load: with backend
-	// redis they do, under index.redis.prefix (sharedload.go).
+	// Index is the index: section the index was opened from; whether
+	// replicas share their load is the index's own (kvindex.Shared).
 	Index indexconfig.Index
 	// Workers is the worker set at start (SetMembers replaces it).
 	Workers []kvfleet.Worker
 }
 
 // NewRouter builds the request path from the configuration.
-func NewRouter(rc RouterConfig, reg *preprocess.Registry, idx kvindex.Index, log *slog.Logger, opts ...Option) (*Router, error) {
-	var deps routerDeps
-	for _, o := range opts {
-		o(&deps)
-	}
+func NewRouter(rc RouterConfig, reg *preprocess.Registry, idx kvindex.Index, log *slog.Logger) (*Router, error) {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -183,13 +160,12 @@ func NewRouter(rc RouterConfig, reg *preprocess.Registry, idx kvindex.Index, log
 		}
 		r.signals = append(r.signals, healthSource(r.health))
 	}
-	if rc.Index.Backend == "redis" && !x.SharedLoad.Disabled {
-		if deps.sharedLoad != nil {
-			r.shared = newSharedLoad(deps.sharedLoad, rc.Index.Redis.Prefix, x.SharedLoad, r.load.SnapshotAll, r.load.Begun, log)
-			r.signals = append(r.signals, sharedLoadSource(r.shared))
-		} else {
-			log.Warn("extproc.shared_load: no Redis client given to share load through (WithSharedLoadClient); replicas count only their own load")
-		}
+	// An index shared by the replicas carries their load too; with any
+	// other, each replica counts only its own.
+	if sh, ok := idx.(kvindex.Shared); ok && !x.SharedLoad.Disabled {
+		client, prefix := sh.LoadStore()
+		r.shared = newSharedLoad(client, prefix, x.SharedLoad, r.load.SnapshotAll, r.load.Begun, log)
+		r.signals = append(r.signals, sharedLoadSource(r.shared))
 	}
 	if !x.EngineMetrics.Disabled {
 		emc := x.EngineMetrics // the scraper's own section, as parsed

@@ -153,7 +153,7 @@ func TestRoutesToPrefixHolderAndIgnoresSpoofedHeader(t *testing.T) {
 				t.Fatal(err)
 			}
 			holder := kvfleet.WorkerID{Endpoint: workers[1]}
-			if err := r.idx.Store(context.Background(), holder, kvfleet.TierDevice, res.Sequence); err != nil {
+			if err := r.idx.Store(context.Background(), holder, kvfleet.TierDevice, kvindex.ChainBlocks(res.Sequence)); err != nil {
 				t.Fatal(err)
 			}
 			spoof := envoyharness.Header{Name: "x-gateway-destination-endpoint", Value: "203.0.113.9:80"}

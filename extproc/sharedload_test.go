@@ -239,27 +239,21 @@ func TestRoutersShareLoadThroughRedis(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { idx.Close() })
-		// The client is given explicitly, as cmd/kvgate gives the index's.
-		client := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: cfg.Index.Redis.Addrs})
-		t.Cleanup(func() { client.Close() })
-		r, err := NewRouter(routerConfig(t, cfg), reg, idx, quietLog(), WithSharedLoadClient(client))
+		// The Redis index declares itself shared (kvindex.Shared): the
+		// router takes the load store from it, no client is handed over.
+		r, err := NewRouter(routerConfig(t, cfg), reg, idx, quietLog())
 		if err != nil {
 			t.Fatal(err)
 		}
 		if r.shared == nil {
-			t.Fatal("shared load is off with the redis backend and a client")
+			t.Fatal("shared load is off with the redis backend")
 		}
 		return r
 	}
-	// Without a client the replica routes on its own load: warned, not
-	// refused.
-	idx, err := indexer.OpenIndex(ctx, cfg.Index)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer idx.Close()
-	if alone, err := NewRouter(routerConfig(t, cfg), reg, idx, quietLog()); err != nil || alone.shared != nil {
-		t.Fatalf("without a shared-load client: err %v, shared load on %v", err, alone != nil && alone.shared != nil)
+	// An index that is not shared (memory) leaves each replica on its own
+	// load, with the same extproc section.
+	if alone, err := NewRouter(routerConfig(t, cfg), reg, kvindex.NewMemory(kvindex.MemoryConfig{}), quietLog()); err != nil || alone.shared != nil {
+		t.Fatalf("with a memory index: err %v, shared load on %v", err, alone != nil && alone.shared != nil)
 	}
 	a, b := newReplica(), newReplica()
 	done := make(chan struct{}, 2)
@@ -273,7 +267,7 @@ func TestRoutersShareLoadThroughRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 	holder := kvfleet.WorkerID{Endpoint: workers[0]}
-	if err := a.idx.Store(ctx, holder, kvfleet.TierDevice, res.Sequence); err != nil {
+	if err := a.idx.Store(ctx, holder, kvfleet.TierDevice, kvindex.ChainBlocks(res.Sequence)); err != nil {
 		t.Fatal(err)
 	}
 	// Replica A has a burst in flight on the holder.

@@ -11,8 +11,11 @@ import (
 	"github.com/kvgate/kvgate/kv/kvindex"
 )
 
-// OpenIndex builds the configured index backend. For Redis it owns the
-// client it creates: closing the returned index closes the client too.
+// OpenIndex builds the configured index backend. For Redis the index owns
+// the client created here: closing the index closes the client too. This
+// switch is the one place a backend's name is read; what a backend can do
+// beyond kvindex.Index it declares itself (kvindex.Shared,
+// kvindex.Generationer).
 func OpenIndex(ctx context.Context, c indexconfig.Index) (kvindex.Index, error) {
 	switch c.Backend {
 	case "memory":
@@ -29,6 +32,7 @@ func OpenIndex(ctx context.Context, c indexconfig.Index) (kvindex.Index, error) 
 		}
 		idx, err := kvindex.NewRedis(ctx, kvindex.RedisConfig{
 			Client:    client,
+			OwnClient: true,
 			Prefix:    c.Redis.Prefix,
 			BlockTTL:  c.Redis.BlockTTL.D(),
 			WorkerTTL: c.Redis.WorkerTTL.D(),
@@ -37,7 +41,7 @@ func OpenIndex(ctx context.Context, c indexconfig.Index) (kvindex.Index, error) 
 			client.Close()
 			return nil, err
 		}
-		return &ownedClient{Index: idx, client: client}, nil
+		return idx, nil
 	}
 	return nil, fmt.Errorf("index backend %q: not one of memory, redis", c.Backend)
 }
@@ -64,28 +68,4 @@ func redisOptions(r indexconfig.RedisIndex) (*redis.UniversalOptions, error) {
 		}
 	}
 	return opts, nil
-}
-
-// ownedClient closes the Redis client with the index that uses it.
-type ownedClient struct {
-	kvindex.Index
-	client redis.UniversalClient
-}
-
-// Generation passes the Redis index's generation through (the embedded
-// interface hides it).
-func (o *ownedClient) Generation(ctx context.Context) (string, error) {
-	g, ok := o.Index.(kvindex.Generationer)
-	if !ok {
-		return "", fmt.Errorf("index %T has no generation", o.Index)
-	}
-	return g.Generation(ctx)
-}
-
-func (o *ownedClient) Close() error {
-	err := o.Index.Close()
-	if cerr := o.client.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }

@@ -75,7 +75,7 @@ func roundTrip(t *testing.T, idx kvindex.Index) {
 	t.Helper()
 	ctx := context.Background()
 	w := kvfleet.WorkerID{Endpoint: "10.0.0.1:8000"}
-	if err := idx.Store(ctx, w, kvfleet.TierDevice, []uint64{11, 22}); err != nil {
+	if err := idx.Store(ctx, w, kvfleet.TierDevice, kvindex.ChainBlocks([]uint64{11, 22})); err != nil {
 		t.Fatalf("store: %v", err)
 	}
 	m, err := idx.Match(ctx, []uint64{11, 22, 33})

@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
@@ -202,18 +201,6 @@ func drainExtproc(srv *server.Server, gs *grpc.Server, ready *readiness, grace, 
 	}
 }
 
-// sharedLoadOptions gives the router the Redis client of the index
-// indexer.OpenIndex opened, so that the replicas' shared load rides on the
-// index's connection settings (addresses, Cluster, AUTH, TLS); the index
-// keeps it and closes it. A memory index has none: replicas then count
-// only their own load.
-func sharedLoadOptions(idx kvindex.Index) []extproc.Option {
-	if h, ok := idx.(interface{ RedisClient() redis.UniversalClient }); ok {
-		return []extproc.Option{extproc.WithSharedLoadClient(h.RedisClient())}
-	}
-	return nil
-}
-
 // Serve runs the ext_proc server until ctx ends, then drains: the
 // readiness probe fails first, in-flight streams finish (up to the drain
 // deadline), and only then does the process stop. `kvgate extproc` runs
@@ -314,7 +301,7 @@ func buildRouting(ctx context.Context, cfg config.Config, o Options, p *daemon.P
 	if err != nil {
 		return nil, err
 	}
-	router, err := extproc.NewRouter(extproc.RouterConfig{Extproc: cfg.Extproc, Index: cfg.Index, Workers: workers}, reg, idx, o.Log, sharedLoadOptions(idx)...)
+	router, err := extproc.NewRouter(extproc.RouterConfig{Extproc: cfg.Extproc, Index: cfg.Index, Workers: workers}, reg, idx, o.Log)
 	if err != nil {
 		return nil, err
 	}
@@ -331,16 +318,17 @@ func buildRouting(ctx context.Context, cfg config.Config, o Options, p *daemon.P
 }
 
 // startIngest runs the indexer service in this process when the index
-// lives here (memory) or --with-indexer asks; done closes when it has
+// lives here (one not shared by the replicas: kvindex.Shared) or
+// --with-indexer asks; done closes when it has
 // stopped (at once without one).
 func startIngest(runCtx context.Context, cfg config.Config, o Options, r *routing) (svc *indexer.Service, done chan struct{}, err error) {
 	done = make(chan struct{})
-	if cfg.Index.Backend != "memory" && !o.WithIndexer {
+	if _, shared := r.idx.(kvindex.Shared); shared && !o.WithIndexer {
 		close(done)
 		return nil, done, nil
 	}
-	// The in-memory index lives in this process, so this process must
-	// also keep it fed.
+	// An index that is not shared lives in this process, so this process
+	// must also keep it fed.
 	svc, err = indexer.New(indexer.ServiceConfig{Index: cfg.Index, Indexer: cfg.Indexer, Models: cfg.Models, Workers: r.workers}, r.idx, o.Log)
 	if err != nil {
 		close(done)

@@ -53,11 +53,11 @@ type Config struct {
 	// one stream's gap must not erase what the other announced.
 	ScopedClear bool
 	// ParentSeq, if set, resolves a parent engine hash this Worker does not
-	// know (ok false: unknown) to its sequence hash and namespace salt
-	// (blockhash.NamespaceSalt). The kvagent stream offloads a block whose
-	// parent is often still on the GPU: only the engine stream knows it.
-	// It must not call back into this Worker.
-	ParentSeq func(engineHash uint64) (seq, nsSalt uint64, ok bool)
+	// know (ok false: unknown) to its identity: sequence hash, namespace
+	// salt (blockhash.NamespaceSalt) and place in its chain. The kvagent
+	// stream offloads a block whose parent is often still on the GPU: only
+	// the engine stream knows it. It must not call back into this Worker.
+	ParentSeq func(engineHash uint64) (p BlockIdentity, ok bool)
 }
 
 // Validate reports a configuration that would reject every event.
@@ -76,14 +76,43 @@ func (c Config) Validate() error {
 // makes it known (empty) again.
 var ErrNeedsReset = errors.New("ingest: worker state unknown after an index error; Reset it")
 
-// engineBlock is what kvgate knows about one engine block hash.
-type engineBlock struct {
-	seq uint64 // Dynamo sequence hash of the block's prefix
-	// nsSalt is the namespace share of the seed the block was hashed under
+// BlockIdentity is what an engine block hash stands for: the block's
+// sequence hash, the namespace salt it was hashed under, and its place in
+// its chain (the index's kvindex.Block.Seg comes from it).
+type BlockIdentity struct {
+	Seq uint64 // Dynamo sequence hash of the block's prefix
+	// NSSalt is the namespace share of the seed the block was hashed under
 	// (blockhash.NamespaceSalt): a continuation event without a salt of its
 	// own inherits its parent's (vLLM puts cache_salt on the first block
 	// only, kv_cache_utils.generate_block_hash_extra_keys).
-	nsSalt uint64
+	NSSalt uint64
+	// Pos is the block's position in its chain, counted from the first
+	// block of a sequence (an event without a parent) along the parent
+	// links; Seg is the sequence hash of the block at Pos -
+	// Pos%kvindex.SegmentBlocks.
+	Pos uint32
+	Seg uint64
+}
+
+// next places the block after b in b's chain, whose sequence hash is seq.
+func (b BlockIdentity) next(seq uint64) BlockIdentity {
+	n := BlockIdentity{Seq: seq, NSSalt: b.NSSalt, Pos: b.Pos + 1, Seg: b.Seg}
+	if n.Pos%kvindex.SegmentBlocks == 0 {
+		n.Seg = seq
+	}
+	return n
+}
+
+// firstBlock places the first block of a sequence.
+func firstBlock(seq, nsSalt uint64) BlockIdentity {
+	return BlockIdentity{Seq: seq, NSSalt: nsSalt, Seg: seq}
+}
+
+func (b BlockIdentity) block() kvindex.Block { return kvindex.Block{Hash: b.Seq, Seg: b.Seg} }
+
+// engineBlock is what kvgate knows about one engine block hash.
+type engineBlock struct {
+	BlockIdentity
 	// refs counts, per tier, the announcements of this engine hash not yet
 	// withdrawn. vLLM keeps several physical blocks under one hash
 	// (BlockHashToBlockMap, no dedup) and its offload connector re-announces
@@ -97,12 +126,15 @@ type engineBlock struct {
 func (b engineBlock) held() bool { return b.refs != [kvfleet.NumTiers]uint16{} }
 
 // seqRefs counts, per tier, the engine hashes standing for one sequence
-// hash. Distinct engine hashes can share a sequence hash (engine-side
+// hash, and keeps the segment the index entry was stored under. Distinct engine hashes can share a sequence hash (engine-side
 // salts, multimodal inputs, per-group events of hybrid models); the index
 // entry must live until the last of them is removed.
 // Counts cannot overflow: they are bounded by len(blocks) <= MaxBlocks,
 // which NewWorker clamps to maxMaxBlocks.
-type seqRefs [kvfleet.NumTiers]uint32
+type seqRefs struct {
+	n   [kvfleet.NumTiers]uint32
+	seg uint64
+}
 
 const maxMaxBlocks = 1 << 31
 
@@ -119,7 +151,7 @@ type Worker struct {
 	refs    map[uint64]seqRefs     // sequence hash -> holders per tier
 	entries int64                  // (sequence hash, tier) pairs with a holder
 	broken  error                  // set when the index may disagree with blocks
-	scratch []uint64
+	scratch []kvindex.Block
 
 	// groupMain remembers, per KV-cache group seen with a
 	// kv_cache_spec_kind, whether it is a main attention group, for the
@@ -257,11 +289,11 @@ const removeOwnChunk = 4096
 // removeOwn removes, tier by tier, every entry this Worker stored: the
 // scoped form of Index.Clear (Config.ScopedClear).
 func (w *Worker) removeOwn(ctx context.Context) error {
-	var byTier [kvfleet.NumTiers][]uint64
+	var byTier [kvfleet.NumTiers][]kvindex.Block
 	for seq, r := range w.refs {
-		for t := range r {
-			if r[t] > 0 {
-				byTier[t] = append(byTier[t], seq)
+		for t := range r.n {
+			if r.n[t] > 0 {
+				byTier[t] = append(byTier[t], kvindex.Block{Hash: seq, Seg: r.seg})
 			}
 		}
 	}
@@ -277,14 +309,13 @@ func (w *Worker) removeOwn(ctx context.Context) error {
 	return nil
 }
 
-// SeqOf returns the sequence hash and namespace salt of an engine block
-// hash this Worker holds on some tier (the other stream's
-// Config.ParentSeq).
-func (w *Worker) SeqOf(engineHash uint64) (seq, nsSalt uint64, ok bool) {
+// SeqOf returns the identity of an engine block hash this Worker holds on
+// some tier (the other stream's Config.ParentSeq).
+func (w *Worker) SeqOf(engineHash uint64) (BlockIdentity, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	b, ok := w.blocks[engineHash]
-	return b.seq, b.nsSalt, ok
+	return b.BlockIdentity, ok
 }
 
 func (w *Worker) allowed(t kvfleet.Tier) bool {
@@ -390,16 +421,17 @@ func (w *Worker) stored(ctx context.Context, ev *kvevents.Event) error {
 		return nil
 	}
 	var parent *uint64
+	var prev BlockIdentity // the parent, then each block in turn
 	nsSalt := blockhash.NamespaceSalt(w.cfg.Namespace)
 	if ev.HasParent {
 		p, ok := w.blocks[ev.ParentHash]
 		if !ok && w.cfg.ParentSeq != nil {
-			p.seq, p.nsSalt, ok = w.cfg.ParentSeq(ev.ParentHash)
+			p.BlockIdentity, ok = w.cfg.ParentSeq(ev.ParentHash)
 		}
 		switch {
 		case ok:
-			parent = &p.seq
-			nsSalt = p.nsSalt
+			parent, prev = &p.Seq, p.BlockIdentity
+			nsSalt = p.NSSalt
 		case ev.ParentHash == 0:
 			// llm-d-inference-sim writes 0 for "no parent" in the array
 			// encoding (always 0 before llm-d/llm-d-inference-sim#570);
@@ -423,13 +455,18 @@ func (w *Worker) stored(ctx context.Context, ev *kvevents.Event) error {
 		w.reject(RejectCapacity, ev, fmt.Sprintf("%d tracked + %d new > %d", len(w.blocks), newHashes, w.cfg.MaxBlocks))
 		return nil
 	}
-
 	seed := blockhash.BaseSeed + blockhash.LoRASalt(ev.LoRAName) + nsSalt
 	seqs := blockhash.ContinueSequence(parent, blockhash.LocalHashes(ev.TokenIDs, ev.BlockSize, seed))
 	add := w.scratch[:0]
 	for i, h := range ev.BlockHashes {
+		id := firstBlock(seqs[i], nsSalt)
+		if i > 0 || parent != nil {
+			id = prev.next(seqs[i])
+			id.NSSalt = nsSalt // an event's cache_salt overrides its parent's
+		}
+		prev = id
 		b, ok := w.blocks[h]
-		if ok && b.seq != seqs[i] {
+		if ok && b.Seq != seqs[i] {
 			// The engine reused an id for other content (its hashes are
 			// opaque to us). Retire the old identity on every tier first.
 			w.conflicts.Add(1)
@@ -438,7 +475,7 @@ func (w *Worker) stored(ctx context.Context, ev *kvevents.Event) error {
 			}
 			b = engineBlock{}
 		}
-		b.seq, b.nsSalt = seqs[i], nsSalt
+		b.BlockIdentity = id
 		if b.refs[tier] == math.MaxUint16 {
 			// 65,535 live announcements of one hash: count no further (a
 			// removal then leaves the block held, never drops it early).
@@ -450,12 +487,13 @@ func (w *Worker) stored(ctx context.Context, ev *kvevents.Event) error {
 		if b.refs[tier] > 1 {
 			continue // another announcement of a block already held there
 		}
-		r := w.refs[b.seq]
-		r[tier]++
-		w.refs[b.seq] = r
-		if r[tier] == 1 {
+		r := w.refs[b.Seq]
+		r.n[tier]++
+		r.seg = b.Seg
+		w.refs[b.Seq] = r
+		if r.n[tier] == 1 {
 			w.entries++
-			add = append(add, b.seq)
+			add = append(add, b.block())
 		}
 		w.blocksStored.Add(1)
 	}
@@ -498,8 +536,8 @@ func (w *Worker) removed(ctx context.Context, ev *kvevents.Event) error {
 		if b.refs[tier] > 0 {
 			continue // still announced by another copy
 		}
-		if w.unref(b.seq, tier) {
-			drop = append(drop, b.seq)
+		if w.unref(b.Seq, tier) {
+			drop = append(drop, b.block())
 		}
 		w.blocksRemoved.Add(1)
 	}
@@ -521,8 +559,8 @@ func (w *Worker) dropAll(ctx context.Context, h uint64, b engineBlock) error {
 		if b.refs[t] == 0 {
 			continue
 		}
-		if w.unref(b.seq, t) {
-			if err := w.idx.Remove(ctx, w.id, t, []uint64{b.seq}); err != nil {
+		if w.unref(b.Seq, t) {
+			if err := w.idx.Remove(ctx, w.id, t, []kvindex.Block{b.block()}); err != nil {
 				return fmt.Errorf("index remove: %w", err)
 			}
 		}
@@ -533,13 +571,13 @@ func (w *Worker) dropAll(ctx context.Context, h uint64, b engineBlock) error {
 // unref drops one holder of (seq, tier) and reports whether it was the last.
 func (w *Worker) unref(seq uint64, t kvfleet.Tier) bool {
 	r := w.refs[seq]
-	r[t]--
-	if r == (seqRefs{}) {
+	r.n[t]--
+	if r.n == ([kvfleet.NumTiers]uint32{}) {
 		delete(w.refs, seq)
 	} else {
 		w.refs[seq] = r
 	}
-	if r[t] == 0 {
+	if r.n[t] == 0 {
 		w.entries--
 		return true
 	}

@@ -261,7 +261,7 @@ type failingIndex struct {
 	fail bool
 }
 
-func (f *failingIndex) Store(ctx context.Context, w kvfleet.WorkerID, t kvfleet.Tier, h []uint64) error {
+func (f *failingIndex) Store(ctx context.Context, w kvfleet.WorkerID, t kvfleet.Tier, h []kvindex.Block) error {
 	if f.fail {
 		return errors.New("backend down")
 	}

@@ -72,10 +72,10 @@ func fleetFor(b *testing.B, chainLen, workers int) *benchFleet {
 			if rng.IntN(3) == 0 {
 				onDevice = rng.IntN(n + 1)
 			}
-			if err := f.idx.Store(memCtx, id, kvfleet.TierDevice, conv[:onDevice]); err != nil {
+			if err := f.idx.Store(memCtx, id, kvfleet.TierDevice, kvindex.ChainBlocks(conv[:onDevice])); err != nil {
 				b.Fatal(err)
 			}
-			if err := f.idx.Store(memCtx, id, kvfleet.TierHost, conv[onDevice:n]); err != nil {
+			if err := f.idx.Store(memCtx, id, kvfleet.TierHost, kvindex.ChainBlocks(conv[onDevice:n])); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -122,7 +122,7 @@ type benchWriter struct {
 	workers []kvfleet.WorkerID
 	base    uint64
 	round   uint64
-	batch   []uint64
+	batch   []kvindex.Block
 }
 
 const (
@@ -131,7 +131,7 @@ const (
 )
 
 func newBenchWriter(first, n int, seed uint64) *benchWriter {
-	bw := &benchWriter{base: seed << 40, batch: make([]uint64, benchBatch)}
+	bw := &benchWriter{base: seed << 40, batch: make([]kvindex.Block, benchBatch)}
 	for i := range n {
 		bw.workers = append(bw.workers, memWorker(first+i))
 	}
@@ -140,7 +140,8 @@ func newBenchWriter(first, n int, seed uint64) *benchWriter {
 
 func (bw *benchWriter) fill(round uint64) {
 	for i := range bw.batch {
-		bw.batch[i] = mix64(bw.base + round*benchBatch + uint64(i))
+		h := mix64(bw.base + round*benchBatch + uint64(i))
+		bw.batch[i] = kvindex.Block{Hash: h, Seg: h}
 	}
 }
 

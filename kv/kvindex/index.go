@@ -11,6 +11,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/kvgate/kvgate/kv/kvfleet"
 )
 
@@ -30,16 +32,20 @@ type Stats struct {
 // Events for one worker must be applied in order by one writer; events for
 // different workers may be applied concurrently.
 type Index interface {
-	// Store records that worker holds the blocks on tier.
-	Store(ctx context.Context, w kvfleet.WorkerID, tier kvfleet.Tier, hashes []uint64) error
+	// Store records that worker holds the blocks on tier. Each block
+	// carries its segment (Block.Seg); a block must be removed with the
+	// segment it was stored with.
+	Store(ctx context.Context, w kvfleet.WorkerID, tier kvfleet.Tier, blocks []Block) error
 	// Remove records that worker no longer holds the blocks on tier.
-	Remove(ctx context.Context, w kvfleet.WorkerID, tier kvfleet.Tier, hashes []uint64) error
+	Remove(ctx context.Context, w kvfleet.WorkerID, tier kvfleet.Tier, blocks []Block) error
 	// Clear forgets everything worker holds (AllBlocksCleared, or a lost
 	// event stream that cannot be repaired); the worker stays known.
 	Clear(ctx context.Context, w kvfleet.WorkerID) error
 	// RemoveWorker forgets worker entirely (it died or left the fleet).
 	RemoveWorker(ctx context.Context, w kvfleet.WorkerID) error
-	// Match returns, per worker, the matched prefix depth of chain on each tier.
+	// Match returns, per worker, the matched prefix depth of chain on each
+	// tier. chain is a chain's hashes from position 0: block p is looked
+	// for in segment chain[p - p%SegmentBlocks], as ChainBlocks places it.
 	Match(ctx context.Context, chain []uint64) (Match, error)
 	// Stats reports the index's size.
 	Stats(ctx context.Context) (Stats, error)
@@ -73,4 +79,23 @@ func validWorker(w kvfleet.WorkerID) error {
 // no generation.
 type Generationer interface {
 	Generation(ctx context.Context) (string, error)
+}
+
+// Shared is implemented by a backend whose data lives outside the process,
+// in a store that every kvgate process opening the same index: section
+// reads and writes (Redis). Processes ask the index for it instead of
+// comparing backend names, so a new backend declares what it can do in
+// its own file:
+//   - another process (the indexer) may feed a Shared index, so an extproc
+//     replica need not run an indexer of its own; an index without it
+//     lives and dies with its process, which must feed it itself
+//     (daemon/extprocd);
+//   - the extproc replicas share their in-flight load through the same
+//     store (extproc/sharedload.go), on the index's connection settings
+//     (addresses, Cluster, AUTH, TLS).
+type Shared interface {
+	// LoadStore is the client and the key prefix under which the extproc
+	// replicas keep their shared load beside the index. The index keeps
+	// the client: callers never close it.
+	LoadStore() (client redis.UniversalClient, prefix string)
 }

@@ -119,7 +119,8 @@ func (m *Memory) shardOf(h uint64) *memShard {
 }
 
 // Store implements Index.
-func (m *Memory) Store(_ context.Context, w kvfleet.WorkerID, tier kvfleet.Tier, hashes []uint64) error {
+// The memory index finds blocks by hash alone and ignores Block.Seg.
+func (m *Memory) Store(_ context.Context, w kvfleet.WorkerID, tier kvfleet.Tier, blocks []Block) error {
 	if err := validTier(tier); err != nil {
 		return fmt.Errorf("memory index store for %s: %w", w, err)
 	}
@@ -129,10 +130,10 @@ func (m *Memory) Store(_ context.Context, w kvfleet.WorkerID, tier kvfleet.Tier,
 	}
 	defer ws.mu.Unlock()
 	bit := uint8(1) << tier
-	for _, h := range hashes {
-		s := m.shardOf(h)
+	for _, b := range blocks {
+		s := m.shardOf(b.Hash)
 		s.mu.Lock()
-		s.store(ws.idx, bit, h)
+		s.store(ws.idx, bit, b.Hash)
 		s.mu.Unlock()
 	}
 	return nil
@@ -140,7 +141,7 @@ func (m *Memory) Store(_ context.Context, w kvfleet.WorkerID, tier kvfleet.Tier,
 
 // Remove implements Index. Unknown hashes are no-ops; like every write
 // (and as the Redis backend does), it makes the worker known.
-func (m *Memory) Remove(_ context.Context, w kvfleet.WorkerID, tier kvfleet.Tier, hashes []uint64) error {
+func (m *Memory) Remove(_ context.Context, w kvfleet.WorkerID, tier kvfleet.Tier, blocks []Block) error {
 	if err := validTier(tier); err != nil {
 		return fmt.Errorf("memory index remove for %s: %w", w, err)
 	}
@@ -150,10 +151,10 @@ func (m *Memory) Remove(_ context.Context, w kvfleet.WorkerID, tier kvfleet.Tier
 	}
 	defer ws.mu.Unlock()
 	bit := uint8(1) << tier
-	for _, h := range hashes {
-		s := m.shardOf(h)
+	for _, b := range blocks {
+		s := m.shardOf(b.Hash)
 		s.mu.Lock()
-		s.remove(ws.idx, bit, h)
+		s.remove(ws.idx, bit, b.Hash)
 		s.mu.Unlock()
 	}
 	return nil
@@ -247,6 +248,7 @@ type matchLive struct {
 type matchScratch struct {
 	states []matchState // one per holder of chain[0], sorted by worker
 	live   []matchLive  // sorted by worker
+	dense  denseScratch // the dense walk's (memory_dense.go)
 }
 
 // Match implements Index.
@@ -276,6 +278,9 @@ func (m *Memory) Match(_ context.Context, chain []uint64) (Match, error) {
 	// worker's entries under this lock before its slot can be reused, so
 	// every holder seen here is named by this snapshot.
 	names := *m.workers.names.Load()
+	if denseWalk(len(b.holders), len(names)) {
+		return m.matchDense(sc, chain, b, s, names), nil
+	}
 	sc.states = sc.states[:0]
 	sc.live = sc.live[:0]
 	for _, h := range b.holders {
@@ -409,6 +414,17 @@ type block struct {
 	// referenced is the CLOCK bit. Match sets it under the read lock, hence
 	// atomic; it is only written when clear, so hot blocks stay read-shared.
 	referenced uint32
+	// bits caches holders as per-tier bitsets for the dense walk
+	// (memory_dense.go): built by a Match under the read lock, hence
+	// atomic; dropped by every write that changes holders.
+	bits atomic.Pointer[holderBits]
+}
+
+// changed drops the bitset cache after a write to b's holders.
+func (b *block) changed() {
+	if b.bits.Load() != nil {
+		b.bits.Store(nil)
+	}
 }
 
 func (b *block) touch() {
@@ -454,6 +470,7 @@ func (s *memShard) store(w uint32, bit uint8, h uint64) {
 	b := &s.blocks[slot]
 	b.touch()
 	i, found := findHolder(b.holders, w)
+	b.changed()
 	if found {
 		b.holders[i].tiers |= bit
 	} else {
@@ -478,6 +495,7 @@ func (s *memShard) remove(w uint32, bit uint8, h uint64) {
 		return
 	}
 	s.entries--
+	b.changed()
 	b.holders[i].tiers &^= bit
 	if b.holders[i].tiers != 0 {
 		return
@@ -516,6 +534,7 @@ func (s *memShard) dropWorker(w uint32) {
 			continue
 		}
 		s.entries -= int64(bits.OnesCount8(b.holders[i].tiers))
+		b.changed()
 		b.holders = slices.Delete(b.holders, i, i+1)
 		if len(b.holders) == 0 {
 			s.freeBlock(slot)
@@ -542,6 +561,7 @@ func (s *memShard) newBlock(h uint64) int32 {
 // holder slice for reuse so that steady-state churn does not allocate.
 func (s *memShard) freeBlock(slot int32) {
 	b := &s.blocks[slot]
+	b.changed()
 	s.index.del(b.hash)
 	if cap(b.holders) > 8 {
 		b.holders = nil

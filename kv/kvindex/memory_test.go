@@ -123,9 +123,9 @@ func applyMemOp(t *testing.T, idx kvindex.Index, op memOp) {
 	var err error
 	switch op.kind {
 	case "store":
-		err = idx.Store(memCtx, w, op.tier, op.hashes)
+		err = idx.Store(memCtx, w, op.tier, kvindex.ChainBlocks(op.hashes))
 	case "remove":
-		err = idx.Remove(memCtx, w, op.tier, op.hashes)
+		err = idx.Remove(memCtx, w, op.tier, kvindex.ChainBlocks(op.hashes))
 	case "clear":
 		err = idx.Clear(memCtx, w)
 	case "removeWorker":
@@ -286,18 +286,20 @@ func TestMemorySemantics(t *testing.T) {
 func TestMemoryRejectsBadInput(t *testing.T) {
 	idx := kvindex.NewMemory(kvindex.MemoryConfig{})
 	good := memWorker(1)
-	if err := idx.Store(memCtx, good, kvfleet.TierDevice, []uint64{1}); err != nil {
+	if err := idx.Store(memCtx, good, kvfleet.TierDevice, kvindex.ChainBlocks([]uint64{1})); err != nil {
 		t.Fatal(err)
 	}
 	bad := []struct {
 		name string
 		call func() error
 	}{
-		{"store tier out of range", func() error { return idx.Store(memCtx, good, kvfleet.NumTiers, []uint64{2}) }},
-		{"remove tier out of range", func() error { return idx.Remove(memCtx, good, 200, []uint64{1}) }},
-		{"empty endpoint", func() error { return idx.Store(memCtx, kvfleet.WorkerID{}, kvfleet.TierDevice, []uint64{2}) }},
+		{"store tier out of range", func() error { return idx.Store(memCtx, good, kvfleet.NumTiers, kvindex.ChainBlocks([]uint64{2})) }},
+		{"remove tier out of range", func() error { return idx.Remove(memCtx, good, 200, kvindex.ChainBlocks([]uint64{1})) }},
+		{"empty endpoint", func() error {
+			return idx.Store(memCtx, kvfleet.WorkerID{}, kvfleet.TierDevice, kvindex.ChainBlocks([]uint64{2}))
+		}},
 		{"negative rank", func() error {
-			return idx.Store(memCtx, kvfleet.WorkerID{Endpoint: "a:1", DPRank: -1}, kvfleet.TierDevice, []uint64{2})
+			return idx.Store(memCtx, kvfleet.WorkerID{Endpoint: "a:1", DPRank: -1}, kvfleet.TierDevice, kvindex.ChainBlocks([]uint64{2}))
 		}},
 		{"clear bad worker", func() error { return idx.Clear(memCtx, kvfleet.WorkerID{DPRank: 3}) }},
 		{"remove bad worker", func() error { return idx.RemoveWorker(memCtx, kvfleet.WorkerID{DPRank: -2}) }},
@@ -387,7 +389,7 @@ func TestMemoryCapacity(t *testing.T) {
 	for b := range uint64(100) {
 		for w := range holders {
 			tier := kvfleet.Tier((int(b) + w) % int(kvfleet.NumTiers))
-			if err := idx.Store(memCtx, memWorker(w), tier, []uint64{b}); err != nil {
+			if err := idx.Store(memCtx, memWorker(w), tier, kvindex.ChainBlocks([]uint64{b})); err != nil {
 				t.Fatal(err)
 			}
 			model.store(memWorker(w), tier, []uint64{b})
@@ -419,7 +421,7 @@ func TestMemoryCapacity(t *testing.T) {
 	}
 	// The survivors and the workers are intact: more events apply normally.
 	for w := range holders {
-		if err := idx.Store(memCtx, memWorker(w), kvfleet.TierDevice, []uint64{1000, 1001}); err != nil {
+		if err := idx.Store(memCtx, memWorker(w), kvfleet.TierDevice, kvindex.ChainBlocks([]uint64{1000, 1001})); err != nil {
 			t.Fatal(err)
 		}
 		model.store(memWorker(w), kvfleet.TierDevice, []uint64{1000, 1001})
@@ -431,7 +433,7 @@ func TestMemoryCapacity(t *testing.T) {
 		for h, mask := range held {
 			for tier := range kvfleet.NumTiers {
 				if mask&(1<<tier) != 0 {
-					if err := idx.Remove(memCtx, w, tier, []uint64{h}); err != nil {
+					if err := idx.Remove(memCtx, w, tier, kvindex.ChainBlocks([]uint64{h})); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -451,7 +453,7 @@ func TestMemoryEvictsUntouchedFirst(t *testing.T) {
 	idx := kvindex.NewMemory(kvindex.MemoryConfig{MaxEntries: maxEntries})
 	w := memWorker(1)
 	for b := range uint64(maxEntries + 1) {
-		if err := idx.Store(memCtx, w, kvfleet.TierDevice, []uint64{b}); err != nil {
+		if err := idx.Store(memCtx, w, kvfleet.TierDevice, kvindex.ChainBlocks([]uint64{b})); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -460,7 +462,7 @@ func TestMemoryEvictsUntouchedFirst(t *testing.T) {
 		mustMatch(t, idx, []uint64{h})
 	}
 	for b := uint64(1000); b < 1000+maxEntries/2; b++ {
-		if err := idx.Store(memCtx, w, kvfleet.TierDevice, []uint64{b}); err != nil {
+		if err := idx.Store(memCtx, w, kvfleet.TierDevice, kvindex.ChainBlocks([]uint64{b})); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -500,10 +502,10 @@ func TestMemoryConcurrent(t *testing.T) {
 				var err error
 				switch r := rng.IntN(100); {
 				case r < 60:
-					err = idx.Store(memCtx, w, tier, hs)
+					err = idx.Store(memCtx, w, tier, kvindex.ChainBlocks(hs))
 					models[wi].store(w, tier, hs)
 				case r < 95:
-					err = idx.Remove(memCtx, w, tier, hs)
+					err = idx.Remove(memCtx, w, tier, kvindex.ChainBlocks(hs))
 					models[wi].remove(w, tier, hs)
 				case r < 98:
 					err = idx.Clear(memCtx, w)
@@ -602,14 +604,14 @@ func TestMemoryManyBlocks(t *testing.T) {
 				fresh[i] = uint64(wave)<<32 | uint64(i)
 			}
 		}
-		if err := idx.Store(memCtx, w, kvfleet.TierDevice, fresh); err != nil {
+		if err := idx.Store(memCtx, w, kvfleet.TierDevice, kvindex.ChainBlocks(fresh)); err != nil {
 			t.Fatal(err)
 		}
 		model.store(w, kvfleet.TierDevice, fresh)
 		live = append(live, fresh...)
 		rng.Shuffle(len(live), func(i, j int) { live[i], live[j] = live[j], live[i] })
 		gone := live[:len(live)*3/4]
-		if err := idx.Remove(memCtx, w, kvfleet.TierDevice, gone); err != nil {
+		if err := idx.Remove(memCtx, w, kvfleet.TierDevice, kvindex.ChainBlocks(gone)); err != nil {
 			t.Fatal(err)
 		}
 		model.remove(w, kvfleet.TierDevice, gone)
@@ -651,12 +653,12 @@ func FuzzMemoryAgainstModel(f *testing.F) {
 			var err error
 			switch kind {
 			case 0:
-				err = idx.Store(memCtx, w, tier, hs)
+				err = idx.Store(memCtx, w, tier, kvindex.ChainBlocks(hs))
 				if tier < kvfleet.NumTiers {
 					model.store(w, tier, hs)
 				}
 			case 1:
-				err = idx.Remove(memCtx, w, tier, hs)
+				err = idx.Remove(memCtx, w, tier, kvindex.ChainBlocks(hs))
 				if tier < kvfleet.NumTiers {
 					model.remove(w, tier, hs)
 				}

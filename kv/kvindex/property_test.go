@@ -21,9 +21,9 @@ import (
 
 const (
 	propWorkers    = 12
-	propRoots      = 5  // independent conversations
-	propChains     = 20 // chains, each sharing a prefix with a root
-	propChainLen   = 32
+	propRoots      = 5                    // independent conversations
+	propChains     = 20                   // chains, each sharing a prefix with a root
+	propChainLen   = 2*SegmentBlocks + 20 // three segments: chains cross segment keys
 	propMatchEvery = 4
 )
 
@@ -61,11 +61,15 @@ type propOp struct {
 	kind   string // store, remove, clear, removeWorker
 	worker int
 	tier   kvfleet.Tier
-	hashes []uint64
+	blocks []Block
 }
 
 func (o propOp) String() string {
-	return fmt.Sprintf("%s(w%d, %v, %d hashes %x)", o.kind, o.worker, o.tier, len(o.hashes), o.hashes)
+	hashes := make([]uint64, len(o.blocks))
+	for i, b := range o.blocks {
+		hashes[i] = b.Hash
+	}
+	return fmt.Sprintf("%s(w%d, %v, %d hashes %x)", o.kind, o.worker, o.tier, len(hashes), hashes)
 }
 
 func runProperty(t *testing.T, seed int64, ops int) {
@@ -170,7 +174,7 @@ func propHashes(rng *rand.Rand, n int) []uint64 {
 
 func propNextOp(rng *rand.Rand, chains [][]uint64) propOp {
 	op := propOp{worker: rng.Intn(propWorkers), tier: kvfleet.Tier(rng.Intn(int(kvfleet.NumTiers)))}
-	chain := chains[rng.Intn(len(chains))]
+	chain := ChainBlocks(chains[rng.Intn(len(chains))])
 	// A range [a, b) of the chain; engines mostly store from the start.
 	a := 0
 	if rng.Intn(3) == 0 {
@@ -179,17 +183,17 @@ func propNextOp(rng *rand.Rand, chains [][]uint64) propOp {
 	b := a + 1 + rng.Intn(len(chain)-a)
 	switch p := rng.Intn(100); {
 	case p < 55:
-		op.kind, op.hashes = "store", chain[a:b]
+		op.kind, op.blocks = "store", chain[a:b]
 	case p < 65:
 		// Scattered blocks: holes in the middle of chains.
 		op.kind = "store"
-		for _, h := range chain {
+		for _, b := range chain {
 			if rng.Intn(3) == 0 {
-				op.hashes = append(op.hashes, h)
+				op.blocks = append(op.blocks, b)
 			}
 		}
 	case p < 88:
-		op.kind, op.hashes = "remove", chain[a:b]
+		op.kind, op.blocks = "remove", chain[a:b]
 	case p < 94:
 		op.kind = "clear"
 	default:
@@ -202,9 +206,9 @@ func propApply(idx Index, op propOp) error {
 	w := worker(op.worker)
 	switch op.kind {
 	case "store":
-		return idx.Store(tctx, w, op.tier, op.hashes)
+		return idx.Store(tctx, w, op.tier, op.blocks)
 	case "remove":
-		return idx.Remove(tctx, w, op.tier, op.hashes)
+		return idx.Remove(tctx, w, op.tier, op.blocks)
 	case "clear":
 		return idx.Clear(tctx, w)
 	case "removeWorker":

@@ -1,26 +1,18 @@
 package kvindex
 
 // Redis backend: one index shared by several extproc replicas, on a
-// standalone Redis or a Redis Cluster through the same code.
+// standalone Redis or a Redis Cluster through the same code. The block
+// layout (segment keys, one read per segment) is in redis_segments.go;
+// this file keeps the worker registry, its snapshot, the heartbeat and the
+// generation.
 //
-// Schema (every command touches exactly one key, so nothing can fail with
-// CROSSSLOT on Cluster; no hash tags, so blocks spread over every master —
-// the llm-d-kv-cache Redis index uses multi-key Lua scripts and does not
-// run on Cluster for that reason):
-//
-//	<prefix>b:<hash, 16 lowercase hex>   HASH, one per block
-//	    field "<num>:<tier>"  value "<epoch>"
-//	    num is the worker's small registry number, tier the Tier value,
-//	    epoch the worker's epoch when it stored the block.
-//	    Store = HSET + PEXPIRE BlockTTL (refreshed by every store, so keys
-//	    nobody re-stores vanish on their own); Remove = HDEL. Block writes
-//	    never read first.
+// Registry:
 //
 //	<prefix>workers   HASH, the registry (one small key)
 //	    next      last number handed out (HINCRBY)
 //	    id:<w>    num of worker w (w = WorkerID.String())
 //	    w:<num>   w, the reverse mapping read by Match
-//	    e:<num>   epoch: Clear bumps it, which makes every field the worker
+//	    e:<num>   epoch: Clear bumps it, which makes every entry the worker
 //	              wrote before stale at once, with no SCAN
 //	    a:<num>   alive-until, unix ms. Each Redis instance refreshes it to
 //	              now+WorkerTTL every WorkerTTL/3 for the workers it has
@@ -29,52 +21,35 @@ package kvindex
 //	              without a keyspace SCAN.
 //	    Registry changes are single-key Lua scripts (atomic, Cluster-safe).
 //	    RemoveWorker deletes the worker's four fields; its number is never
-//	    reused, so its block fields can never be mistaken for another's.
+//	    reused, so its block entries can never be mistaken for another's.
 //	    A worker registered again after its alive-until passed gets a new
 //	    epoch: the events it sent while declared dead were lost with its
 //	    indexer, so its old blocks must not come back.
 //
-// A field is live when its num is in the registry, the worker's
+// A block entry is live when its num is in the registry, the worker's
 // alive-until has not passed, and its epoch is at least the registry's.
 // Match reads the registry through a local snapshot at most
 // RegistryStaleness old (this instance's own Clear, RemoveWorker and new
 // registrations invalidate it at once), so another replica's Clear or
-// RemoveWorker shows here within RegistryStaleness. Epochs only grow, so a
-// field epoch above the snapshot's is live (written after a Clear this
+// RemoveWorker shows here within RegistryStaleness. Epochs only grow, so an
+// entry's epoch above the snapshot's is live (written after a Clear this
 // snapshot has not seen). The snapshot is reloaded in the background once
 // half that old, so a Match waits for the registry only after this
 // instance's own registry change or a failed background reload.
 //
-// Match is one network round trip for a chain whose first block it last
-// found held: an HGETALL per block of the chain, in one pipeline that
-// go-redis splits per master and sends in parallel. It reads past the
-// first miss (at most the whole chain, 4096 blocks per round trip)
-// because on loopback a round trip cost more than the reads it saved
-// (issue 19; BenchmarkRedisMatch, chunk=auto vs chunk=16). Other chains
-// are probed with 16 blocks first (redisFirstHeld). What is left is per
-// block: the key layout keeps one key per block, so the work grows with
-// the chain (indexer/README.md, "Redis reads").
-//
-// Stale fields met by Match (older epoch, removed worker, worker dead for
+// Stale entries met by Match (older epoch, removed worker, worker dead for
 // more than WorkerTTL, malformed) are deleted lazily by a background pruner
-// through a bounded queue, each with a compare-and-delete script, so a
-// field rewritten in between is never lost.
+// through a bounded queue, each with a compare-and-delete script, so an
+// entry rewritten in between is never lost.
 //
 // Clocks: alive-until is written and read with each instance's own clock;
 // replicas need clocks in sync to well within WorkerTTL (NTP is plenty).
-//
-// Stats: Workers is the number of live registered workers. Blocks and
-// Entries are read per master: exact (SCAN of the block keys plus HLEN)
-// when a master holds at most redisStatsExactKeys keys, else estimated
-// from DBSIZE and redisStatsSamples RANDOMKEY samples. Entries counts
-// stale fields not yet pruned or expired.
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -90,9 +65,10 @@ import (
 
 // RedisConfig configures NewRedis.
 type RedisConfig struct {
-	// Client is used, never closed, by the index: its creator owns it
-	// (indexer.OpenIndex closes the one it creates).
-	Client redis.UniversalClient
+	// Client is used by the index; Close closes it only when OwnClient is
+	// set (indexer.OpenIndex hands over the one it creates).
+	Client    redis.UniversalClient
+	OwnClient bool
 	// Prefix starts every key (indexconfig.DefaultRedisPrefix when empty). It may not contain
 	// '{' or '}': a hash tag would put the whole index in one slot.
 	Prefix string
@@ -106,26 +82,16 @@ type RedisConfig struct {
 	// RegistryStaleness bounds how old Match's registry snapshot may be
 	// (250ms, or WorkerTTL/4 if smaller, when zero). At most WorkerTTL/3.
 	RegistryStaleness time.Duration
-	// MatchChunk is how many block keys Match reads in its first round
-	// trip; later round trips read 4x more each, up to redisMaxMatchChunk
-	// (4096). Zero (the default) adapts: a chain whose first block this
-	// instance last found held is read whole, up to 4096 blocks, in one
-	// network round trip (one pipeline per master, in parallel), because a
-	// round trip costs more than reading past the first miss; any other is
-	// probed with 16 blocks first and, if that hits, the rest in a second
-	// round trip. See redisFirstHeld and indexer/README.md, "Redis reads".
-	MatchChunk int
 }
 
 const (
 	// The prefix and TTL defaults are the index.redis options' own
 	// (indexerconfig); a zero field here takes them.
 	defaultRedisStaleness   = 250 * time.Millisecond
-	redisMaxMatchChunk      = 4096 // 64k tokens at 16 per block
 	redisMaxPrefix          = 128
 	redisMaxChain           = 1 << 16 // blocks per Match: 1M tokens at 16 per block
 	redisMaxHashesPerCall   = 1 << 16 // hashes per Store/Remove
-	redisWriteBatch         = 512     // hashes per pipeline round trip
+	redisWriteBatch         = 512     // blocks per pipeline round trip
 	redisMaxRegistryWorkers = 1 << 16 // refuse a registry larger than this
 	redisPruneQueue         = 4096
 	redisPruneBatch         = 256
@@ -137,12 +103,12 @@ const (
 // Redis is the Redis-backed Index. See the schema comment above.
 type Redis struct {
 	client      redis.UniversalClient
+	ownClient   bool
 	prefix      string
 	registryKey string
 	blockTTL    time.Duration
 	workerTTL   time.Duration
 	staleness   time.Duration
-	matchChunk  int // 0: adaptive (see redisFirstHeld)
 	firstHeld   redisFirstHeld
 
 	// writers are the workers this instance writes for (and heartbeats).
@@ -171,8 +137,11 @@ type Redis struct {
 	gen   string // last Generation seen; "" before the first call
 }
 
-var _ Index = (*Redis)(nil)
-var _ Generationer = (*Redis)(nil)
+var (
+	_ Index        = (*Redis)(nil)
+	_ Generationer = (*Redis)(nil)
+	_ Shared       = (*Redis)(nil)
+)
 
 // redisWriter is a worker this instance writes for: its registry number
 // and the epoch its stores carry.
@@ -185,7 +154,8 @@ type redisWriter struct {
 type RedisCounters struct {
 	Matches                 int64 // Match calls that reached Redis
 	MatchRoundTrips         int64 // pipelined round trips issued by Match
-	MatchBlocksRead         int64 // block keys read by Match
+	MatchBlocksRead         int64 // blocks (segment fields) read by Match
+	MatchKeysRead           int64 // segment keys read by Match
 	RegistryReloads         int64
 	RegistryWaits           int64 // reloads a Match or Stats call waited for (the rest ran ahead, in the background)
 	RegistryBadRows         int64 // registry fields that failed to parse (ignored)
@@ -204,6 +174,7 @@ type RedisCounters struct {
 
 type redisCounters struct {
 	matches, matchRoundTrips, matchBlocksRead    atomic.Int64
+	matchKeysRead                                atomic.Int64
 	registryReloads, registryBadRows             atomic.Int64
 	registryWaits                                atomic.Int64
 	pruneQueued, pruneDropped, pruned, pruneErrs atomic.Int64
@@ -220,6 +191,7 @@ func (r *Redis) Counters() RedisCounters {
 		Matches:                 c.matches.Load(),
 		MatchRoundTrips:         c.matchRoundTrips.Load(),
 		MatchBlocksRead:         c.matchBlocksRead.Load(),
+		MatchKeysRead:           c.matchKeysRead.Load(),
 		RegistryReloads:         c.registryReloads.Load(),
 		RegistryWaits:           c.registryWaits.Load(),
 		RegistryBadRows:         c.registryBadRows.Load(),
@@ -269,24 +241,24 @@ func NewRedis(ctx context.Context, cfg RedisConfig) (*Redis, error) {
 	if cfg.RegistryStaleness < 0 || cfg.RegistryStaleness > cfg.WorkerTTL/3 {
 		return nil, fmt.Errorf("redis index: config: registry staleness %v: want 0..%v (worker TTL / 3)", cfg.RegistryStaleness, cfg.WorkerTTL/3)
 	}
-	if cfg.MatchChunk < 0 || cfg.MatchChunk > redisMaxMatchChunk {
-		return nil, fmt.Errorf("redis index: config: match chunk %d: want 0 (adaptive) or 1..%d", cfg.MatchChunk, redisMaxMatchChunk)
-	}
 	if err := cfg.Client.Ping(ctx).Err(); err != nil {
 		return nil, fmt.Errorf("redis index: ping: %w", err)
 	}
 	r := &Redis{
 		client:      cfg.Client,
+		ownClient:   cfg.OwnClient,
 		prefix:      cfg.Prefix,
 		registryKey: cfg.Prefix + "workers",
 		blockTTL:    cfg.BlockTTL,
 		workerTTL:   cfg.WorkerTTL,
 		staleness:   cfg.RegistryStaleness,
-		matchChunk:  cfg.MatchChunk,
 		writers:     make(map[kvfleet.WorkerID]*redisWriter),
 		prune:       make(chan redisPrune, redisPruneQueue),
 		regAhead:    make(chan struct{}, 1),
 		now:         time.Now,
+	}
+	if err := r.checkSchema(ctx); err != nil {
+		return nil, err
 	}
 	r.bg, r.stopBG = context.WithCancel(context.Background())
 	r.wg.Add(3)
@@ -341,53 +313,28 @@ func (r *Redis) Generation(ctx context.Context) (string, error) {
 	return tok, nil
 }
 
-// Close stops the heartbeat and pruner. It does not close the client.
-// Workers this instance wrote for expire WorkerTTL after its last
-// heartbeat unless another instance writes for them.
+// Close stops the heartbeat and pruner, and closes the client if the
+// index owns it (RedisConfig.OwnClient). Workers this instance wrote for
+// expire WorkerTTL after its last heartbeat unless another instance writes
+// for them.
 func (r *Redis) Close() error {
+	var err error
 	r.once.Do(func() {
 		r.closed.Store(true)
 		r.stopBG()
 		r.wg.Wait()
+		if r.ownClient {
+			err = r.client.Close()
+		}
 	})
-	return nil
+	return err
 }
+
+// LoadStore implements Shared: the extproc replicas' shared load rides on
+// the index's client and prefix.
+func (r *Redis) LoadStore() (redis.UniversalClient, string) { return r.client, r.prefix }
 
 var errRedisClosed = errors.New("index closed")
-
-// blockKey is <prefix>b:<16 lowercase hex digits>.
-func (r *Redis) blockKey(h uint64) string {
-	const hexDigits = "0123456789abcdef"
-	b := make([]byte, 0, len(r.prefix)+2+16)
-	b = append(b, r.prefix...)
-	b = append(b, 'b', ':')
-	for shift := 60; shift >= 0; shift -= 4 {
-		b = append(b, hexDigits[(h>>uint(shift))&0xf])
-	}
-	return string(b)
-}
-
-func blockField(num int64, tier kvfleet.Tier) string {
-	return strconv.FormatInt(num, 10) + ":" + strconv.Itoa(int(tier))
-}
-
-// parseBlockField is the inverse of blockField; ok is false for anything
-// this version did not write.
-func parseBlockField(f string) (num int64, tier kvfleet.Tier, ok bool) {
-	i := strings.IndexByte(f, ':')
-	if i <= 0 || i == len(f)-1 {
-		return 0, 0, false
-	}
-	n, err := strconv.ParseInt(f[:i], 10, 64)
-	if err != nil || n <= 0 {
-		return 0, 0, false
-	}
-	t, err := strconv.ParseUint(f[i+1:], 10, 8)
-	if err != nil || kvfleet.Tier(t) >= kvfleet.NumTiers {
-		return 0, 0, false
-	}
-	return n, kvfleet.Tier(t), true
-}
 
 // noteErr asks a Cluster client to reload its slot map after a network
 // error: go-redis reloads on MOVED, but a dead master sends none, so
@@ -473,15 +420,6 @@ redis.call('HDEL', reg, 'id:' .. ARGV[1], 'w:' .. n, 'e:' .. n, 'a:' .. n)
 return 1
 `)
 
-// redisPruneScript deletes field ARGV[1] of KEYS[1] only if it still holds
-// ARGV[2]: the worker may have stored the block again since Match read it.
-var redisPruneScript = redis.NewScript(`
-if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then
-  return redis.call('HDEL', KEYS[1], ARGV[1])
-end
-return 0
-`)
-
 // writer returns w's registry number and store epoch, registering w on
 // first use by this instance.
 func (r *Redis) writer(ctx context.Context, w kvfleet.WorkerID) (num, epoch int64, err error) {
@@ -528,62 +466,12 @@ func (r *Redis) register(ctx context.Context, w kvfleet.WorkerID, clear bool) (n
 	return num, epoch, nil
 }
 
-// Store implements Index.
-func (r *Redis) Store(ctx context.Context, w kvfleet.WorkerID, tier kvfleet.Tier, hashes []uint64) error {
-	if err := r.checkWrite(tier, hashes); err != nil {
-		return fmt.Errorf("redis index: store for %s: %w", w, err)
-	}
-	num, epoch, err := r.writer(ctx, w)
-	if err != nil {
-		return fmt.Errorf("redis index: store: %w", err)
-	}
-	field, value := blockField(num, tier), strconv.FormatInt(epoch, 10)
-	for start := 0; start < len(hashes); start += redisWriteBatch {
-		pipe := r.client.Pipeline()
-		for _, h := range hashes[start:min(start+redisWriteBatch, len(hashes))] {
-			key := r.blockKey(h)
-			pipe.HSet(ctx, key, field, value)
-			pipe.PExpire(ctx, key, r.blockTTL)
-		}
-		r.counters.storeRoundTrips.Add(1)
-		if _, err := pipe.Exec(ctx); err != nil {
-			r.noteErr(err)
-			return fmt.Errorf("redis index: store for %s: %w", w, err)
-		}
-	}
-	return nil
-}
-
-// Remove implements Index.
-func (r *Redis) Remove(ctx context.Context, w kvfleet.WorkerID, tier kvfleet.Tier, hashes []uint64) error {
-	if err := r.checkWrite(tier, hashes); err != nil {
-		return fmt.Errorf("redis index: remove for %s: %w", w, err)
-	}
-	num, _, err := r.writer(ctx, w)
-	if err != nil {
-		return fmt.Errorf("redis index: remove: %w", err)
-	}
-	field := blockField(num, tier)
-	for start := 0; start < len(hashes); start += redisWriteBatch {
-		pipe := r.client.Pipeline()
-		for _, h := range hashes[start:min(start+redisWriteBatch, len(hashes))] {
-			pipe.HDel(ctx, r.blockKey(h), field)
-		}
-		r.counters.removeRoundTrips.Add(1)
-		if _, err := pipe.Exec(ctx); err != nil {
-			r.noteErr(err)
-			return fmt.Errorf("redis index: remove for %s: %w", w, err)
-		}
-	}
-	return nil
-}
-
-func (r *Redis) checkWrite(tier kvfleet.Tier, hashes []uint64) error {
+func (r *Redis) checkWrite(tier kvfleet.Tier, n int) error {
 	if err := validTier(tier); err != nil {
 		return err
 	}
-	if len(hashes) > redisMaxHashesPerCall {
-		return fmt.Errorf("%d hashes in one call: want at most %d", len(hashes), redisMaxHashesPerCall)
+	if n > redisMaxHashesPerCall {
+		return fmt.Errorf("%d blocks in one call: want at most %d", n, redisMaxHashesPerCall)
 	}
 	return nil
 }
@@ -878,90 +766,15 @@ func newRedisMatch(reg *redisRegistry, now, deadBefore int64) *redisMatch {
 	return &redisMatch{reg: reg, now: now, deadBefore: deadBefore, index: map[int64]int{}}
 }
 
-// Match implements Index. It reads the chain's block keys in one pipeline
-// (go-redis splits it per master and runs those in parallel, so on Cluster
-// too this is one network round trip) and applies them in order, stopping
-// as soon as no worker still matching holds the next block. A chain whose
-// first block was never seen held here takes a second round trip when the
-// 16-block probe hits; so does a chain beyond redisMaxMatchChunk blocks,
-// and a configured MatchChunk may take more.
-func (r *Redis) Match(ctx context.Context, chain []uint64) (Match, error) {
-	if len(chain) > redisMaxChain {
-		return nil, fmt.Errorf("redis index: match: chain of %d blocks: want at most %d", len(chain), redisMaxChain)
-	}
-	if len(chain) == 0 {
-		return Match{}, nil
-	}
-	if r.closed.Load() {
-		return nil, fmt.Errorf("redis index: match: %w", errRedisClosed)
-	}
-	r.counters.matches.Add(1)
-	reg, err := r.registry(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("redis index: match: %w", err)
-	}
-	now := time.Now().UnixMilli()
-	m := newRedisMatch(reg, now, now-r.workerTTL.Milliseconds())
-	chunk := r.matchChunk
-	adaptive := chunk == 0
-	if adaptive {
-		chunk = redisMaxMatchChunk
-		if !r.firstHeld.seen(chain[0]) {
-			chunk = redisProbeChunk
-		}
-	}
-	if err := r.readChain(ctx, m, chain, chunk, adaptive); err != nil {
-		return nil, err
-	}
-	if adaptive {
-		r.firstHeld.note(chain[0], len(m.states) > 0)
-	}
-	return m.result(), nil
-}
-
-// readChain applies chain's blocks to m, chunk blocks in the first round
-// trip, until no worker is left matching.
-func (r *Redis) readChain(ctx context.Context, m *redisMatch, chain []uint64, chunk int, adaptive bool) error {
-	cmds := make([]*redis.MapStringStringCmd, 0, min(chunk, len(chain)))
-	for start := 0; start < len(chain); {
-		end := min(start+chunk, len(chain))
-		pipe := r.client.Pipeline()
-		cmds = cmds[:0]
-		for _, h := range chain[start:end] {
-			cmds = append(cmds, pipe.HGetAll(ctx, r.blockKey(h)))
-		}
-		r.counters.matchRoundTrips.Add(1)
-		r.counters.matchBlocksRead.Add(int64(end - start))
-		if _, err := pipe.Exec(ctx); err != nil {
-			r.noteErr(err)
-			return fmt.Errorf("redis index: match: read blocks %d..%d of %d: %w", start, end-1, len(chain), err)
-		}
-		for i, cmd := range cmds {
-			pos := start + i
-			r.applyBlock(m, pos, chain[pos], cmd.Val())
-			if m.active == 0 {
-				return nil
-			}
-		}
-		start = end
-		if adaptive {
-			chunk = redisMaxMatchChunk // the probe hit: the rest at once
-		} else {
-			chunk = min(chunk*4, redisMaxMatchChunk)
-		}
-	}
-	return nil
-}
-
 // redisFirstHeld remembers the first blocks of chains this instance's last
 // Match found held by some worker (len(m.states) > 0 means some worker
 // held block 0). A chain starting with one is read whole in one round
-// trip; any other is probed with redisProbeChunk blocks first, so that a
-// miss at block 0 (a prompt nobody has cached) reads 16 keys, not the
-// whole chain: on loopback such a miss read whole cost 2.6-4x the CPU
-// (BenchmarkRedisMatch, miss). The memory is only a hint about how much to
-// read: a wrong entry costs a round trip or extra reads, never a wrong
-// match. Chat requests share their first block (the template and system
+// trip; any other is probed with its first segment first, so that a miss
+// at block 0 (a prompt nobody has cached) reads one key, not the whole
+// chain (with one key per block, such a miss read whole cost 2.6-4x the
+// CPU on loopback: BenchmarkRedisMatch, miss). The memory is only a hint
+// about how much to read: a wrong entry costs a round trip or extra reads,
+// never a wrong match. Chat requests share their first block (the template and system
 // prompt), so in a serving fleet nearly every chain starts with a
 // remembered one.
 type redisFirstHeld struct {
@@ -969,10 +782,7 @@ type redisFirstHeld struct {
 	held map[uint64]struct{}
 }
 
-const (
-	redisProbeChunk    = 16
-	redisFirstHeldKeep = 1 << 14 // entries; all are dropped when full
-)
+const redisFirstHeldKeep = 1 << 14 // entries; all are dropped when full
 
 func (f *redisFirstHeld) seen(h uint64) bool {
 	f.mu.Lock()
@@ -996,72 +806,6 @@ func (f *redisFirstHeld) note(h uint64, held bool) {
 	f.held[h] = struct{}{}
 }
 
-// applyBlock advances every active worker past block pos (admitting
-// workers at pos 0) and finishes those that lack it on every tier. Blocks
-// must be applied in order, each once.
-func (r *Redis) applyBlock(m *redisMatch, pos int, h uint64, fields map[string]string) {
-	// Fastest live tier per candidate worker on this block. Fields arrive
-	// in map order, so collect before applying.
-	for f, v := range fields {
-		num, tier, ok := parseBlockField(f)
-		epoch, err := strconv.ParseInt(v, 10, 64)
-		if !ok || err != nil {
-			r.queuePrune(h, f, v)
-			continue
-		}
-		ws, known := m.reg.workers[num]
-		switch {
-		case !known:
-			// Numbers are never reused, so one at or below the snapshot's
-			// "next" that is not registered belonged to a removed worker.
-			// A higher one was registered after the snapshot was taken.
-			if num <= m.reg.next {
-				r.queuePrune(h, f, v)
-			}
-			continue
-		case epoch < ws.epoch || ws.aliveUntil < m.deadBefore:
-			r.queuePrune(h, f, v)
-			continue
-		case ws.aliveUntil < m.now:
-			continue // expired; pruned once dead a full TTL (see above)
-		}
-		i, ok := m.index[num]
-		if !ok {
-			if pos > 0 {
-				continue // missed an earlier block: no prefix match
-			}
-			i = len(m.states)
-			m.index[num] = i
-			m.states = append(m.states, redisMatchState{num: num})
-			m.active++
-		}
-		st := &m.states[i]
-		if st.done {
-			continue // missed an earlier block
-		}
-		if st.seenAt != pos+1 || tier < st.fastest {
-			st.fastest, st.seenAt = tier, pos+1
-		}
-	}
-	for i := range m.states {
-		st := &m.states[i]
-		if st.done {
-			continue
-		}
-		if st.seenAt != pos+1 {
-			st.done = true
-			m.active--
-			continue
-		}
-		// Tier t reaches pos+1 iff every block so far, this one included,
-		// is held on t or faster: iff t >= the slowest per-block fastest.
-		st.slowest = max(st.slowest, st.fastest)
-		for t := st.slowest; t < kvfleet.NumTiers; t++ {
-			st.depths[t] = pos + 1
-		}
-	}
-}
-
 // result turns the per-number depths into the per-worker Match.
 func (m *redisMatch) result() Match {
 	out := make(Match, len(m.states))
@@ -1075,79 +819,9 @@ func (m *redisMatch) result() Match {
 	return out
 }
 
-func (r *Redis) queuePrune(h uint64, field, value string) {
-	select {
-	case r.prune <- redisPrune{hash: h, field: field, value: value}:
-		r.counters.pruneQueued.Add(1)
-	default:
-		r.counters.pruneDropped.Add(1)
-	}
-}
-
-// ---- pruner ----
-
-type redisPrune struct {
-	hash         uint64
-	field, value string
-}
-
-func (r *Redis) pruneLoop() {
-	defer r.wg.Done()
-	batch := make([]redisPrune, 0, redisPruneBatch)
-	for {
-		batch = batch[:0]
-		select {
-		case <-r.bg.Done():
-			return
-		case p := <-r.prune:
-			batch = append(batch, p)
-		}
-	fill:
-		for len(batch) < redisPruneBatch {
-			select {
-			case p := <-r.prune:
-				batch = append(batch, p)
-			default:
-				break fill
-			}
-		}
-		r.pruneBatch(batch)
-	}
-}
-
-// pruneBatch deletes a batch of stale fields, duplicates removed, in one
-// pipelined round trip of compare-and-delete scripts. EVAL, not EVALSHA:
-// a Cluster master promoted by failover has an empty script cache.
-func (r *Redis) pruneBatch(batch []redisPrune) {
-	ctx, cancel := context.WithTimeout(r.bg, 5*time.Second)
-	defer cancel()
-	seen := make(map[redisPrune]bool, len(batch))
-	pipe := r.client.Pipeline()
-	var cmds []*redis.Cmd
-	for _, p := range batch {
-		if seen[p] {
-			continue
-		}
-		seen[p] = true
-		cmds = append(cmds, redisPruneScript.Eval(ctx, pipe, []string{r.blockKey(p.hash)}, p.field, p.value))
-	}
-	_, err := pipe.Exec(ctx)
-	for _, c := range cmds {
-		if n, cerr := c.Int64(); cerr == nil {
-			r.counters.pruned.Add(n)
-		} else {
-			r.counters.pruneErrs.Add(1)
-		}
-	}
-	if err != nil {
-		r.noteErr(err)
-		slog.Debug("redis index: prune stale fields", "err", err)
-	}
-}
-
 // ---- Stats ----
 
-// Stats implements Index; see the schema comment for what is exact.
+// Stats implements Index; see redis_segments.go for what is exact.
 func (r *Redis) Stats(ctx context.Context) (Stats, error) {
 	reg, err := r.registry(ctx)
 	if err != nil {
@@ -1172,86 +846,11 @@ func (r *Redis) Stats(ctx context.Context) (Stats, error) {
 		mu.Unlock()
 		return nil
 	}
-	switch c := r.client.(type) {
-	case *redis.ClusterClient:
-		err = c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error { return each(ctx, m) })
-	case *redis.Ring:
-		err = c.ForEachShard(ctx, func(ctx context.Context, s *redis.Client) error { return each(ctx, s) })
-	default:
-		err = each(ctx, r.client)
-	}
-	if err != nil {
+	if err := r.forEachNode(ctx, each); err != nil {
 		r.noteErr(err)
 		return Stats{}, fmt.Errorf("redis index: stats: %w", err)
 	}
 	return st, nil
-}
-
-// countBlocks counts block keys and their fields on one node: exactly on a
-// small node, else from DBSIZE and a RANDOMKEY sample.
-func (r *Redis) countBlocks(ctx context.Context, c redis.Cmdable) (blocks, entries int64, err error) {
-	size, err := c.DBSize(ctx).Result()
-	if err != nil {
-		return 0, 0, fmt.Errorf("DBSIZE: %w", err)
-	}
-	blockPrefix := r.prefix + "b:"
-	if size <= redisStatsExactKeys {
-		var keys []string
-		iter := c.Scan(ctx, 0, escapeGlob(blockPrefix)+"*", 1000).Iterator()
-		for iter.Next(ctx) {
-			keys = append(keys, iter.Val())
-			if len(keys) > 2*redisStatsExactKeys {
-				break // keys arrived since DBSIZE; good enough
-			}
-		}
-		if err := iter.Err(); err != nil {
-			return 0, 0, fmt.Errorf("SCAN: %w", err)
-		}
-		n, err := r.sumHLen(ctx, c, keys)
-		return int64(len(keys)), n, err
-	}
-	pipe := c.Pipeline()
-	samples := make([]*redis.StringCmd, redisStatsSamples)
-	for i := range samples {
-		samples[i] = pipe.RandomKey(ctx)
-	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return 0, 0, fmt.Errorf("RANDOMKEY: %w", err)
-	}
-	var keys []string
-	for _, s := range samples {
-		if k, err := s.Result(); err == nil && strings.HasPrefix(k, blockPrefix) {
-			keys = append(keys, k)
-		}
-	}
-	if len(keys) == 0 {
-		return 0, 0, nil
-	}
-	fields, err := r.sumHLen(ctx, c, keys)
-	if err != nil {
-		return 0, 0, err
-	}
-	blocks = int64(math.Round(float64(size) * float64(len(keys)) / float64(redisStatsSamples)))
-	return blocks, int64(math.Round(float64(blocks) * float64(fields) / float64(len(keys)))), nil
-}
-
-func (r *Redis) sumHLen(ctx context.Context, c redis.Cmdable, keys []string) (int64, error) {
-	if len(keys) == 0 {
-		return 0, nil
-	}
-	pipe := c.Pipeline()
-	cmds := make([]*redis.IntCmd, len(keys))
-	for i, k := range keys {
-		cmds[i] = pipe.HLen(ctx, k)
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return 0, fmt.Errorf("HLEN: %w", err)
-	}
-	var n int64
-	for _, c := range cmds {
-		n += c.Val()
-	}
-	return n, nil
 }
 
 // escapeGlob escapes SCAN MATCH metacharacters in a literal prefix.

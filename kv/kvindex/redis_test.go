@@ -146,29 +146,30 @@ func TestRedisStoreRemoveClearRemoveWorker(t *testing.T) {
 			chain := []uint64{11, 12, 13, 14}
 
 			expectMatch(t, r, chain, Match{})
-			must(t, r.Store(tctx, w1, kvfleet.TierDevice, chain[:3]))
-			must(t, r.Store(tctx, w1, kvfleet.TierDevice, chain[:3])) // idempotent
-			must(t, r.Store(tctx, w2, kvfleet.TierDevice, chain[:1]))
+			blocks := ChainBlocks(chain)
+			must(t, r.Store(tctx, w1, kvfleet.TierDevice, blocks[:3]))
+			must(t, r.Store(tctx, w1, kvfleet.TierDevice, blocks[:3])) // idempotent
+			must(t, r.Store(tctx, w2, kvfleet.TierDevice, blocks[:1]))
 			expectMatch(t, r, chain, Match{w1: all(3), w2: all(1)})
 			// A chain starting elsewhere matches nobody.
-			expectMatch(t, r, chain[1:], Match{w1: all(2)})
 			expectMatch(t, r, []uint64{99, 11}, Match{})
 
-			must(t, r.Remove(tctx, w1, kvfleet.TierDevice, chain[1:2]))
-			must(t, r.Remove(tctx, w1, kvfleet.TierDevice, []uint64{12345})) // unknown: no-op
-			must(t, r.Remove(tctx, w1, kvfleet.TierHost, chain))             // other tier: no-op
+			must(t, r.Remove(tctx, w1, kvfleet.TierDevice, blocks[1:2]))
+			must(t, r.Remove(tctx, w1, kvfleet.TierDevice, ChainBlocks([]uint64{12345}))) // unknown: no-op
+			must(t, r.Remove(tctx, w1, kvfleet.TierHost, blocks))                         // other tier: no-op
 			expectMatch(t, r, chain, Match{w1: all(1), w2: all(1)})
 
 			must(t, r.Clear(tctx, w1))
 			expectMatch(t, r, chain, Match{w2: all(1)})
-			must(t, r.Store(tctx, w1, kvfleet.TierDevice, chain[:2]))
+			must(t, r.Store(tctx, w1, kvfleet.TierDevice, blocks[:2]))
 			expectMatch(t, r, chain, Match{w1: all(2), w2: all(1)})
 
 			must(t, r.RemoveWorker(tctx, w2))
 			must(t, r.RemoveWorker(tctx, w2)) // unknown: no-op
 			expectMatch(t, r, chain, Match{w1: all(2)})
-			// Back after removal: its old blocks stay forgotten.
-			must(t, r.Store(tctx, w2, kvfleet.TierDevice, chain[3:]))
+			// Back after removal: its old blocks stay forgotten. (chain[3:]
+			// as a chain of its own: its first block is its segment's.)
+			must(t, r.Store(tctx, w2, kvfleet.TierDevice, ChainBlocks(chain[3:])))
 			expectMatch(t, r, chain, Match{w1: all(2)})
 			expectMatch(t, r, chain[3:], Match{w2: all(1)})
 
@@ -188,24 +189,24 @@ func TestRedisMixedTierDepths(t *testing.T) {
 			chain := []uint64{1, 2, 3, 4, 5}
 			w1, w2, w3 := worker(1), worker(2), worker(3)
 			// w1: fastest tiers per block device, host, disk, device, (none).
-			must(t, r.Store(tctx, w1, kvfleet.TierDevice, []uint64{1, 4}))
-			must(t, r.Store(tctx, w1, kvfleet.TierHost, []uint64{2}))
-			must(t, r.Store(tctx, w1, kvfleet.TierDisk, []uint64{3}))
+			must(t, r.Store(tctx, w1, kvfleet.TierDevice, placed(chain, []uint64{1, 4})))
+			must(t, r.Store(tctx, w1, kvfleet.TierHost, placed(chain, []uint64{2})))
+			must(t, r.Store(tctx, w1, kvfleet.TierDisk, placed(chain, []uint64{3})))
 			// w2: block 1 external only.
-			must(t, r.Store(tctx, w2, kvfleet.TierExternal, []uint64{1}))
+			must(t, r.Store(tctx, w2, kvfleet.TierExternal, placed(chain, []uint64{1})))
 			// w3: block 1 on host and device, block 2 on disk then also host,
 			// blocks 3..5 on device: fastest tiers device, host, device...
-			must(t, r.Store(tctx, w3, kvfleet.TierHost, []uint64{1}))
-			must(t, r.Store(tctx, w3, kvfleet.TierDevice, []uint64{1, 3, 4, 5}))
-			must(t, r.Store(tctx, w3, kvfleet.TierDisk, []uint64{2}))
-			must(t, r.Store(tctx, w3, kvfleet.TierHost, []uint64{2}))
+			must(t, r.Store(tctx, w3, kvfleet.TierHost, placed(chain, []uint64{1})))
+			must(t, r.Store(tctx, w3, kvfleet.TierDevice, placed(chain, []uint64{1, 3, 4, 5})))
+			must(t, r.Store(tctx, w3, kvfleet.TierDisk, placed(chain, []uint64{2})))
+			must(t, r.Store(tctx, w3, kvfleet.TierHost, placed(chain, []uint64{2})))
 			expectMatch(t, r, chain, Match{
 				w1: {1, 2, 4, 4},
 				w2: {0, 0, 0, 1},
 				w3: {1, 5, 5, 5},
 			})
 			// Dropping w3's host copy of block 2 leaves disk.
-			must(t, r.Remove(tctx, w3, kvfleet.TierHost, []uint64{2}))
+			must(t, r.Remove(tctx, w3, kvfleet.TierHost, placed(chain, []uint64{2})))
 			expectMatch(t, r, chain, Match{
 				w1: {1, 2, 4, 4},
 				w2: {0, 0, 0, 1},
@@ -215,86 +216,89 @@ func TestRedisMixedTierDepths(t *testing.T) {
 	}
 }
 
+// A chain whose first block this instance never found held is probed
+// with its first segment alone: a miss at block 0 costs one key.
 func TestRedisMatchStopsEarly(t *testing.T) {
 	startRedis(t)
-	r := newTestRedis(t, redisStandalone.Client(), RedisConfig{Prefix: uniquePrefix(t), MatchChunk: 4})
+	r := newTestRedis(t, redisStandalone.Client(), RedisConfig{Prefix: uniquePrefix(t)})
 	chain := make([]uint64, 1000)
 	for i := range chain {
 		chain[i] = uint64(i + 1)
 	}
-	must(t, r.Store(tctx, worker(1), kvfleet.TierDevice, chain[:6]))
+	must(t, r.Store(tctx, worker(1), kvfleet.TierDevice, ChainBlocks(chain[:6])))
 	expectMatch(t, r, chain, Match{worker(1): all(6)})
-	// Chunks of 4 then 16: the miss at block 6 is in the second chunk.
+	// The probe: one segment key, its 64 blocks; the miss at block 6 is
+	// in it, so no second round trip.
 	c := r.Counters()
-	if c.MatchRoundTrips != 2 || c.MatchBlocksRead != 20 {
-		t.Fatalf("round trips %d, blocks read %d; want 2 and 20", c.MatchRoundTrips, c.MatchBlocksRead)
+	if c.MatchRoundTrips != 1 || c.MatchKeysRead != 1 || c.MatchBlocksRead != SegmentBlocks {
+		t.Fatalf("round trips %d, keys %d, blocks %d; want 1, 1 and %d", c.MatchRoundTrips, c.MatchKeysRead, c.MatchBlocksRead, SegmentBlocks)
 	}
-	// Nobody holds the first block: one round trip.
+	// Nobody holds the first block: one round trip, one key.
 	expectMatch(t, r, chain[10:], Match{})
-	if c2 := r.Counters(); c2.MatchRoundTrips != 3 {
-		t.Fatalf("round trips %d after a miss at block 0; want 3", c2.MatchRoundTrips)
+	if c2 := r.Counters(); c2.MatchRoundTrips != 2 || c2.MatchKeysRead != 2 {
+		t.Fatalf("round trips %d, keys %d after a miss at block 0; want 2 and 2", c2.MatchRoundTrips, c2.MatchKeysRead)
 	}
 }
 
-// With the default MatchChunk a Match of a chain whose first block was
-// last found held is one pipelined round trip, on standalone and on
-// Cluster (where the pipeline spans every master); a chain starting
-// anywhere else is probed with 16 blocks first, so a miss at block 0
-// reads 16 keys and a hit takes a second round trip for the rest. Only a
-// chain longer than redisMaxMatchChunk takes more.
+// A Match of a chain whose first block was last found held is one
+// pipelined round trip reading one key per segment, on standalone and on
+// Cluster (where the pipeline spans the masters the segments live on); a
+// chain starting anywhere else is probed with its first segment, so a
+// miss at block 0 reads one key and a hit takes a second round trip for
+// the rest. Only a chain longer than redisMaxMatchSegments segments takes
+// more.
 func TestRedisMatchOneRoundTrip(t *testing.T) {
 	for _, tg := range redisTargets(t) {
 		t.Run(tg.name, func(t *testing.T) {
 			prefix := uniquePrefix(t)
 			r := newTestRedis(t, tg.client(), RedisConfig{Prefix: prefix})
-			// Over 4096 keys: left behind, they would push the shared
-			// server past Stats' exact-count bound for later tests.
 			t.Cleanup(func() { dropPrefix(t, tg.client(), prefix) })
 			var last RedisCounters
-			expectReads := func(what string, roundTrips, blocks int64) {
+			expectReads := func(what string, roundTrips, keys, blocks int64) {
 				t.Helper()
 				c := r.Counters()
-				if rt, b := c.MatchRoundTrips-last.MatchRoundTrips, c.MatchBlocksRead-last.MatchBlocksRead; rt != roundTrips || b != blocks {
-					t.Fatalf("%s: %d round trips reading %d blocks; want %d and %d", what, rt, b, roundTrips, blocks)
+				rt, k, b := c.MatchRoundTrips-last.MatchRoundTrips, c.MatchKeysRead-last.MatchKeysRead, c.MatchBlocksRead-last.MatchBlocksRead
+				if rt != roundTrips || k != keys || b != blocks {
+					t.Fatalf("%s: %d round trips reading %d keys, %d blocks; want %d, %d, %d", what, rt, k, b, roundTrips, keys, blocks)
 				}
 				last = c
 			}
-			chain := make([]uint64, 512)
+			chain := make([]uint64, 8*SegmentBlocks)
 			for i := range chain {
 				chain[i] = uint64(i+1) << 20
 			}
-			must(t, r.Store(tctx, worker(1), kvfleet.TierDevice, chain[:300]))
-			must(t, r.Store(tctx, worker(2), kvfleet.TierHost, chain[:40]))
+			must(t, r.Store(tctx, worker(1), kvfleet.TierDevice, ChainBlocks(chain[:300])))
+			must(t, r.Store(tctx, worker(2), kvfleet.TierHost, ChainBlocks(chain[:40])))
 			want := Match{worker(1): all(300), worker(2): {0, 40, 40, 40}}
 			expectMatch(t, r, chain, want)
-			expectReads("first match", 2, 512)
+			expectReads("first match", 2, 8, int64(len(chain)))
 			expectMatch(t, r, chain, want)
-			expectReads("second match", 1, 512)
+			expectReads("second match", 1, 8, int64(len(chain)))
 			miss := make([]uint64, len(chain))
 			for i := range miss {
 				miss[i] = chain[i] + 1 // stored by nobody
 			}
 			expectMatch(t, r, miss, Match{})
-			expectReads("miss at block 0", 1, 16)
+			expectReads("miss at block 0", 1, 1, SegmentBlocks)
 			// Once nobody holds the first block the chain is read whole
 			// one last time, then probed again.
 			must(t, r.Clear(tctx, worker(1)))
 			must(t, r.Clear(tctx, worker(2)))
 			expectMatch(t, r, chain, Match{})
-			expectReads("match after the holders cleared", 1, 512)
+			expectReads("match after the holders cleared", 1, 8, int64(len(chain)))
 			expectMatch(t, r, chain, Match{})
-			expectReads("next match", 1, 16)
-			long := make([]uint64, redisMaxMatchChunk+10)
+			expectReads("next match", 1, 1, SegmentBlocks)
+			long := make([]uint64, redisMaxMatchSegments*SegmentBlocks+10)
 			for i := range long {
 				long[i] = uint64(i+1) << 24
 			}
-			must(t, r.Store(tctx, worker(3), kvfleet.TierDevice, long))
+			must(t, r.Store(tctx, worker(3), kvfleet.TierDevice, ChainBlocks(long)))
 			expectMatch(t, r, long, Match{worker(3): all(len(long))})
-			// 16, then the remaining 4096 + 10 - 16 at once.
-			expectReads("long chain, first match", 2, int64(len(long)))
+			// One segment, then the remaining 64 at once.
+			expectReads("long chain, first match", 2, redisMaxMatchSegments+1, int64(len(long)))
 			expectMatch(t, r, long, Match{worker(3): all(len(long))})
-			// 4096, then 10.
-			expectReads("long chain, second match", 2, int64(len(long)))
+			// 64 segments, then 1.
+			expectReads("long chain, second match", 2, redisMaxMatchSegments+1, int64(len(long)))
 		})
 	}
 }
@@ -329,7 +333,7 @@ func TestRedisRegistryReloadsAhead(t *testing.T) {
 	clock.Store(time.Now().UnixNano())
 	r.now = func() time.Time { return time.Unix(0, clock.Load()) }
 	chain := []uint64{1, 2, 3}
-	must(t, r.Store(tctx, worker(1), kvfleet.TierDevice, chain))
+	must(t, r.Store(tctx, worker(1), kvfleet.TierDevice, ChainBlocks(chain)))
 	expectMatch(t, r, chain, Match{worker(1): all(3)})
 	c := r.Counters()
 	if c.RegistryReloads != 1 || c.RegistryWaits != 1 {
@@ -363,12 +367,12 @@ func TestRedisSecondReplicaSeesWrites(t *testing.T) {
 			defer other.Close()
 			b := newTestRedis(t, other, RedisConfig{Prefix: prefix, RegistryStaleness: 20 * time.Millisecond})
 			chain := []uint64{7, 8, 9}
-			must(t, a.Store(tctx, worker(1), kvfleet.TierHost, chain))
+			must(t, a.Store(tctx, worker(1), kvfleet.TierHost, ChainBlocks(chain)))
 			waitMatch(t, b, chain, Match{worker(1): {0, 3, 3, 3}})
 			// b takes over worker 1 (its indexer moved) and clears it; a sees
 			// that within the staleness bound.
 			must(t, b.Clear(tctx, worker(1)))
-			must(t, b.Store(tctx, worker(1), kvfleet.TierDevice, chain[:1]))
+			must(t, b.Store(tctx, worker(1), kvfleet.TierDevice, ChainBlocks(chain[:1])))
 			expectMatch(t, b, chain, Match{worker(1): all(1)})
 			waitMatch(t, a, chain, Match{worker(1): all(1)})
 			must(t, b.RemoveWorker(tctx, worker(1)))
@@ -411,7 +415,7 @@ func TestRedisWorkerExpiresWithoutHeartbeat(t *testing.T) {
 			defer writer.Close()
 			reader := newTestRedis(t, tg.client(), cfg)
 			chain := []uint64{21, 22}
-			must(t, writer.Store(tctx, worker(5), kvfleet.TierDevice, chain))
+			must(t, writer.Store(tctx, worker(5), kvfleet.TierDevice, ChainBlocks(chain)))
 			expectMatch(t, reader, chain, Match{worker(5): all(2)})
 
 			// Heartbeats push alive-until forward while the writer runs.
@@ -433,11 +437,11 @@ func TestRedisWorkerExpiresWithoutHeartbeat(t *testing.T) {
 
 			// A new indexer for worker 5: its old blocks must not come back.
 			revived := newTestRedis(t, tg.client(), cfg)
-			must(t, revived.Store(tctx, worker(5), kvfleet.TierDevice, []uint64{30}))
+			must(t, revived.Store(tctx, worker(5), kvfleet.TierDevice, ChainBlocks([]uint64{30})))
 			expectMatch(t, revived, chain, Match{})
 			expectMatch(t, revived, []uint64{30}, Match{worker(5): all(1)})
 			waitMatch(t, reader, []uint64{30}, Match{worker(5): all(1)})
-			if writer.Store(tctx, worker(5), kvfleet.TierDevice, chain) == nil {
+			if writer.Store(tctx, worker(5), kvfleet.TierDevice, ChainBlocks(chain)) == nil {
 				t.Error("Store on a closed index: no error")
 			}
 		})
@@ -453,60 +457,64 @@ func aliveUntil(t testing.TB, c redis.UniversalClient, prefix string, w kvfleet.
 	return v
 }
 
-func TestRedisPrunesStaleFields(t *testing.T) {
+func TestRedisPrunesStaleEntries(t *testing.T) {
 	for _, tg := range redisTargets(t) {
 		t.Run(tg.name, func(t *testing.T) {
 			prefix := uniquePrefix(t)
 			r := newTestRedis(t, tg.client(), RedisConfig{Prefix: prefix})
 			c := tg.client()
 			chain := []uint64{41, 42, 43}
-			must(t, r.Store(tctx, worker(1), kvfleet.TierDevice, chain))
-			must(t, r.Store(tctx, worker(2), kvfleet.TierHost, chain))
+			must(t, r.Store(tctx, worker(1), kvfleet.TierDevice, ChainBlocks(chain)))
+			must(t, r.Store(tctx, worker(2), kvfleet.TierHost, ChainBlocks(chain)))
 			must(t, r.Clear(tctx, worker(1)))
 			must(t, r.RemoveWorker(tctx, worker(2)))
-			// Junk a buggy or foreign writer might leave behind.
-			must(t, c.HSet(tctx, r.blockKey(41), "junk", "x", "1:9", "0", "7:0", "notanumber").Err())
-			// A worker number from the future (another replica registered it
-			// after this one's snapshot) must be left alone.
+			key, f41, f42 := r.segKey(41), blockField(41), blockField(42)
+			stale, err := c.HGet(tctx, key, f41).Result()
+			must(t, err)
+			// Junk a buggy or foreign writer might leave behind, and a
+			// worker number from the future (another replica registered it
+			// after this one's snapshot), which must be left alone.
 			next, err := c.HGet(tctx, prefix+"workers", "next").Int64()
 			must(t, err)
-			future := strconv.FormatInt(next+1000, 10) + ":0"
-			must(t, c.HSet(tctx, r.blockKey(41), future, "0").Err())
+			future := strconv.FormatInt(next+1000, 10) + ":0:0"
+			must(t, c.HSet(tctx, key, f41, stale+",junk,1:9:0,7:0:notanumber,"+future).Err())
 			expectMatch(t, r, chain, Match{})
-			waitFor(t, "stale fields pruned", func() bool {
-				n, err := c.HLen(tctx, r.blockKey(41)).Result()
+			waitFor(t, "stale entries pruned", func() bool {
+				v, err := c.HGet(tctx, key, f41).Result()
 				must(t, err)
-				return n == 1
+				return v == future
 			})
-			if !c.HExists(tctx, r.blockKey(41), future).Val() {
-				t.Fatal("pruned the field of a worker number newer than the snapshot")
+			// Match stopped at block 41, so 42 and 43 keep their stale
+			// entries until a Match reaches them or their segment's TTL ends.
+			if v := c.HGet(tctx, key, f42).Val(); strings.Count(v, ",") != 1 {
+				t.Fatalf("block 42 holds %q; want its 2 stale entries (not visited)", v)
 			}
-			// Match stopped at block 41, so 42 and 43 keep their stale fields
-			// until a Match reaches them or their TTL ends.
-			if n := c.HLen(tctx, r.blockKey(42)).Val(); n != 2 {
-				t.Fatalf("block 42 has %d fields; want 2 (not visited)", n)
-			}
-			if ttl := c.PTTL(tctx, r.blockKey(42)).Val(); ttl <= 0 || ttl > time.Hour {
-				t.Fatalf("block TTL %v; want in (0, 1h]", ttl)
+			if ttl := c.PTTL(tctx, key).Val(); ttl <= 0 || ttl > time.Hour {
+				t.Fatalf("segment TTL %v; want in (0, 1h]", ttl)
 			}
 		})
 	}
 }
 
-func TestRedisPruneKeepsRewrittenField(t *testing.T) {
+func TestRedisPruneKeepsRewrittenEntry(t *testing.T) {
 	startRedis(t)
 	r := newTestRedis(t, redisStandalone.Client(), RedisConfig{Prefix: uniquePrefix(t)})
 	c := redisStandalone.Client()
-	must(t, c.HSet(tctx, r.blockKey(5), "1:0", "3", "2:0", "4").Err())
+	must(t, c.HSet(tctx, r.segKey(5), blockField(5), "1:0:3,2:0:4").Err())
 	// Match saw epoch 2 for 1:0 and 4 for 2:0; 1:0 has since been rewritten.
-	r.pruneBatch([]redisPrune{{5, "1:0", "2"}, {5, "2:0", "4"}, {5, "2:0", "4"}})
-	got, err := c.HGetAll(tctx, r.blockKey(5)).Result()
+	r.pruneBatch([]redisPrune{{5, 5, "1:0:2"}, {5, 5, "2:0:4"}, {5, 5, "2:0:4"}})
+	got, err := c.HGetAll(tctx, r.segKey(5)).Result()
 	must(t, err)
-	if len(got) != 1 || got["1:0"] != "3" {
-		t.Fatalf("after prune: %v; want only 1:0=3", got)
+	if len(got) != 1 || got[blockField(5)] != "1:0:3" {
+		t.Fatalf("after prune: %v; want only 1:0:3", got)
 	}
 	if n := r.Counters().Pruned; n != 1 {
 		t.Fatalf("Pruned = %d; want 1", n)
+	}
+	// The last entry gone, the field goes, and Redis drops the empty key.
+	r.pruneBatch([]redisPrune{{5, 5, "1:0:3"}})
+	if n := c.Exists(tctx, r.segKey(5)).Val(); n != 0 {
+		t.Fatalf("segment key left after its last entry was pruned")
 	}
 }
 
@@ -514,7 +522,7 @@ func TestRedisIgnoresCorruptRegistry(t *testing.T) {
 	startRedis(t)
 	r := newTestRedis(t, redisStandalone.Client(), RedisConfig{Prefix: uniquePrefix(t)})
 	c := redisStandalone.Client()
-	must(t, r.Store(tctx, worker(1), kvfleet.TierDevice, []uint64{1, 2}))
+	must(t, r.Store(tctx, worker(1), kvfleet.TierDevice, ChainBlocks([]uint64{1, 2})))
 	must(t, c.HSet(tctx, r.registryKey, "w:x", "a#1", "w:77", "no-rank", "w:78", "ok:1#0", "e:78", "-5", "w:79", "ok:2#0", "a:79", "soon").Err())
 	expectMatch(t, r, []uint64{1, 2}, Match{worker(1): all(2)})
 	if n := r.Counters().RegistryBadRows; n != 4 {
@@ -533,8 +541,6 @@ func TestRedisRejectsBadInput(t *testing.T) {
 		{Client: c, WorkerTTL: time.Millisecond},
 		{Client: c, WorkerTTL: time.Second, RegistryStaleness: time.Second},
 		{Client: c, RegistryStaleness: -1},
-		{Client: c, MatchChunk: -1},
-		{Client: c, MatchChunk: 100000},
 	} {
 		if r, err := NewRedis(tctx, cfg); err == nil {
 			r.Close()
@@ -548,16 +554,16 @@ func TestRedisRejectsBadInput(t *testing.T) {
 	}
 
 	r := newTestRedis(t, c, RedisConfig{Prefix: uniquePrefix(t)})
-	if err := r.Store(tctx, worker(1), kvfleet.NumTiers, []uint64{1}); err == nil {
+	if err := r.Store(tctx, worker(1), kvfleet.NumTiers, ChainBlocks([]uint64{1})); err == nil {
 		t.Error("Store on tier NumTiers: no error")
 	}
-	if err := r.Store(tctx, kvfleet.WorkerID{}, kvfleet.TierDevice, []uint64{1}); err == nil {
+	if err := r.Store(tctx, kvfleet.WorkerID{}, kvfleet.TierDevice, ChainBlocks([]uint64{1})); err == nil {
 		t.Error("Store for an empty worker id: no error")
 	}
-	if err := r.Store(tctx, kvfleet.WorkerID{Endpoint: "x:1", DPRank: -1}, kvfleet.TierDevice, []uint64{1}); err == nil {
+	if err := r.Store(tctx, kvfleet.WorkerID{Endpoint: "x:1", DPRank: -1}, kvfleet.TierDevice, ChainBlocks([]uint64{1})); err == nil {
 		t.Error("Store for a negative rank: no error")
 	}
-	if err := r.Store(tctx, worker(1), kvfleet.TierDevice, make([]uint64, redisMaxHashesPerCall+1)); err == nil {
+	if err := r.Store(tctx, worker(1), kvfleet.TierDevice, make([]Block, redisMaxHashesPerCall+1)); err == nil {
 		t.Error("Store of too many hashes: no error")
 	}
 	if _, err := r.Match(tctx, make([]uint64, redisMaxChain+1)); err == nil || !strings.Contains(err.Error(), "redis index: match") {
@@ -581,9 +587,10 @@ func TestRedisStatsExactOnSmallKeyspace(t *testing.T) {
 			for i := range hashes {
 				hashes[i] = uint64(1000 + i)
 			}
-			must(t, r.Store(tctx, worker(1), kvfleet.TierDevice, hashes))
-			must(t, r.Store(tctx, worker(2), kvfleet.TierDevice, hashes[:100]))
-			must(t, r.Store(tctx, worker(2), kvfleet.TierHost, hashes[:50]))
+			blocks := ChainBlocks(hashes)
+			must(t, r.Store(tctx, worker(1), kvfleet.TierDevice, blocks))
+			must(t, r.Store(tctx, worker(2), kvfleet.TierDevice, blocks[:100]))
+			must(t, r.Store(tctx, worker(2), kvfleet.TierHost, blocks[:50]))
 			st, err := r.Stats(tctx)
 			must(t, err)
 			if st != (Stats{Blocks: 300, Entries: 450, Workers: 2}) {
@@ -593,33 +600,41 @@ func TestRedisStatsExactOnSmallKeyspace(t *testing.T) {
 	}
 }
 
-// TestRedisClusterNoCrossSlot matches a chain whose keys fall in many slots
-// on every master; any multi-key command across them would fail.
+// TestRedisClusterNoCrossSlot matches a chain whose segments fall in many
+// slots on every master: any multi-key command across them would fail.
+// Each segment is one key, so a segment's blocks share a slot.
 func TestRedisClusterNoCrossSlot(t *testing.T) {
 	startRedis(t)
 	c := redisCluster.Client().(*redis.ClusterClient)
 	r := newTestRedis(t, c, RedisConfig{Prefix: uniquePrefix(t)})
-	chain := make([]uint64, 300)
+	const segs = 24
+	chain := make([]uint64, segs*SegmentBlocks)
 	for i := range chain {
 		chain[i] = uint64(i)*0x9E3779B97F4A7C15 + 1
 	}
-	must(t, r.Store(tctx, worker(1), kvfleet.TierDevice, chain))
-	must(t, r.Store(tctx, worker(2), kvfleet.TierHost, chain[:200]))
+	blocks := ChainBlocks(chain)
+	must(t, r.Store(tctx, worker(1), kvfleet.TierDevice, blocks))
+	must(t, r.Store(tctx, worker(2), kvfleet.TierHost, blocks[:1000]))
 	must(t, r.Clear(tctx, worker(3)))
-	expectMatch(t, r, chain, Match{worker(1): all(300), worker(2): {0, 200, 200, 200}})
-	must(t, r.Remove(tctx, worker(1), kvfleet.TierDevice, chain[150:]))
-	expectMatch(t, r, chain, Match{worker(1): all(150), worker(2): {0, 200, 200, 200}})
+	expectMatch(t, r, chain, Match{worker(1): all(len(chain)), worker(2): {0, 1000, 1000, 1000}})
+	// The probe reads the first segment, the second round trip the rest:
+	// one key per segment.
+	if k := r.Counters().MatchKeysRead; k != segs {
+		t.Fatalf("read %d keys for %d segments; want %d", k, segs, segs)
+	}
+	must(t, r.Remove(tctx, worker(1), kvfleet.TierDevice, blocks[750:]))
+	expectMatch(t, r, chain, Match{worker(1): all(750), worker(2): {0, 1000, 1000, 1000}})
 
 	slots := map[int64]bool{}
-	for _, h := range chain {
-		s, err := c.ClusterKeySlot(tctx, r.blockKey(h)).Result()
+	for k := range segs {
+		s, err := c.ClusterKeySlot(tctx, r.segKey(chain[k*SegmentBlocks])).Result()
 		must(t, err)
 		slots[s] = true
 	}
 	var mu sync.Mutex
 	perMaster := map[string]int{}
 	must(t, c.ForEachMaster(tctx, func(ctx context.Context, m *redis.Client) error {
-		keys, _, err := m.Scan(ctx, 0, r.prefix+"b:*", 10000).Result()
+		keys, _, err := m.Scan(ctx, 0, r.prefix+"v2:s:*", 10000).Result()
 		if err != nil {
 			return err
 		}
@@ -628,65 +643,68 @@ func TestRedisClusterNoCrossSlot(t *testing.T) {
 		mu.Unlock()
 		return nil
 	}))
-	// Blocks 200..299 lost their last field with the Remove: Redis deletes
-	// an emptied hash, so 200 block keys remain.
-	total := 0
-	for addr, n := range perMaster {
-		if n == 0 {
-			t.Errorf("master %s holds no block keys", addr)
-		}
+	// Blocks 1000.. lost their last entry with the Remove: Redis deletes
+	// an emptied hash, so the 16 segments holding blocks 0..999 remain.
+	total, holding := 0, 0
+	for _, n := range perMaster {
 		total += n
+		if n > 0 {
+			holding++
+		}
 	}
-	if len(perMaster) != 3 || total != 200 || len(slots) < 250 {
-		t.Fatalf("keys per master %v (total %d), %d distinct slots; want 3 masters, 200 keys, >= 250 slots", perMaster, total, len(slots))
+	if len(perMaster) != 3 || holding < 2 || total != 16 || len(slots) < segs-1 {
+		t.Fatalf("keys per master %v (total %d), %d distinct slots; want 3 masters (2 or more holding keys), 16 keys, >= %d slots", perMaster, total, len(slots), segs-1)
 	}
 }
 
-func TestRedisBlockKeyAndField(t *testing.T) {
+func TestRedisSegmentKeyAndEntry(t *testing.T) {
 	r := &Redis{prefix: "kv:"}
-	if got := r.blockKey(0xfedcba9876543210); got != "kv:b:fedcba9876543210" {
-		t.Fatalf("blockKey = %q", got)
+	if got := r.segKey(0xfedcba9876543210); got != "kv:v2:s:{fedcba9876543210}" {
+		t.Fatalf("segKey = %q", got)
 	}
-	if got := r.blockKey(1); got != "kv:b:"+strings.Repeat("0", 15)+"1" {
-		t.Fatalf("blockKey(1) = %q", got)
+	if got := blockField(1); got != strings.Repeat("0", 15)+"1" {
+		t.Fatalf("blockField(1) = %q", got)
 	}
 	for _, tc := range []struct {
-		f    string
-		num  int64
-		tier kvfleet.Tier
-		ok   bool
+		e     string
+		num   int64
+		tier  kvfleet.Tier
+		epoch int64
+		ok    bool
 	}{
-		{"12:3", 12, 3, true},
-		{"1:0", 1, 0, true},
-		{"0:0", 0, 0, false},
-		{"-1:0", 0, 0, false},
-		{"1:4", 0, 0, false},
-		{"1:", 0, 0, false},
-		{":1", 0, 0, false},
-		{"1:1:1", 0, 0, false},
-		{"x", 0, 0, false},
-		{"99999999999999999999:1", 0, 0, false},
+		{"12:3:7", 12, 3, 7, true},
+		{"1:0:0", 1, 0, 0, true},
+		{"0:0:0", 0, 0, 0, false},
+		{"-1:0:0", 0, 0, 0, false},
+		{"1:4:0", 0, 0, 0, false},
+		{"1:0:", 0, 0, 0, false},
+		{"1:0:-1", 0, 0, 0, false},
+		{"1:0", 0, 0, 0, false},
+		{":1:1", 0, 0, 0, false},
+		{"1:11:1", 0, 0, 0, false},
+		{"x", 0, 0, 0, false},
+		{"99999999999999999999:1:1", 0, 0, 0, false},
 	} {
-		num, tier, ok := parseBlockField(tc.f)
-		if ok != tc.ok || (ok && (num != tc.num || tier != tc.tier)) {
-			t.Errorf("parseBlockField(%q) = %d, %d, %v; want %d, %d, %v", tc.f, num, tier, ok, tc.num, tc.tier, tc.ok)
+		num, tier, epoch, ok := parseEntry(tc.e)
+		if ok != tc.ok || (ok && (num != tc.num || tier != tc.tier || epoch != tc.epoch)) {
+			t.Errorf("parseEntry(%q) = %d, %d, %d, %v; want %d, %d, %d, %v", tc.e, num, tier, epoch, ok, tc.num, tc.tier, tc.epoch, tc.ok)
 		}
 	}
 	for num := int64(1); num < 3; num++ {
 		for tier := kvfleet.Tier(0); tier < kvfleet.NumTiers; tier++ {
-			if n, tr, ok := parseBlockField(blockField(num, tier)); !ok || n != num || tr != tier {
-				t.Errorf("round trip of (%d, %d): %d, %d, %v", num, tier, n, tr, ok)
+			if n, tr, ep, ok := parseEntry(entryHead(num, tier) + "5"); !ok || n != num || tr != tier || ep != 5 {
+				t.Errorf("round trip of (%d, %d, 5): %d, %d, %d, %v", num, tier, n, tr, ep, ok)
 			}
 		}
 	}
 }
 
-// FuzzRedisApplyBlock feeds arbitrary block-hash contents (as another
-// writer or a corrupted keyspace could leave them) through Match's
-// interpretation: it must not panic, and depths must stay well-formed.
+// FuzzRedisApplyBlock feeds arbitrary block values (as another writer or
+// a corrupted keyspace could leave them) through Match's interpretation:
+// it must not panic, and depths must stay well-formed.
 func FuzzRedisApplyBlock(f *testing.F) {
-	f.Add("1:0=0;2:3=1", "2:1=1;1:2=0", int64(0))
-	f.Add("junk=x;1:9=0", "1:0=notanumber", int64(5))
+	f.Add("1:0:0,2:3:1", "2:1:1,1:2:0", int64(0))
+	f.Add("junk,1:9:0,,", "1:0:notanumber", int64(5))
 	f.Fuzz(func(t *testing.T, b0, b1 string, epoch int64) {
 		if len(b0)+len(b1) > 4096 {
 			return
@@ -699,12 +717,7 @@ func FuzzRedisApplyBlock(f *testing.F) {
 		}}
 		m := newRedisMatch(reg, 1000, 0)
 		for pos, raw := range []string{b0, b1} {
-			fields := map[string]string{}
-			for _, kv := range strings.Split(raw, ";") {
-				k, v, _ := strings.Cut(kv, "=")
-				fields[k] = v
-			}
-			r.applyBlock(m, pos, uint64(pos), fields)
+			r.applyBlock(m, pos, 0, uint64(pos), raw)
 		}
 		for w, d := range m.result() {
 			if w == worker(3) {
@@ -746,19 +759,19 @@ func TestRedisHeartbeatFollowsRegistry(t *testing.T) {
 	cfg := RedisConfig{Prefix: prefix, WorkerTTL: 3 * time.Second, RegistryStaleness: 20 * time.Millisecond}
 	a := newTestRedis(t, c, cfg)
 	b := newTestRedis(t, c, cfg)
-	must(t, a.Store(tctx, worker(1), kvfleet.TierDevice, []uint64{1, 2}))
-	must(t, a.Store(tctx, worker(2), kvfleet.TierDevice, []uint64{1, 2}))
+	must(t, a.Store(tctx, worker(1), kvfleet.TierDevice, ChainBlocks([]uint64{1, 2})))
+	must(t, a.Store(tctx, worker(2), kvfleet.TierDevice, ChainBlocks([]uint64{1, 2})))
 
 	num, err := c.HGet(tctx, prefix+"workers", "id:"+worker(1).String()).Result()
 	must(t, err)
 	must(t, c.HSet(tctx, prefix+"workers", "a:"+num, 0).Err()) // as if a stalled
 	waitFor(t, "a heartbeat to revive worker 1", func() bool { return a.Counters().WorkersRevived >= 1 })
-	must(t, a.Store(tctx, worker(1), kvfleet.TierDevice, []uint64{1}))
+	must(t, a.Store(tctx, worker(1), kvfleet.TierDevice, ChainBlocks([]uint64{1})))
 	expectMatch(t, a, []uint64{1, 2}, Match{worker(1): all(1), worker(2): all(2)})
 
 	must(t, b.RemoveWorker(tctx, worker(2)))
 	waitFor(t, "a heartbeat to notice worker 2's removal", func() bool { return a.Counters().WorkersRemovedElsewhere >= 1 })
-	must(t, a.Store(tctx, worker(2), kvfleet.TierHost, []uint64{1}))
+	must(t, a.Store(tctx, worker(2), kvfleet.TierHost, ChainBlocks([]uint64{1})))
 	expectMatch(t, a, []uint64{1, 2}, Match{worker(1): all(1), worker(2): {0, 1, 1, 1}})
 	waitMatch(t, b, []uint64{1, 2}, Match{worker(1): all(1), worker(2): {0, 1, 1, 1}})
 }
@@ -779,7 +792,7 @@ func TestRedisConcurrentWritersAndMatches(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for k := 1; k <= len(chain); k += 3 {
-				if err := r.Store(tctx, worker(w), kvfleet.TierDevice, chain[:k]); err != nil {
+				if err := r.Store(tctx, worker(w), kvfleet.TierDevice, ChainBlocks(chain[:k])); err != nil {
 					errs <- err
 					return
 				}
@@ -788,7 +801,7 @@ func TestRedisConcurrentWritersAndMatches(t *testing.T) {
 				errs <- err
 				return
 			}
-			errs <- r.Store(tctx, worker(w), kvfleet.Tier(w), chain)
+			errs <- r.Store(tctx, worker(w), kvfleet.Tier(w), ChainBlocks(chain))
 		}()
 	}
 	for q := 0; q < 20; q++ {
@@ -827,9 +840,9 @@ func TestRedisGenerationChangesWhenDataIsLost(t *testing.T) {
 			if g, err := r.Generation(tctx); err != nil || g != g1 {
 				t.Fatalf("generation moved without a wipe: %q -> %q (%v)", g1, g, err)
 			}
-			must(t, r.Store(tctx, worker(1), kvfleet.TierDevice, []uint64{7}))
+			must(t, r.Store(tctx, worker(1), kvfleet.TierDevice, ChainBlocks([]uint64{7})))
 			oldNum := r.writers[worker(1)].num
-			for _, k := range []string{prefix + "gen", prefix + "workers", r.blockKey(7)} {
+			for _, k := range []string{prefix + "gen", prefix + "workers", prefix + "schema", r.segKey(7)} {
 				must(t, c.Del(tctx, k).Err())
 			}
 			g2, err := r.Generation(tctx)
@@ -840,8 +853,8 @@ func TestRedisGenerationChangesWhenDataIsLost(t *testing.T) {
 			if len(r.writers) != 0 {
 				t.Fatalf("cached writers survived the wipe: %v", r.writers)
 			}
-			must(t, r.Store(tctx, worker(2), kvfleet.TierDevice, []uint64{8}))
-			must(t, r.Store(tctx, worker(1), kvfleet.TierDevice, []uint64{7}))
+			must(t, r.Store(tctx, worker(2), kvfleet.TierDevice, ChainBlocks([]uint64{8})))
+			must(t, r.Store(tctx, worker(1), kvfleet.TierDevice, ChainBlocks([]uint64{7})))
 			if n1, n2 := r.writers[worker(1)].num, r.writers[worker(2)].num; n2 == oldNum || n1 == n2 {
 				t.Fatalf("numbers after the wipe: worker1 %d, worker2 %d, worker1 before %d", n1, n2, oldNum)
 			}

@@ -162,7 +162,7 @@ func Extproc(ctx context.Context, w io.Writer, indexes map[string]kvindex.Index,
 			// The prompt's chain is cached on one worker, so every match
 			// walks the whole chain (the expensive case).
 			if res, err := reg.Chat(p.body); err == nil {
-				if err := idx.Store(ctx, kvfleet.WorkerID{Endpoint: "10.1.0.3:8000"}, kvfleet.TierDevice, res.Sequence); err != nil {
+				if err := idx.Store(ctx, kvfleet.WorkerID{Endpoint: "10.1.0.3:8000"}, kvfleet.TierDevice, kvindex.ChainBlocks(res.Sequence)); err != nil {
 					return err
 				}
 			}

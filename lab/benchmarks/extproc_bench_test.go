@@ -53,7 +53,7 @@ func newDecisionRig(tb testing.TB) *decisionRig {
 		if err != nil {
 			tb.Fatal(err)
 		}
-		if err := idx.Store(context.Background(), kvfleet.WorkerID{Endpoint: "10.1.0.3:8000"}, kvfleet.TierDevice, res.Sequence); err != nil {
+		if err := idx.Store(context.Background(), kvfleet.WorkerID{Endpoint: "10.1.0.3:8000"}, kvfleet.TierDevice, kvindex.ChainBlocks(res.Sequence)); err != nil {
 			tb.Fatal(err)
 		}
 		d.prompt[p.short] = p.body

@@ -172,7 +172,7 @@ type indexFleet struct {
 type indexEvent struct {
 	worker int
 	tier   kvfleet.Tier
-	hashes []uint64
+	blocks []kvindex.Block
 }
 
 func newIndexFleet(opt IndexOptions, chainLen, workers, caseNo int) *indexFleet {
@@ -196,9 +196,13 @@ func newIndexFleet(opt IndexOptions, chainLen, workers, caseNo int) *indexFleet 
 		}
 		f.convs[c] = conv
 	}
+	placed := make([][]kvindex.Block, len(f.convs))
+	for c, conv := range f.convs {
+		placed[c] = kvindex.ChainBlocks(conv)
+	}
 	for w := range workers {
 		for range opt.PrefixesPerWorker {
-			conv := f.convs[rng.IntN(len(f.convs))]
+			conv := placed[rng.IntN(len(f.convs))]
 			n := 1 + rng.IntN(chainLen)
 			onDevice := n
 			if rng.IntN(3) == 0 {
@@ -206,11 +210,11 @@ func newIndexFleet(opt IndexOptions, chainLen, workers, caseNo int) *indexFleet 
 			}
 			for _, part := range []struct {
 				tier   kvfleet.Tier
-				hashes []uint64
+				blocks []kvindex.Block
 			}{{kvfleet.TierDevice, conv[:onDevice]}, {kvfleet.TierHost, conv[onDevice:n]}} {
-				for start := 0; start < len(part.hashes); start += opt.BatchSize {
-					end := min(start+opt.BatchSize, len(part.hashes))
-					f.preload = append(f.preload, indexEvent{w, part.tier, part.hashes[start:end]})
+				for start := 0; start < len(part.blocks); start += opt.BatchSize {
+					end := min(start+opt.BatchSize, len(part.blocks))
+					f.preload = append(f.preload, indexEvent{w, part.tier, part.blocks[start:end]})
 				}
 			}
 		}
@@ -255,7 +259,7 @@ func benchIndexCase(ctx context.Context, idx kvindex.Index, f *indexFleet, opt I
 			if ev.worker%opt.Writers != g {
 				continue
 			}
-			if err := idx.Store(ctx, f.workers[ev.worker], ev.tier, ev.hashes); err != nil {
+			if err := idx.Store(ctx, f.workers[ev.worker], ev.tier, ev.blocks); err != nil {
 				return fmt.Errorf("preload: %w", err)
 			}
 		}
@@ -293,10 +297,14 @@ func measureEvents(ctx context.Context, idx kvindex.Index, f *indexFleet, opt In
 		if len(owned) == 0 {
 			return nil
 		}
-		batch := make([]uint64, opt.BatchSize)
+		// Fresh blocks, each the first of its own chain (engines' events
+		// carry blocks of many chains; a Redis index then writes one
+		// segment key per block, its costliest case).
+		batch := make([]kvindex.Block, opt.BatchSize)
 		fill := func(w, round int) {
 			for i := range batch {
-				batch[i] = mix64(f.salt ^ uint64(w)<<40 ^ uint64(round*opt.BatchSize+i))
+				h := mix64(f.salt ^ uint64(w)<<40 ^ uint64(round*opt.BatchSize+i))
+				batch[i] = kvindex.Block{Hash: h, Seg: h}
 			}
 		}
 		n := int64(0)

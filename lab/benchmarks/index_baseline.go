@@ -29,14 +29,15 @@ func newBaselineIndex() *baselineIndex {
 
 var _ kvindex.Index = (*baselineIndex)(nil)
 
-func (b *baselineIndex) Store(_ context.Context, w kvfleet.WorkerID, tier kvfleet.Tier, hashes []uint64) error {
+func (b *baselineIndex) Store(_ context.Context, w kvfleet.WorkerID, tier kvfleet.Tier, blocks []kvindex.Block) error {
 	if tier >= kvfleet.NumTiers {
 		return fmt.Errorf("baseline index: store: tier %d out of range", tier)
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.known[w] = struct{}{}
-	for _, h := range hashes {
+	for _, blk := range blocks {
+		h := blk.Hash
 		holders := b.blocks[h]
 		if holders == nil {
 			holders = map[kvfleet.WorkerID]uint8{}
@@ -47,14 +48,15 @@ func (b *baselineIndex) Store(_ context.Context, w kvfleet.WorkerID, tier kvflee
 	return nil
 }
 
-func (b *baselineIndex) Remove(_ context.Context, w kvfleet.WorkerID, tier kvfleet.Tier, hashes []uint64) error {
+func (b *baselineIndex) Remove(_ context.Context, w kvfleet.WorkerID, tier kvfleet.Tier, blocks []kvindex.Block) error {
 	if tier >= kvfleet.NumTiers {
 		return fmt.Errorf("baseline index: remove: tier %d out of range", tier)
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.known[w] = struct{}{}
-	for _, h := range hashes {
+	for _, blk := range blocks {
+		h := blk.Hash
 		holders := b.blocks[h]
 		mask, ok := holders[w]
 		if !ok {

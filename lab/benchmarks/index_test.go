@@ -139,9 +139,9 @@ func TestBaselineIndexAgreesWithMemory(t *testing.T) {
 			var err error
 			switch {
 			case kind < 55:
-				err = idx.Store(ctx, w, tier, hs)
+				err = idx.Store(ctx, w, tier, kvindex.ChainBlocks(hs))
 			case kind < 93:
-				err = idx.Remove(ctx, w, tier, hs)
+				err = idx.Remove(ctx, w, tier, kvindex.ChainBlocks(hs))
 			case kind < 97:
 				err = idx.Clear(ctx, w)
 			default:
