@@ -38,7 +38,7 @@ func runReplay(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	hostGBps := fs.Float64("host-gbps", 0, "with --host-blocks: host-to-GPU copy bandwidth in GB/s (0: enginesim's default)")
 	compression := fs.Float64("time-compression", 1, "play the trace this many times faster on engines this many times faster")
 	limit := fs.Int("limit", 0, "replay only the first N requests (0: all)")
-	policies := fs.String("policies", strings.Join(replay.AllPolicies, ","), "comma-separated policies to compare")
+	policies := fs.String("policies", strings.Join(replay.AllPolicies, ","), "comma-separated policies to compare (also "+replay.PolicyKvgateFlow+": kvgate behind the extproc's flow-control queue, not in the default set)")
 	seed := fs.Uint64("seed", 1, "seed for random routing and tie-breaks")
 	speedup := fs.Float64("speedup", 1, "engine speed-up (divides every step's duration)")
 	plotDir := fs.String("plot", "", "write SVG charts (TTFT CDF, hit ratio over time) into this directory")
