@@ -23,8 +23,11 @@ FUZZ_TARGETS := \
 	./cmd/kvgate:FuzzHashInput \
 	./config:FuzzParse \
 	./kv/kvevents:FuzzDecode \
+	./kv/kvevents:FuzzDecodeTRTLLM \
 	./extproc/openai:FuzzParseChat \
 	./extproc/openai:FuzzParseCompletion \
+	./extproc/openai:FuzzParseMessages \
+	./extproc/openai:FuzzParseResponses \
 	./extproc/openai:FuzzParseValue \
 	./extproc/openai:FuzzStrAsInt \
 	./kv/kvindex:FuzzRedisApplyBlock \
