@@ -595,7 +595,7 @@ func TestReplicasShareLoadThroughRedis(t *testing.T) {
 // 300-request slice of the Mooncake conversation trace.
 func haTrace(t *testing.T, n int) []replay.TraceRequest {
 	t.Helper()
-	reqs, err := replay.LoadTrace(filepath.Join("replay", "testdata", "conversation_head300.jsonl"), n)
+	reqs, err := replay.LoadTrace(filepath.Join("..", "lab", "replay", "testdata", "conversation_head300.jsonl"), n)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -331,3 +331,13 @@ func TestFlowWaitsWhileEveryWorkerSaturated(t *testing.T) {
 		tk.Finish(loadview.OutcomeCompleted)
 	}
 }
+
+// queued (tests only) is the number of requests waiting in pool model.
+func (g *flowGate) queued(model string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if p := g.pools[model]; p != nil {
+		return p.q.Len()
+	}
+	return 0
+}

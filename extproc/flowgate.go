@@ -226,16 +226,6 @@ func (g *flowGate) watch(model string, p *gatePool) {
 	}
 }
 
-// queued is the number of requests waiting in pool model.
-func (g *flowGate) queued(model string) int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if p := g.pools[model]; p != nil {
-		return p.q.Len()
-	}
-	return 0
-}
-
 // bandLabel is a priority's metric label: three values, whatever the
 // priorities in use (the queue itself orders by the exact priority).
 func bandLabel(prio int) string {

@@ -17,7 +17,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DEADCODE=(go run golang.org/x/tools/cmd/deadcode@v0.52.0)
-workshop='^(e2e/|lab/testkit/|internal/third_party/|cmd/kvgate-lab/|deploy/inventory/|deploy/dashboards/render/)'
+workshop='^(lab/|e2e/|internal/third_party/|cmd/kvgate-lab/|deploy/inventory/|deploy/dashboards/render/)'
 status=0
 
 out=$(mktemp)

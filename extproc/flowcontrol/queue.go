@@ -49,12 +49,6 @@ type ErrFull struct{ Reason string }
 
 func (e *ErrFull) Error() string { return "flow-control queue full: " + e.Reason }
 
-// IsFull reports whether err is an ErrFull.
-func IsFull(err error) bool {
-	var f *ErrFull
-	return errors.As(err, &f)
-}
-
 // Item is one waiting request. The caller fills the exported fields before
 // Add and must not change them while the item is queued.
 type Item struct {

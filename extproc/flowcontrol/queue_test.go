@@ -1,6 +1,7 @@
 package flowcontrol
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -91,13 +92,13 @@ func TestBounds(t *testing.T) {
 	a, b := item(0, "a", 0, "a"), item(0, "b", 0, "b")
 	add(t, q, a, b)
 	err := q.Add(item(0, "c", 0, "c"))
-	if f, ok := err.(*ErrFull); !ok || f.Reason != "max_requests" || !IsFull(err) {
+	if f, ok := err.(*ErrFull); !ok || f.Reason != "max_requests" || !isFull(err) {
 		t.Fatalf("third item: %v, want max_requests", err)
 	}
 	q.Remove(a)
 	big := item(0, "c", 0, "big")
 	big.Bytes = 151
-	if err := q.Add(big); !IsFull(err) || err.(*ErrFull).Reason != "max_bytes" {
+	if err := q.Add(big); !isFull(err) || err.(*ErrFull).Reason != "max_bytes" {
 		t.Fatalf("item over the byte bound: %v, want max_bytes", err)
 	}
 	big.Bytes = 150
@@ -178,4 +179,10 @@ func TestSaturation(t *testing.T) {
 	if (Saturation{MaxKVUsage: 1.5}).Validate() == nil {
 		t.Error("KV usage over 1 accepted")
 	}
+}
+
+// isFull reports whether err is an ErrFull.
+func isFull(err error) bool {
+	var f *ErrFull
+	return errors.As(err, &f)
 }
