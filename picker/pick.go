@@ -79,12 +79,17 @@ func PickInto(dst *Decision, req Request, cands []Candidate, cfg Config, rnd *ra
 	}
 	fleet.mean /= float64(eligible)
 
+	if cap(dst.device) >= len(cands) {
+		dst.device = dst.device[:len(cands)]
+	} else {
+		dst.device = make([]float64, len(cands))
+	}
 	for i := range cands {
 		if terms[i].Eligible {
-			fillInputs(&req, &cands[i], &cfg, &fleet, &terms[i])
+			dst.device[i] = fillInputs(&req, &cands[i], &cfg, &fleet, &terms[i])
 		}
 	}
-	applyTerms(&termInputs{req: &req, cands: cands, terms: terms, cfg: &cfg, fleet: &fleet})
+	applyTerms(&termInputs{req: &req, cands: cands, terms: terms, device: dst.device, cfg: &cfg, fleet: &fleet})
 
 	if cfg.Temperature == 0 || rnd == nil {
 		dst.Primary = argmin(terms, rnd)

@@ -25,8 +25,7 @@ func applyDecode(in *termInputs) {
 			in.set(i, nonNeg(c.Load.DecodeBlocks)+float64(req.Blocks))
 			continue
 		}
-		_, device := tierCredit(&c.Depths, req.Blocks, &in.cfg.TierWeights)
-		v := usedKVBlocks(&c.Load) + (float64(req.Blocks) - device) + float64(out)
+		v := usedKVBlocks(&c.Load) + (float64(req.Blocks) - in.device[i]) + float64(out)
 		if capacity := c.Load.KVCapacityBlocks; capacity > 0 {
 			if over := v - k.KVHeadroom*float64(capacity); over > 0 {
 				v += k.KVOverflowWeight * over

@@ -56,13 +56,23 @@ type termInputs struct {
 	req   *Request
 	cands []Candidate
 	terms []Terms
-	cfg   *Config
-	fleet *fleetView
-	id    TermID
+	// device is each candidate's overlap in device memory (fillInputs).
+	device []float64
+	cfg    *Config
+	fleet  *fleetView
+	id     TermID
 }
 
-// set writes candidate i's column of the term being applied.
-func (in *termInputs) set(i int, v float64) { in.terms[i].Parts[in.id] = v }
+// set writes candidate i's column of the term being applied and adds it to
+// the candidate's cost at once: terms are applied in the list's order, so
+// each candidate's cost is still summed in that order, in one pass per
+// term. A term that reads the cost so far (recompute) reads it before it
+// sets anything, so it sees the earlier terms' sum only.
+func (in *termInputs) set(i int, v float64) {
+	t := &in.terms[i]
+	t.Parts[in.id] = v
+	t.Cost += v
+}
 
 // termTable is the list. Entries are indexed by their ID.
 var termTable = [NumTerms]Term{
@@ -168,7 +178,7 @@ func applyTerm(id TermID, in *termInputs) {
 }
 
 // applyTerms fills every enabled term's column for the eligible
-// candidates and sums the columns into Cost, in the list's order.
+// candidates, in the list's order; set adds each column into Cost.
 func applyTerms(in *termInputs) {
 	for id := range NumTerms {
 		if !in.cfg.TermEnabled(id) {
@@ -176,11 +186,6 @@ func applyTerms(in *termInputs) {
 		}
 		in.id = id
 		applyTerm(id, in)
-		for i := range in.terms {
-			if t := &in.terms[i]; t.Eligible {
-				t.Cost += t.Parts[id]
-			}
-		}
 	}
 }
 
@@ -188,15 +193,17 @@ func applyTerms(in *termInputs) {
 // candidate's Terms: the tier-weighted credit, Dynamo's raw prefill
 // blocks, and (kvgate policy) the predicted TTFT: the worker first drains
 // its queued prefill, then computes the part of this prompt it cannot
-// load from cache.
-func fillInputs(req *Request, c *Candidate, cfg *Config, fleet *fleetView, t *Terms) {
-	t.Credit, _ = tierCredit(&c.Depths, req.Blocks, &cfg.TierWeights)
+// load from cache. It returns the overlap held in device memory, from the
+// same walk, for the decode term.
+func fillInputs(req *Request, c *Candidate, cfg *Config, fleet *fleetView, t *Terms) (device float64) {
+	t.Credit, device = tierCredit(&c.Depths, req.Blocks, &cfg.TierWeights)
 	if req.Stage == StageDecode {
-		return
+		return device
 	}
 	t.PrefillBlocks = rawPrefillBlocks(req, &c.Load)
 	if cfg.Policy == PolicyKvgate {
 		prefill := max(0, t.PrefillBlocks-t.Credit)
 		t.TTFTSeconds = prefill * float64(req.BlockSize) / fleet.rateOf(&c.Load)
 	}
+	return device
 }
