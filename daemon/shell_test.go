@@ -13,33 +13,15 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/kvgate/kvgate/lab/testkit/logbuffer"
+
 	"github.com/kvgate/kvgate/config"
 	"github.com/kvgate/kvgate/lab/testkit/poll"
 )
-
-// lockedBuffer is a bytes.Buffer safe for the daemon's goroutines and the
-// test's polls.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // testConfig writes a configuration whose indexer.listen is the test
 // daemon's admin address.
@@ -91,7 +73,7 @@ func TestSIGTERMDrainsThenExitsZero(t *testing.T) {
 			return p, nil
 		}}
 	}}
-	var stdout, stderr lockedBuffer
+	var stdout, stderr logbuffer.Buffer
 	done := make(chan int, 1)
 	go func() { done <- spec.Exec(context.Background(), []string{"--config", testConfig(t)}, &stdout, &stderr) }()
 	url := waitAnnounced(t, &stdout, &stderr, done)
@@ -118,7 +100,7 @@ func TestSIGTERMDrainsThenExitsZero(t *testing.T) {
 // announced matches the test daemon's "admin on" line (Env.Announce).
 var announced = regexp.MustCompile(`kvgate testd: admin on (http://\S+)`)
 
-func waitAnnounced(t *testing.T, stdout, stderr *lockedBuffer, done chan int) string {
+func waitAnnounced(t *testing.T, stdout, stderr *logbuffer.Buffer, done chan int) string {
 	t.Helper()
 	var url string
 	poll.Until(t, "the daemon to announce its admin address", 30*time.Second, func() error {

@@ -10,8 +10,9 @@ import (
 	"io"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
+
+	"github.com/kvgate/kvgate/lab/testkit/logbuffer"
 
 	"github.com/kvgate/kvgate/config"
 	"github.com/kvgate/kvgate/kv/kvevents"
@@ -20,24 +21,6 @@ import (
 	"github.com/kvgate/kvgate/kv/kvstream"
 	"github.com/kvgate/kvgate/lab/testkit/freeport"
 )
-
-// lockedBuffer is the log sink shared by the service's goroutines.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // Every JSON log line the indexer writes is one object with each key once:
 // a key written twice (a logger's With attribute repeated by a call) is
@@ -81,7 +64,7 @@ func TestServiceJSONLogLinesHaveUniqueKeys(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	var logs lockedBuffer
+	var logs logbuffer.Buffer
 	svc, err := New(serviceConfig(t, cfg), kvindex.NewMemory(kvindex.MemoryConfig{}),
 		slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	if err != nil {

@@ -13,30 +13,14 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/kvgate/kvgate/lab/testkit/logbuffer"
 
 	"github.com/kvgate/kvgate/lab/replay"
 	"github.com/kvgate/kvgate/lab/testkit/poll"
 )
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // `make run` end to end, small: two rounds, each the trace slice through a
 // fresh round-robin fleet and a fresh kvgate fleet, without failures; the
@@ -45,7 +29,7 @@ func (l *lockedBuffer) String() string {
 // names the engine that served it, `kvgate-lab replay --gateway` runs
 // against it, and all accounting is released.
 func TestGatewayDemo(t *testing.T) {
-	var out lockedBuffer
+	var out logbuffer.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	done := make(chan error, 1)
@@ -156,7 +140,7 @@ func TestGatewayDemo(t *testing.T) {
 // --exit: the summary and the verdict, and no "Try it" for a gateway that
 // is about to stop.
 func TestGatewayDemoExitSaysNoTryIt(t *testing.T) {
-	var out lockedBuffer
+	var out logbuffer.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	err := gatewayDemo(ctx, &out, gatewayDemoOptions{engines: 1, listen: "127.0.0.1:0", requests: 8, compare: true, repeats: 1, exitAfter: true,
@@ -178,7 +162,7 @@ func TestGatewayDemoExitSaysNoTryIt(t *testing.T) {
 // A round past its budget is a slow machine, not a defect: the demo stops
 // with a slowMachineStop (exit 0) and says why.
 func TestGatewayDemoRoundBudgetIsSlowMachine(t *testing.T) {
-	var out lockedBuffer
+	var out logbuffer.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	// A one-second round cannot start two fleets and replay 8 requests
@@ -249,7 +233,7 @@ func TestEmbeddedTrace(t *testing.T) {
 // --compare=false (what make screenshots runs): the kvgate fleet alone,
 // then exit with --exit.
 func TestGatewayDemoKvgateOnly(t *testing.T) {
-	var out lockedBuffer
+	var out logbuffer.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	err := gatewayDemo(ctx, &out, gatewayDemoOptions{engines: 2, listen: "127.0.0.1:0", requests: 10, exitAfter: true,

@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kvgate/kvgate/lab/testkit/logbuffer"
 )
 
 // testProc is a child process with its stdout and stderr kept apart: a
@@ -15,7 +17,7 @@ import (
 type testProc struct {
 	name           string
 	cmd            *exec.Cmd
-	stdout, stderr *lockedBuffer
+	stdout, stderr *logbuffer.Buffer
 	done           chan struct{}
 	err            error // set before done closes
 }
@@ -25,7 +27,7 @@ type testProc struct {
 // logged if the test failed.
 func startProc(t *testing.T, name, dir string, env []string, argv ...string) *testProc {
 	t.Helper()
-	p := &testProc{name: name, cmd: exec.Command(argv[0], argv[1:]...), stdout: &lockedBuffer{}, stderr: &lockedBuffer{}, done: make(chan struct{})}
+	p := &testProc{name: name, cmd: exec.Command(argv[0], argv[1:]...), stdout: &logbuffer.Buffer{}, stderr: &logbuffer.Buffer{}, done: make(chan struct{})}
 	p.cmd.Dir = dir
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
@@ -45,7 +47,7 @@ func startProc(t *testing.T, name, dir string, env []string, argv ...string) *te
 
 // waitOutput waits until the stream matches re; the process exiting first,
 // or the deadline passing, fails the test.
-func (p *testProc) waitOutput(t *testing.T, stream *lockedBuffer, re *regexp.Regexp, within time.Duration) []string {
+func (p *testProc) waitOutput(t *testing.T, stream *logbuffer.Buffer, re *regexp.Regexp, within time.Duration) []string {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for {

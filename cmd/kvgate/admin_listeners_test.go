@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvgate/kvgate/lab/testkit/logbuffer"
+
 	"github.com/kvgate/kvgate/daemon"
 	"github.com/kvgate/kvgate/daemon/kvagentd"
 	"github.com/kvgate/kvgate/daemon/plannerd"
@@ -135,7 +137,7 @@ planner:
 func startDaemon(t *testing.T, spec daemon.Spec, args []string, addrRe string) string {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	var stdout, stderr syncBuffer
+	var stdout, stderr logbuffer.Buffer
 	done := make(chan int, 1)
 	go func() { done <- spec.Exec(ctx, args, &stdout, &stderr) }()
 	t.Cleanup(func() {

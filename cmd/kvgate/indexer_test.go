@@ -10,33 +10,17 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kvgate/kvgate/lab/testkit/logbuffer"
 
 	"github.com/kvgate/kvgate/indexer"
 	"github.com/kvgate/kvgate/kv/kvevents"
 	"github.com/kvgate/kvgate/kv/kvstream"
 	"github.com/kvgate/kvgate/lab/testkit/poll"
 )
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // `kvgate indexer` ingests from a configured engine, serves its endpoints,
 // and exits 0 on SIGTERM.
@@ -62,7 +46,7 @@ engines:
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	var stdout, stderr syncBuffer
+	var stdout, stderr logbuffer.Buffer
 	done := make(chan int, 1)
 	go func() {
 		done <- dispatch([]string{"indexer", "--config", cfgPath}, strings.NewReader(""), &stdout, &stderr)

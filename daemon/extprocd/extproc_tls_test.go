@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvgate/kvgate/lab/testkit/logbuffer"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -73,7 +75,7 @@ func TestExtprocMutualTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var logs lockedBuffer
+	var logs logbuffer.Buffer
 	log := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	runCtx, stop := context.WithCancel(ctx)
 	type addrs struct{ grpc, admin net.Addr }

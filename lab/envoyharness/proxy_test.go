@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvgate/kvgate/lab/testkit/logbuffer"
+
 	"google.golang.org/grpc"
 
 	"github.com/kvgate/kvgate/extproc/server"
@@ -477,7 +479,7 @@ func TestGatewayWithoutServedHostReportRoutesAndSaysSo(t *testing.T) {
 
 	cfg := envoyharness.MustShipped("envoy.yaml")
 	cfg.Route.Cluster.OverrideHost.SelectedHostKey = nil // as validate-envoy's warning describes
-	var logs syncBuffer
+	var logs logbuffer.Buffer
 	var tickets []*gwTicket
 	var mu sync.Mutex
 	srv, err := server.New(deciderFunc(func(context.Context, *server.Request) (*server.Decision, *server.RouteError) {
@@ -537,22 +539,4 @@ func TestGatewayWithoutServedHostReportRoutesAndSaysSo(t *testing.T) {
 	if n := strings.Count(logs.String(), "Envoy reports no served host"); n != 1 {
 		t.Errorf("%d log lines about the missing report, want exactly 1:\n%s", n, logs.String())
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for the server's concurrent log writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
