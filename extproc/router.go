@@ -28,7 +28,6 @@ import (
 	"github.com/kvgate/kvgate/extproc/loadview"
 	"github.com/kvgate/kvgate/extproc/preprocess"
 	"github.com/kvgate/kvgate/extproc/server"
-	"github.com/kvgate/kvgate/kv/indexconfig"
 	"github.com/kvgate/kvgate/kv/kvfleet"
 	"github.com/kvgate/kvgate/kv/kvindex"
 	"github.com/kvgate/kvgate/picker"
@@ -93,14 +92,12 @@ type Router struct {
 var _ server.Decider = (*Router)(nil)
 
 // RouterConfig is what the request path reads of the configuration file:
-// its own section, the index section, and the workers the engines: list
-// expands to. The caller composes it (config.Config.Workers expands the
+// its own section and the workers the engines: list expands to. The index
+// arrives opened (NewRouter's idx); whether replicas share their load is the
+// index's own capability (kvindex.Shared), not a configuration key. The caller composes it (config.Config.Workers expands the
 // list), so extproc does not depend on the whole file (issue 18).
 type RouterConfig struct {
 	Extproc extprocconfig.Config
-	// Index is the index: section the index was opened from; whether
-	// replicas share their load is the index's own (kvindex.Shared).
-	Index indexconfig.Index
 	// Workers is the worker set at start (SetMembers replaces it).
 	Workers []kvfleet.Worker
 }

@@ -48,7 +48,7 @@ func routerConfig(t testing.TB, cfg config.Config) RouterConfig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return RouterConfig{Extproc: cfg.Extproc, Index: cfg.Index, Workers: workers}
+	return RouterConfig{Extproc: cfg.Extproc, Workers: workers}
 }
 
 func (r *rig) withWorkers(t *testing.T, eps ...string) {

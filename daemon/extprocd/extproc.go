@@ -301,7 +301,7 @@ func buildRouting(ctx context.Context, cfg config.Config, o Options, p *daemon.P
 	if err != nil {
 		return nil, err
 	}
-	router, err := extproc.NewRouter(extproc.RouterConfig{Extproc: cfg.Extproc, Index: cfg.Index, Workers: workers}, reg, idx, o.Log)
+	router, err := extproc.NewRouter(extproc.RouterConfig{Extproc: cfg.Extproc, Workers: workers}, reg, idx, o.Log)
 	if err != nil {
 		return nil, err
 	}

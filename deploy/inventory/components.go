@@ -100,7 +100,7 @@ func extprocFamilies() ([]Family, error) {
 	if err != nil {
 		return nil, err
 	}
-	router, err := extproc.NewRouter(extproc.RouterConfig{Extproc: cfg.Extproc, Index: cfg.Index, Workers: workers}, reg, idx, quiet)
+	router, err := extproc.NewRouter(extproc.RouterConfig{Extproc: cfg.Extproc, Workers: workers}, reg, idx, quiet)
 	if err != nil {
 		return nil, fmt.Errorf("extproc router: %w", err)
 	}

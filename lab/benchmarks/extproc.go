@@ -150,7 +150,7 @@ func Extproc(ctx context.Context, w io.Writer, indexes map[string]kvindex.Index,
 	if err != nil {
 		return err
 	}
-	rc := extproc.RouterConfig{Extproc: cfg.Extproc, Index: cfg.Index, Workers: workers}
+	rc := extproc.RouterConfig{Extproc: cfg.Extproc, Workers: workers}
 	names := sortedKeys(indexes)
 	for _, name := range names {
 		idx := indexes[name]

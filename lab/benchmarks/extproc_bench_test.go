@@ -40,7 +40,7 @@ func newDecisionRig(tb testing.TB) *decisionRig {
 		tb.Fatal(err)
 	}
 	idx := kvindex.NewMemory(kvindex.MemoryConfig{})
-	router, err := extproc.NewRouter(extproc.RouterConfig{Extproc: cfg.Extproc, Index: cfg.Index, Workers: workers}, reg, idx, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	router, err := extproc.NewRouter(extproc.RouterConfig{Extproc: cfg.Extproc, Workers: workers}, reg, idx, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		tb.Fatal(err)
 	}
