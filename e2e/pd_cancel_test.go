@@ -101,7 +101,7 @@ func startPDRig(t *testing.T, prefillSpeed, decodeSpeed, gbps float64) *pdRig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rig.router, err = extproc.NewRouter(extproc.RouterConfig{Extproc: cfg.Extproc, Index: cfg.Index, Workers: fleet}, reg, kvindex.NewMemory(kvindex.MemoryConfig{}), log)
+	rig.router, err = extproc.NewRouter(extproc.RouterConfig{Extproc: cfg.Extproc, Workers: fleet}, reg, kvindex.NewMemory(kvindex.MemoryConfig{}), log)
 	if err != nil {
 		t.Fatal(err)
 	}

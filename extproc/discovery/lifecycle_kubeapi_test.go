@@ -117,7 +117,7 @@ func newLifecycleRig(t *testing.T, srv *kubeapi.Server, ns string, mutate func(*
 	if err != nil {
 		t.Fatal(err)
 	}
-	router, err := extproc.NewRouter(extproc.RouterConfig{Extproc: cfg.Extproc, Index: cfg.Index}, reg, kvindex.NewMemory(kvindex.MemoryConfig{}), quiet())
+	router, err := extproc.NewRouter(extproc.RouterConfig{Extproc: cfg.Extproc}, reg, kvindex.NewMemory(kvindex.MemoryConfig{}), quiet())
 	if err != nil {
 		t.Fatal(err)
 	}
