@@ -311,7 +311,7 @@ func (r *Registry) chat(ctx context.Context, req *openai.ChatRequest) (*Result, 
 	ctx, cancel := r.bound(ctx)
 	defer cancel()
 	if res.Model.Mode == ModeEngine {
-		if req.ToolsDumped || req.Documents != nil {
+		if (req.ToolsDumped && len(req.Tools) > 0) || req.Documents != nil {
 			return r.engineFallback(res, EngineUnsupported), nil
 		}
 		return r.fromEngine(ctx, res, tokenizeChatBody(res.Served, req), len(req.Body)/3+8)
