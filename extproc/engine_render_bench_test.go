@@ -14,6 +14,7 @@ import (
 	"github.com/kvgate/kvgate/config"
 	"github.com/kvgate/kvgate/extproc/preprocess"
 	"github.com/kvgate/kvgate/extproc/server"
+	"github.com/kvgate/kvgate/internal/yamlconf"
 	"github.com/kvgate/kvgate/kv/kvindex"
 	"github.com/kvgate/kvgate/lab/enginesim"
 	"github.com/kvgate/kvgate/lab/testkit/modelfiles"
@@ -119,6 +120,9 @@ func benchRouter(b *testing.B, dir, engine string, engineMode bool) *Router {
 		cfg.Engines = append(cfg.Engines, config.Engine{Endpoint: w, Model: "qwen3", DPRanks: 1, Role: "both", Events: "tcp://127.0.0.1:1", Kind: "sglang"})
 	}
 	cfg.Extproc.FlowControl.Disabled = true
+	// What is measured is the call's latency, not the fallback: on a
+	// shared machine one 8k render can pass the 200ms default.
+	cfg.Extproc.Preprocess.Engine.Timeout = yamlconf.Duration(5 * time.Second)
 	if err := cfg.Validate(); err != nil {
 		b.Fatal(err)
 	}
