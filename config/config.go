@@ -18,6 +18,7 @@ import (
 
 	"github.com/kvgate/kvgate/extproc/envoyaddr"
 	"github.com/kvgate/kvgate/extproc/extprocconfig"
+	"github.com/kvgate/kvgate/extproc/preprocess"
 	"github.com/kvgate/kvgate/indexer/indexerconfig"
 	"github.com/kvgate/kvgate/internal/confaddr"
 	"github.com/kvgate/kvgate/kv/indexconfig"
@@ -193,6 +194,9 @@ func (c *Config) Validate() error {
 		models[m.Name] = true
 		if m.BlockSize <= 0 || m.BlockSize > 1<<16 {
 			return fmt.Errorf("%s.block_size: must be in 1..65536, got %d", p, m.BlockSize)
+		}
+		if err := preprocess.ValidateMode(p+".preprocess.mode", m.Preprocess.Mode); err != nil {
+			return err
 		}
 		for j, l := range m.LoRAs {
 			if l == "" || models[l] {

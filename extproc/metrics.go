@@ -2,6 +2,8 @@ package extproc
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvgate/kvgate/extproc/preprocess"
 )
 
 type metrics struct {
@@ -64,7 +66,7 @@ func newMetrics() *metrics {
 		fallbacksUsed: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvgate_extproc_fallbacks_used_total",
 			Help: "Requests the proxy served on a fallback endpoint instead of the primary."}),
 		approximate: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvgate_extproc_untokenized_requests_total",
-			Help: "Requests kvgate could not tokenize exactly and routed on load alone, by reason: chat_template (e.g. media content parts), request_template, unseen_input (a Responses previous_response_id), unmodelled_input (a Messages inline system message, an unknown block type, a tool_use without an id)."}, []string{"reason"}),
+			Help: "Requests kvgate could not tokenize exactly and routed on load alone, by reason: chat_template (e.g. media content parts), request_template, unseen_input (a Responses previous_response_id), unmodelled_input (a Messages inline system message, an unknown block type, a tool_use without an id), engine_<reason> (a model in engine mode whose engine could not render it: kvgate_extproc_engine_render_fallbacks_total)."}, []string{"reason"}),
 		debugHeader: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvgate_extproc_debug_header_requests_total",
 			Help: "Routed requests that asked for x-kvgate-debug, by whether extproc.debug_header granted it (refused: not a trusted client)."}, []string{"outcome"}),
 		shedByClass: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvgate_extproc_shed_by_priority_total",
@@ -98,12 +100,17 @@ var (
 	mSegHits  = prometheus.NewDesc("kvgate_extproc_tokenizer_segment_cache_hits_total", "Prompt segments whose token ids came from the incremental cache.", nil, nil)
 	mSegMiss  = prometheus.NewDesc("kvgate_extproc_tokenizer_segment_cache_misses_total", "Prompt segments tokenized afresh.", nil, nil)
 	mSegBytes = prometheus.NewDesc("kvgate_extproc_tokenizer_segment_cache_bytes", "Bytes held by the incremental tokenization cache.", nil, nil)
+	// Engine-side rendering (models[].preprocess.mode: engine).
+	mRenderCalls     = prometheus.NewDesc("kvgate_extproc_engine_render_calls_total", "POST /tokenize calls made to engines for models in engine mode.", nil, nil)
+	mRenderHits      = prometheus.NewDesc("kvgate_extproc_engine_render_cache_hits_total", "Engine renders answered from the render cache.", nil, nil)
+	mRenderFallbacks = prometheus.NewDesc("kvgate_extproc_engine_render_fallbacks_total",
+		"Requests of models in engine mode routed on load alone, by reason: timeout, unavailable (no healthy vLLM engine, connection refused, 5xx), overloaded (engine.max_concurrent in flight, or 429), bad_response, rejected (engine 4xx), unsupported (RAG documents, Responses tools).", []string{"reason"}, nil)
 )
 
 type loadCollector struct{ r *Router }
 
 func (c loadCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{mInflight, mPrefill, mOpen, mSegHits, mSegMiss, mSegBytes} {
+	for _, d := range []*prometheus.Desc{mInflight, mPrefill, mOpen, mSegHits, mSegMiss, mSegBytes, mRenderCalls, mRenderHits, mRenderFallbacks} {
 		ch <- d
 	}
 }
@@ -119,4 +126,12 @@ func (c loadCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(mSegHits, prometheus.CounterValue, float64(s.Hits))
 	ch <- prometheus.MustNewConstMetric(mSegMiss, prometheus.CounterValue, float64(s.Misses))
 	ch <- prometheus.MustNewConstMetric(mSegBytes, prometheus.GaugeValue, float64(s.Bytes))
+	if c.r.reg.UsesEngines() {
+		es := c.r.reg.EngineRenderStats()
+		ch <- prometheus.MustNewConstMetric(mRenderCalls, prometheus.CounterValue, float64(es.Calls))
+		ch <- prometheus.MustNewConstMetric(mRenderHits, prometheus.CounterValue, float64(es.CacheHits))
+		for i, reason := range preprocess.EngineReasons {
+			ch <- prometheus.MustNewConstMetric(mRenderFallbacks, prometheus.CounterValue, float64(es.Fallbacks[i]), reason)
+		}
+	}
 }

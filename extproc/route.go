@@ -101,6 +101,10 @@ func (r *Router) preprocess(ctx context.Context, req *server.Request) (*preproce
 	case req.Body == nil || !ep.parsed():
 		return nil, nil
 	}
+	if r.reg.UsesEngines() {
+		// Models in engine mode are rendered by one of their engines.
+		ctx = preprocess.WithEngines(ctx, r.renderEnginesOf)
+	}
 	res, err := ep.preprocess(ctx, r.reg, req.Body)
 	if err != nil {
 		var oe *openai.Error

@@ -41,6 +41,9 @@ type pool struct {
 	// kvgate's own recent decisions.
 	approx map[kvfleet.WorkerID]bool
 	hasPD  bool // the pool has prefill-only workers
+	// renderEngines are the endpoints that may render requests of a model
+	// in engine mode (render_engines.go), draining workers left out.
+	renderEngines []string
 }
 
 // fleet is the current worker set, replaced whole when discovery reports
@@ -203,6 +206,9 @@ func (r *Router) SetMembers(workers []kvfleet.Worker) error {
 		pw := picker.WorkerFrom(w)
 		p.workers = append(p.workers, pw)
 		p.hasPD = p.hasPD || w.Role == picker.RolePrefill
+		if !w.Draining && rendersChat(w) && !slices.Contains(p.renderEngines, w.Endpoint()) {
+			p.renderEngines = append(p.renderEngines, w.Endpoint())
+		}
 		if w.Approximate() {
 			p.approx[w.ID] = true
 		}

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 
 	"github.com/kvgate/kvgate/config"
+	"github.com/kvgate/kvgate/extproc/preprocess"
 )
 
 // checkTokenizerDirs finds each configured model's tokenizer.json before
@@ -15,6 +16,11 @@ import (
 // preprocess.New resolves them.
 func checkTokenizerDirs(models []config.Model, baseDir string) error {
 	for i, m := range models {
+		if !preprocess.NeedsTokenizerDir(m.Preprocess.Mode) {
+			// engine: none needed; auto: loaded when there, the engine's
+			// rendering otherwise (preprocess.New).
+			continue
+		}
 		if m.Tokenizer == "" {
 			// A configuration error like any other: exit 2 (README,
 			// "Configuration reference"), not a start-up failure.

@@ -20,6 +20,10 @@ import (
 //	  timeout: 1s                       # template + tokenizer per request; past it → 503
 //	  max_output_tokens: 67108864       # max_tokens / max_completion_tokens above → 400
 //	  trust_request_chat_template: false
+//	  engine:                           # models with preprocess.mode engine (or auto without files)
+//	    timeout: 200ms                  # one /tokenize call (and within timeout above); past it → routed on load
+//	    max_concurrent: 64              # /tokenize calls in flight; beyond → routed on load (overloaded)
+//	    cache_entries: 1024             # rendered requests kept, keyed by a hash of the /tokenize body
 type Config struct {
 	// MaxPromptTokens is the longest prompt routed, counted as the engine
 	// will see it (chat template and special tokens included).
@@ -40,6 +44,25 @@ type Config struct {
 	// alone (kvgate never renders a client's template: its CPU cost is the
 	// client's to choose).
 	TrustRequestChatTemplate bool `yaml:"trust_request_chat_template"`
+	// Engine bounds the calls to the engines for models whose mode is
+	// engine (engine_render.go).
+	Engine EngineConfig `yaml:"engine"`
+}
+
+// EngineConfig is extproc.preprocess.engine.
+type EngineConfig struct {
+	// Timeout bounds one /tokenize call; the request's own preprocess
+	// timeout bounds it too. Past it the request is routed on load alone
+	// (reason timeout): a slow engine must not hold a routing decision.
+	Timeout yamlconf.Duration `yaml:"timeout"`
+	// MaxConcurrent bounds the /tokenize calls in flight from this
+	// extproc; a request finding them all taken is routed on load alone
+	// at once (reason overloaded) rather than queue behind them.
+	MaxConcurrent int `yaml:"max_concurrent"`
+	// CacheEntries bounds the rendered requests kept (a retried or
+	// repeated request is not sent again); 0 takes the default, and the
+	// cache also holds at most cacheMaxTokens token ids in all.
+	CacheEntries int `yaml:"cache_entries"`
 }
 
 // Bounds and defaults of the preprocess settings. The prompt and output
@@ -54,6 +77,13 @@ const (
 	minWordBytes             = 1 << 10
 	minPreprocessTimeout     = 10 * time.Millisecond
 	maxPreprocessTimeout     = time.Minute
+	// A /tokenize call is a loopback-or-LAN HTTP round trip plus the
+	// engine's own render: a few milliseconds when the engine is well.
+	DefaultEngineTimeout       = 200 * time.Millisecond
+	DefaultEngineMaxConcurrent = 64
+	DefaultEngineCacheEntries  = 1024
+	maxEngineConcurrent        = 1 << 12
+	maxEngineCacheEntries      = 1 << 20
 )
 
 // ApplyDefaults fills the unset fields (config.Parse calls it).
@@ -70,6 +100,15 @@ func (x *Config) ApplyDefaults() {
 	if x.MaxOutputTokens == 0 {
 		x.MaxOutputTokens = maxOutputTokensBound
 	}
+	if x.Engine.Timeout == 0 {
+		x.Engine.Timeout = yamlconf.Duration(DefaultEngineTimeout)
+	}
+	if x.Engine.MaxConcurrent == 0 {
+		x.Engine.MaxConcurrent = DefaultEngineMaxConcurrent
+	}
+	if x.Engine.CacheEntries == 0 {
+		x.Engine.CacheEntries = DefaultEngineCacheEntries
+	}
 }
 
 // Validate reports the first invalid value; path is the section's key path
@@ -84,6 +123,12 @@ func (x *Config) Validate(path string) error {
 		return fmt.Errorf("%s.timeout: must be in %s..%s, got %s", path, minPreprocessTimeout, maxPreprocessTimeout, x.Timeout.D())
 	case x.MaxOutputTokens < 1 || x.MaxOutputTokens > maxOutputTokensBound:
 		return fmt.Errorf("%s.max_output_tokens: must be in 1..%d, got %d", path, maxOutputTokensBound, x.MaxOutputTokens)
+	case x.Engine.Timeout.D() < time.Millisecond || x.Engine.Timeout.D() > maxPreprocessTimeout:
+		return fmt.Errorf("%s.engine.timeout: must be in %s..%s, got %s", path, time.Millisecond, maxPreprocessTimeout, x.Engine.Timeout.D())
+	case x.Engine.MaxConcurrent < 1 || x.Engine.MaxConcurrent > maxEngineConcurrent:
+		return fmt.Errorf("%s.engine.max_concurrent: must be in 1..%d, got %d", path, maxEngineConcurrent, x.Engine.MaxConcurrent)
+	case x.Engine.CacheEntries < 1 || x.Engine.CacheEntries > maxEngineCacheEntries:
+		return fmt.Errorf("%s.engine.cache_entries: must be in 1..%d, got %d", path, maxEngineCacheEntries, x.Engine.CacheEntries)
 	}
 	return nil
 }

@@ -24,8 +24,12 @@ type Model struct {
 	Name      string
 	BlockSize int
 	Namespace string
+	// Tokenizer and Chat are nil for a model whose Mode is ModeEngine.
 	Tokenizer *tokenizer.Tokenizer
 	Chat      *chattemplate.Renderer
+	// Mode is ModeLocal or ModeEngine: models[].preprocess.mode with auto
+	// resolved at load.
+	Mode string
 }
 
 // served is one name a request may use: a base model or a LoRA adapter of it.
@@ -44,6 +48,9 @@ type Registry struct {
 	maxWordBytes  int
 	timeout       time.Duration
 	trustTemplate bool
+	// engine renders the requests of models in engine mode; nil when no
+	// model is.
+	engine *engineRenderer
 }
 
 // Options tunes a Registry.
@@ -66,6 +73,9 @@ type Options struct {
 	// chat_template on load alone instead of refusing it (400), for engines
 	// started with --trust-request-chat-template.
 	TrustRequestChatTemplate bool
+	// Engine bounds the /tokenize calls of models in engine mode (zero
+	// values take the defaults).
+	Engine EngineConfig
 }
 
 // OptionsFor is the configured preprocessing (extproc.preprocess) with the
@@ -78,12 +88,15 @@ func OptionsFor(p Config, maxBodyBytes int, baseDir string) Options {
 		MaxWordBytes:             p.MaxWordBytes,
 		Timeout:                  p.Timeout.D(),
 		TrustRequestChatTemplate: p.TrustRequestChatTemplate,
+		Engine:                   p.Engine,
 	}
 }
 
 // New loads every configured model's tokenizer and chat template. A model
-// without a tokenizer directory is refused: routing it would need token
-// ids kvgate cannot produce exactly.
+// in local mode (the default) without a tokenizer directory is refused:
+// routing it would need token ids kvgate cannot produce exactly. A model
+// in engine mode loads nothing; one in auto mode loads its directory when
+// it is there and loads, and is in engine mode otherwise (mode.go).
 func New(models []kvfleet.Model, opts Options) (*Registry, error) {
 	r := &Registry{names: map[string]served{}, limits: opts.Limits, maxWordBytes: opts.MaxWordBytes, timeout: opts.Timeout, trustTemplate: opts.TrustRequestChatTemplate}
 	body := opts.Limits.MaxBodyBytes
@@ -100,32 +113,71 @@ func New(models []kvfleet.Model, opts Options) (*Registry, error) {
 		r.cache = tokenizer.NewSegmentCache(opts.SegmentCacheBytes)
 	}
 	for i, mc := range models {
-		if mc.Tokenizer == "" {
-			return nil, fmt.Errorf("models[%d] (%s): tokenizer: a Hugging Face model directory is required", i, mc.Name)
+		mode := mc.Preprocess.Mode
+		if err := ValidateMode(fmt.Sprintf("models[%d] (%s).preprocess.mode", i, mc.Name), mode); err != nil {
+			return nil, err
 		}
 		dir := mc.Tokenizer
-		if !filepath.IsAbs(dir) && opts.BaseDir != "" {
+		if dir != "" && !filepath.IsAbs(dir) && opts.BaseDir != "" {
 			dir = filepath.Join(opts.BaseDir, dir)
 		}
-		tok, err := tokenizer.Load(dir)
-		if err != nil {
-			return nil, fmt.Errorf("models[%d] (%s): %w", i, mc.Name, err)
+		m := &Model{Name: mc.Name, BlockSize: mc.BlockSize, Namespace: mc.Namespace, Mode: ModeEngine}
+		switch {
+		case mode == ModeEngine:
+		case mode == ModeAuto && !tokenizerDirPresent(dir):
+		default:
+			if dir == "" {
+				return nil, fmt.Errorf("models[%d] (%s): tokenizer: a Hugging Face model directory is required (or preprocess.mode: engine)", i, mc.Name)
+			}
+			tok, chat, err := loadLocal(dir, chattemplate.Options{Now: opts.Now, MaxPromptBytes: maxPrompt})
+			switch {
+			case err != nil && mode == ModeAuto:
+				// auto: files kvgate cannot load are the engine's to use.
+			case err != nil:
+				return nil, fmt.Errorf("models[%d] (%s): %w", i, mc.Name, err)
+			default:
+				m.Tokenizer, m.Chat, m.Mode = tok, chat, ModeLocal
+			}
 		}
-		tc, err := chattemplate.LoadDir(dir)
-		if err != nil {
-			return nil, fmt.Errorf("models[%d] (%s): %w", i, mc.Name, err)
+		if m.Mode == ModeEngine && r.engine == nil {
+			r.engine = newEngineRenderer(opts.Engine, r.maxPromptTokens())
 		}
-		chat, err := chattemplate.New(tc, chattemplate.Options{Now: opts.Now, MaxPromptBytes: maxPrompt})
-		if err != nil {
-			return nil, fmt.Errorf("models[%d] (%s): chat template: %w", i, mc.Name, err)
-		}
-		m := &Model{Name: mc.Name, BlockSize: mc.BlockSize, Namespace: mc.Namespace, Tokenizer: tok, Chat: chat}
 		r.names[mc.Name] = served{model: m}
 		for _, l := range mc.LoRAs {
 			r.names[l] = served{model: m, lora: l}
 		}
 	}
 	return r, nil
+}
+
+// loadLocal loads a model directory's tokenizer and chat template.
+func loadLocal(dir string, co chattemplate.Options) (*tokenizer.Tokenizer, *chattemplate.Renderer, error) {
+	tok, err := tokenizer.Load(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	tc, err := chattemplate.LoadDir(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	chat, err := chattemplate.New(tc, co)
+	if err != nil {
+		return nil, nil, fmt.Errorf("chat template: %w", err)
+	}
+	return tok, chat, nil
+}
+
+// UsesEngines reports whether some model is in engine mode: only then
+// does a request's context need its engines (WithEngines).
+func (r *Registry) UsesEngines() bool { return r.engine != nil }
+
+// EngineRenderStats reports the engine renderer's counters (zero when no
+// model is in engine mode).
+func (r *Registry) EngineRenderStats() EngineRenderStats {
+	if r.engine == nil {
+		return EngineRenderStats{}
+	}
+	return r.engine.stats()
 }
 
 // Lookup resolves a served model name.
@@ -258,6 +310,12 @@ func (r *Registry) chat(ctx context.Context, req *openai.ChatRequest) (*Result, 
 	}
 	ctx, cancel := r.bound(ctx)
 	defer cancel()
+	if res.Model.Mode == ModeEngine {
+		if (req.ToolsDumped && len(req.Tools) > 0) || req.Documents != nil {
+			return r.engineFallback(res, EngineUnsupported), nil
+		}
+		return r.fromEngine(ctx, res, tokenizeChatBody(res.Served, req), len(req.Body)/3+8)
+	}
 	prompt, err := res.Model.Chat.RenderContext(ctx, req)
 	if err != nil {
 		var te *chattemplate.TemplateError
@@ -319,6 +377,9 @@ func (r *Registry) CompletionContext(ctx context.Context, body []byte) (*Result,
 			res.Prompt = p.Text
 			ctx, cancel := r.bound(ctx)
 			defer cancel()
+			if res.Model.Mode == ModeEngine {
+				return r.fromEngine(ctx, res, tokenizeCompletionBody(res.Served, p.Text), len(p.Text)/3+8)
+			}
 			// vLLM's completions endpoint adds the tokenizer's special
 			// tokens (Llama-3: <|begin_of_text|>).
 			res.Tokens, err = res.Model.Tokenizer.EncodeBounded(ctx, res.tokenBuffer(len(p.Text)/3+8), p.Text,
@@ -330,6 +391,34 @@ func (r *Registry) CompletionContext(ctx context.Context, body []byte) (*Result,
 	}
 	res.hash()
 	return res, nil
+}
+
+// fromEngine has one of the model's engines render and tokenize body
+// (engine_render.go) and hashes the ids; an engine that cannot leaves the
+// request routed on load alone. sizeHint sizes the token buffer.
+func (r *Registry) fromEngine(ctx context.Context, res *Result, body []byte, sizeHint int) (*Result, error) {
+	toks, reason, err := r.engine.render(ctx, enginesFrom(ctx), res.Model.Name, body, res.tokenBuffer(sizeHint))
+	if err != nil {
+		return nil, err
+	}
+	if reason != "" {
+		res.Tokens = toks[:0]
+		return r.engineFallback(res, reason), nil
+	}
+	res.Tokens = toks
+	res.hash()
+	return res, nil
+}
+
+// engineFallback marks res as routed on load alone because its engine
+// render could not be had.
+func (r *Registry) engineFallback(res *Result, reason string) *Result {
+	if reason == EngineUnsupported {
+		r.engine.fellBack(reason)
+	}
+	res.Approximate = "engine render: " + reason
+	res.ApproximateReason = "engine_" + reason
+	return res
 }
 
 func (r *Registry) resolve(model string) (*Result, error) {

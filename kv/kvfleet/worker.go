@@ -94,6 +94,17 @@ type Model struct {
 	// LoRAs lists adapter names served under this base model; requests
 	// address them by model name.
 	LoRAs []string `yaml:"loras"`
+	// Preprocess is how the extproc makes this model's token ids
+	// (models[].preprocess; extproc/preprocess/mode.go).
+	Preprocess ModelPreprocess `yaml:"preprocess"`
+}
+
+// ModelPreprocess is models[].preprocess.
+type ModelPreprocess struct {
+	// Mode is local (the default: kvgate renders and tokenizes), engine
+	// (one of the model's vLLM engines does, over its /tokenize) or auto
+	// (local when the tokenizer directory loads, engine otherwise).
+	Mode string `yaml:"mode"`
 }
 
 // FindModel returns the base model of models named name, or nil: the one

@@ -232,6 +232,7 @@ func (s *Server) routes() {
 	mux.HandleFunc("POST /v1/completions", s.handleCompletion)
 	mux.HandleFunc("POST /v1/messages", s.handleMessages)
 	mux.HandleFunc("POST /v1/responses", s.handleResponses)
+	mux.HandleFunc("POST /tokenize", s.handleTokenize)
 	mux.HandleFunc("GET /v1/models", s.handleModels)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
 	mux.Handle("GET /metrics", s.metrics.handler())
