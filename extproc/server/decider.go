@@ -6,7 +6,11 @@
 // tokens, caches or load.
 package server
 
-import "context"
+import (
+	"context"
+
+	"github.com/kvgate/kvgate/extproc/openai"
+)
 
 // Decider decides where one request goes. It is called exactly once per
 // request, when the whole request body is in hand (or at the end of the
@@ -59,6 +63,16 @@ type Decision struct {
 	DebugHeader string
 	// Ticket follows the request to its end; may be nil.
 	Ticket Lifecycle
+}
+
+// ErrorShaper is implemented by a Decider whose routes answer errors in
+// more than one shape (extproc.Router: Anthropic's for /v1/messages, as
+// vLLM answers there). The server asks it for the body of every local
+// reply it writes itself once the request's :path is known (body too
+// large, buffer budget, per-source share, timeouts, a failed decider);
+// without it, or before the headers are read, the body is OpenAI's.
+type ErrorShaper interface {
+	ErrorBody(path string, e *openai.Error) []byte
 }
 
 // RouteError rejects a request with an HTTP status and an OpenAI-style JSON
