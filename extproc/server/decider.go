@@ -79,6 +79,6 @@ type ErrorShaper interface {
 // error body.
 type RouteError struct {
 	Status  int
-	Body    []byte            // OpenAI JSON; generated from Status when nil
+	Body    []byte            // the error JSON; generated from Status when nil (in the route's shape: ErrorShaper)
 	Headers map[string]string // extra response headers
 }
