@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"os/signal"
 	"strconv"
@@ -132,6 +133,26 @@ func apiCompare(ctx context.Context, w io.Writer, o apiCompareOptions, command s
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	defer slog.SetDefault(slog.Default())
 	slog.SetDefault(quiet)
+	// Each API's ideal: its own prompts through one engine whose cache
+	// holds them all, one request at a time, so that every reusable
+	// prefix is reused. The APIs' prompts differ in length (Responses'
+	// tools), so each is compared to its own ideal.
+	ideal := map[apicompare.API]apiRun{}
+	for _, api := range apicompare.APIs {
+		one := o
+		one.engines, one.concurrency = 1, 1
+		r, err := apiCompareRun(ctx, api, reqs, one, tokDir, quiet)
+		if err == nil && r.failed > 0 {
+			err = fmt.Errorf("%d of %d requests failed", r.failed, len(reqs))
+		}
+		if err != nil {
+			return fmt.Errorf("ideal, %s: %w", api, err)
+		}
+		if o.progress != nil {
+			fmt.Fprintf(o.progress, "ideal   %-9s hit ratio %.4f (%d/%d tokens)\n", api, r.ratio(), r.hit, r.queried)
+		}
+		ideal[api] = r
+	}
 	runs := map[apicompare.API][]apiRun{}
 	for round := range o.repeats {
 		for k := range apicompare.APIs {
@@ -150,7 +171,7 @@ func apiCompare(ctx context.Context, w io.Writer, o apiCompareOptions, command s
 			runs[api] = append(runs[api], r)
 		}
 	}
-	writeAPICompare(w, o, reqs, runs, command)
+	writeAPICompare(w, o, reqs, ideal, runs, command)
 	return nil
 }
 
@@ -255,20 +276,22 @@ func metricSum(ctx context.Context, url, name string) (float64, error) {
 
 // writeAPICompare writes the section: per API the hit ratio's mean, range
 // and each run's figure, and the ratio of its mean to chat's.
-func writeAPICompare(w io.Writer, o apiCompareOptions, reqs []apicompare.Request, runs map[apicompare.API][]apiRun, command string) {
+func writeAPICompare(w io.Writer, o apiCompareOptions, reqs []apicompare.Request, ideal map[apicompare.API]apiRun, runs map[apicompare.API][]apiRun, command string) {
 	steps, prompts := 0, map[*apicompare.Conversation]bool{}
 	for _, r := range reqs {
 		steps += r.Steps
 		prompts[r.Conv] = true
 	}
 	fmt.Fprintf(w, "## Issue 29 — hit ratio per API\n\n")
-	fmt.Fprintf(w, "`%s`: the agent loops of the `%s` mix (lab/workload: tool schema sets drawn by popularity, a task, then steps of a tool call and its result; lengths × %.3g), %d requests of %d conversations (%.1f steps per request on average), sent %d at a time through the kvgate-lab gateway, kvgate extproc and %d simulated vLLM engines (%s, 64-token blocks), once as each API with the same conversations in its shape (lab/apicompare), each run on a fresh fleet, %d rounds, the API order rotated per round. Hit ratio: the engines' own prefix-cache hit tokens over queried tokens (vllm:prefix_cache_hits / vllm:prefix_cache_queries). The chat API is the baseline.\n\n",
+	fmt.Fprintf(w, "`%s`: the agent loops of the `%s` mix (lab/workload: tool schema sets drawn by popularity, a task, then steps of a tool call and its result; lengths × %.3g), %d requests of %d conversations (%.1f steps per request on average), sent %d at a time through the kvgate-lab gateway, kvgate extproc and %d simulated vLLM engines (%s, 64-token blocks), once as each API with the same conversations in its shape (lab/apicompare), each run on a fresh fleet, %d rounds, the API order rotated per round. Hit ratio: the engines' own prefix-cache hit tokens over queried tokens (vllm:prefix_cache_hits / vllm:prefix_cache_queries). Ideal: the same API's prompts through one engine that holds them all, one request at a time (measured in the same run); its prompts' lengths differ per API, so the comparison is of each API's share of its own ideal. The chat API is the baseline.\n\n",
 		command, o.mix, o.scale, len(reqs), len(prompts), float64(steps)/float64(len(reqs)), o.concurrency, o.engines, demoModel, o.repeats)
-	fmt.Fprintf(w, "| API | hit ratio, mean | range (min–max) | runs | / chat | queried tokens per run | routed without a prefix key |\n|---|---|---|---|---|---|---|\n")
-	chatMean, chatLo, chatHi := hitStats(runs[apicompare.Chat])
+	fmt.Fprintf(w, "| API | hit ratio, mean | range (min–max) | runs | / chat | ideal | of ideal, mean (range) | queried tokens per run | routed without a prefix key |\n|---|---|---|---|---|---|---|---|---|\n")
+	chatMean, _, _ := hitStats(runs[apicompare.Chat], 1)
+	chatOf, chatOfLo, chatOfHi := hitStats(runs[apicompare.Chat], ideal[apicompare.Chat].ratio())
 	verdict := []string{}
 	for _, api := range apicompare.APIs {
-		mean, lo, hi := hitStats(runs[api])
+		mean, lo, hi := hitStats(runs[api], 1)
+		of, ofLo, ofHi := hitStats(runs[api], ideal[api].ratio())
 		var each []string
 		unkeyed, queried := 0.0, uint64(0)
 		for _, r := range runs[api] {
@@ -276,28 +299,30 @@ func writeAPICompare(w io.Writer, o apiCompareOptions, reqs []apicompare.Request
 			unkeyed += r.unkeyed
 			queried += r.queried
 		}
-		fmt.Fprintf(w, "| %s (`%s`) | %.4f | %.4f–%.4f | %s | %.3f | %d | %.0f |\n", api, api.Path(), mean, lo, hi, strings.Join(each, ", "),
-			mean/max(chatMean, 1e-9), queried/uint64(max(len(runs[api]), 1)), unkeyed)
+		fmt.Fprintf(w, "| %s (`%s`) | %.4f | %.4f–%.4f | %s | %.3f | %.4f | %.4f (%.4f–%.4f) | %d | %.0f |\n", api, api.Path(), mean, lo, hi, strings.Join(each, ", "),
+			mean/max(chatMean, 1e-9), ideal[api].ratio(), of, ofLo, ofHi, queried/uint64(max(len(runs[api]), 1)), unkeyed)
 		if api != apicompare.Chat {
-			noise := max(hi-lo, chatHi-chatLo)
+			noise := max(ofHi-ofLo, chatOfHi-chatOfLo)
 			word := "within"
-			if d := mean - chatMean; d > noise || -d > noise {
+			if d := of - chatOf; d > noise || -d > noise {
 				word = "outside"
 			}
-			verdict = append(verdict, fmt.Sprintf("%s differs from chat by %+.4f, %s the larger run-to-run range (%.4f)", api, mean-chatMean, word, noise))
+			verdict = append(verdict, fmt.Sprintf("%s's share of its ideal differs from chat's by %+.4f, %s the larger run-to-run range (%.4f)", api, of-chatOf, word, noise))
 		}
 	}
 	fmt.Fprintf(w, "\n%s.\n", strings.Join(verdict, "; "))
 	fmt.Fprintf(w, "\nChat and Messages render to the same prompts, token for token (lab/apicompare's test checks the routing keys). Responses prompts are a little longer: vLLM hands the chat template each Responses tool as the openai library dumps it, with \"strict\": null and \"type\" added and its members in another order, so the tool list every loop of a schema set shares is longer and its share of each prompt, hence the hit ratio, a little higher; the same conversation sent as Responses and as Chat shares no cache from the tool list on, in vLLM as in kvgate.\n")
 }
 
-func hitStats(runs []apiRun) (mean, lo, hi float64) {
-	if len(runs) == 0 {
+// hitStats is the mean, least and greatest hit ratio of runs, each
+// divided by per (1: the hit ratio itself; an ideal: the share of it).
+func hitStats(runs []apiRun, per float64) (mean, lo, hi float64) {
+	if len(runs) == 0 || per <= 0 {
 		return 0, 0, 0
 	}
-	lo, hi = 2, -1
+	lo, hi = math.Inf(1), math.Inf(-1)
 	for _, r := range runs {
-		x := r.ratio()
+		x := r.ratio() / per
 		mean += x
 		lo, hi = min(lo, x), max(hi, x)
 	}
