@@ -99,3 +99,41 @@ func TestAgentConversationFollowsItsPrefixInEitherAPI(t *testing.T) {
 		t.Fatalf("kvgate_extproc_untokenized_requests_total{reason=\"unseen_input\"} = %v, want >= 1", v)
 	}
 }
+
+// What kvgate answers itself follows the request's API through the real
+// `kvgate extproc` process and the gateway (issue 29): a body over
+// extproc.max_body_bytes (refused by the ext_proc server before any
+// parsing) and a model no engine serves get Anthropic's error shape on
+// /v1/messages, as vLLM's Messages route answers, and OpenAI's error
+// object on /v1/responses.
+func TestLocalRepliesTakeTheAPIsErrorShape(t *testing.T) {
+	f := startFleet(t, fleetOptions{engines: 1, extproc: map[string]any{"max_body_bytes": 16384}})
+	long := strings.Repeat("a long question ", 2048)
+	for _, c := range []struct {
+		path   string
+		body   map[string]any
+		status int
+	}{
+		{"/v1/messages", map[string]any{"model": modelName, "max_tokens": 4, "messages": []any{map[string]any{"role": "user", "content": long}}}, 413},
+		{"/v1/responses", map[string]any{"model": modelName, "max_output_tokens": 4, "input": long}, 413},
+		{"/v1/messages", map[string]any{"model": "no-such-model", "max_tokens": 4, "messages": []any{map[string]any{"role": "user", "content": "hi"}}}, 404},
+		{"/v1/responses", map[string]any{"model": "no-such-model", "max_output_tokens": 4, "input": "hi"}, 404},
+	} {
+		r, _ := f.post(c.path, c.body, nil)
+		var shape map[string]json.RawMessage
+		if r.status != c.status || json.Unmarshal(r.body, &shape) != nil {
+			t.Fatalf("%s: %d %s, want %d with a JSON error", c.path, r.status, r.body, c.status)
+		}
+		var inner map[string]json.RawMessage
+		_ = json.Unmarshal(shape["error"], &inner)
+		if c.path == "/v1/messages" {
+			if string(shape["type"]) != `"error"` || len(shape) != 2 || len(inner) != 2 || inner["type"] == nil || inner["message"] == nil {
+				t.Fatalf("%s %d: %s is not Anthropic's error shape", c.path, c.status, r.body)
+			}
+			continue
+		}
+		if len(shape) != 1 || inner["message"] == nil || inner["type"] == nil {
+			t.Fatalf("%s %d: %s is not OpenAI's error object", c.path, c.status, r.body)
+		}
+	}
+}

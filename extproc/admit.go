@@ -38,7 +38,7 @@ func (r *Router) admitFlow(ctx context.Context, req *server.Request, res *prepro
 	switch {
 	case fw.cancelled:
 		r.metrics.requests.WithLabelValues(res.Served, "client_cancel").Inc()
-		return false, fw.done, routeError(http.StatusServiceUnavailable, "request cancelled", "service_unavailable", "")
+		return false, fw.done, routeError(req.Path, http.StatusServiceUnavailable, "request cancelled", "service_unavailable", "")
 	case fw.shed != "":
 		return false, fw.done, r.shed(req, res, prio, fw.shed, r.cfg.FlowControl.RetryAfter.D().Seconds())
 	}
@@ -77,7 +77,7 @@ func (r *Router) shed(req *server.Request, res *preprocess.Result, prio requestP
 		Time: r.now(), RequestID: req.RequestID, Model: res.Served, Tokens: len(res.Tokens), Blocks: len(res.Sequence),
 		Objective: prio.Objective, Priority: prio.Priority, PriorityFrom: prio.From, Shed: reason,
 	})
-	e := routeError(http.StatusTooManyRequests, "kvgate is shedding load: "+reason, "rate_limit_exceeded", "shed")
+	e := routeError(req.Path, http.StatusTooManyRequests, "kvgate is shedding load: "+reason, "rate_limit_exceeded", "shed")
 	e.Headers = map[string]string{"x-kvgate-shed-reason": reason}
 	if retryAfter > 0 {
 		e.Headers["retry-after"] = strconv.Itoa(int(math.Ceil(retryAfter)))

@@ -32,7 +32,7 @@ type choice struct {
 func (r *Router) pick(req *server.Request, res *preprocess.Result, p *pool, cands []picker.Candidate, rnd *rand.Rand) (choice, *server.RouteError) {
 	noWorker := func() (choice, *server.RouteError) {
 		r.metrics.requests.WithLabelValues(res.Served, "no_worker").Inc()
-		return choice{}, routeError(http.StatusServiceUnavailable, "no eligible worker for model "+res.Served, "service_unavailable", "no_eligible_worker")
+		return choice{}, routeError(req.Path, http.StatusServiceUnavailable, "no eligible worker for model "+res.Served, "service_unavailable", "no_eligible_worker")
 	}
 	if len(cands) == 0 {
 		return noWorker()

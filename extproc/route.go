@@ -45,7 +45,7 @@ func (r *Router) Decide(ctx context.Context, req *server.Request) (*server.Decis
 	p := r.fleet.Load().pools[res.Model.Name]
 	if p == nil {
 		r.metrics.requests.WithLabelValues(res.Served, "no_worker").Inc()
-		return nil, routeError(http.StatusServiceUnavailable, fmt.Sprintf("no worker serves model %s", res.Served), "service_unavailable", "no_eligible_worker")
+		return nil, routeError(req.Path, http.StatusServiceUnavailable, fmt.Sprintf("no worker serves model %s", res.Served), "service_unavailable", "no_eligible_worker")
 	}
 	rnd := r.rand.get()
 	defer r.rand.put(rnd)
@@ -68,7 +68,7 @@ func (r *Router) Decide(ctx context.Context, req *server.Request) (*server.Decis
 			// load are read again.
 			if p = r.fleet.Load().pools[res.Model.Name]; p == nil {
 				r.metrics.requests.WithLabelValues(res.Served, "no_worker").Inc()
-				return nil, routeError(http.StatusServiceUnavailable, fmt.Sprintf("no worker serves model %s", res.Served), "service_unavailable", "no_eligible_worker")
+				return nil, routeError(req.Path, http.StatusServiceUnavailable, fmt.Sprintf("no worker serves model %s", res.Served), "service_unavailable", "no_eligible_worker")
 			}
 			m = r.match(ctx, p, res.Sequence, r.now())
 			cands = r.gatherer.gather(p.workers, m, req.SubsetHint, r.now(), rnd)
@@ -111,7 +111,7 @@ func (r *Router) preprocess(ctx context.Context, req *server.Request) (*preproce
 		if errors.Is(err, preprocess.ErrCancelled) {
 			// Nobody is left to answer: the stream's context ended.
 			r.metrics.requests.WithLabelValues("", "client_cancel").Inc()
-			return nil, routeError(http.StatusServiceUnavailable, "request cancelled", "service_unavailable", "")
+			return nil, routeError(req.Path, http.StatusServiceUnavailable, "request cancelled", "service_unavailable", "")
 		}
 		if errors.As(err, &oe) {
 			r.metrics.requests.WithLabelValues("", outcomeFor(oe.Status)).Inc()
@@ -154,7 +154,7 @@ func (r *Router) routeUnparsed(req *server.Request) (*server.Decision, *server.R
 		}
 		if p = f.pools[m.Name]; p == nil {
 			r.metrics.requests.WithLabelValues(name, "no_worker").Inc()
-			return nil, routeError(http.StatusServiceUnavailable, fmt.Sprintf("no worker serves model %s", name), "service_unavailable", "no_eligible_worker")
+			return nil, routeError(req.Path, http.StatusServiceUnavailable, fmt.Sprintf("no worker serves model %s", name), "service_unavailable", "no_eligible_worker")
 		}
 		res = &preprocess.Result{Model: m, Served: name, LoRA: lora}
 	}
@@ -166,7 +166,7 @@ func (r *Router) routeUnparsed(req *server.Request) (*server.Decision, *server.R
 			served = res.Served
 		}
 		r.metrics.requests.WithLabelValues(served, "no_worker").Inc()
-		return nil, routeError(http.StatusServiceUnavailable, "no eligible worker", "service_unavailable", "no_eligible_worker")
+		return nil, routeError(req.Path, http.StatusServiceUnavailable, "no eligible worker", "service_unavailable", "no_eligible_worker")
 	}
 	c := choice{dec: dec, cands: cands}
 	now := r.now()
@@ -182,9 +182,18 @@ func (r *Router) routeUnparsed(req *server.Request) (*server.Decision, *server.R
 	return d, nil
 }
 
-func routeError(status int, msg, typ, code string) *server.RouteError {
+// routeError is a rejection kvgate decides itself (no worker, shed,
+// cancelled), in the shape of the route path addresses (endpoint.errorBody).
+func routeError(path string, status int, msg, typ, code string) *server.RouteError {
 	e := &openai.Error{Status: status, Message: msg, Type: typ, Code: code}
-	return &server.RouteError{Status: status, Body: e.JSON()}
+	return &server.RouteError{Status: status, Body: endpointFor(path).errorBody(e)}
+}
+
+// ErrorBody implements server.ErrorShaper: the local replies the ext_proc
+// server writes itself (body too large, buffer budget, per-source share,
+// timeouts) take the shape of the route, as the Router's own do.
+func (r *Router) ErrorBody(path string, e *openai.Error) []byte {
+	return endpointFor(path).errorBody(e)
 }
 
 func outcomeFor(status int) string {

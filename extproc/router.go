@@ -92,7 +92,10 @@ type Router struct {
 	rand     randSources
 }
 
-var _ server.Decider = (*Router)(nil)
+var (
+	_ server.Decider     = (*Router)(nil)
+	_ server.ErrorShaper = (*Router)(nil)
+)
 
 // RouterConfig is what the request path reads of the configuration file:
 // its own section and the workers the engines: list expands to. The index

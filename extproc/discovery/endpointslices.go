@@ -25,7 +25,7 @@ func workersFromSlices(eps []*discoveryv1.EndpointSlice, c kubeselect.Config) (w
 			skipped = append(skipped, fmt.Sprintf("endpointslice %s: %v", s.Name, err))
 			continue
 		}
-		model, role, err := modelAndRole(s.Labels, c)
+		id, err := readLabels(s.Labels, c)
 		if err != nil {
 			skipped = append(skipped, fmt.Sprintf("endpointslice %s: %v", s.Name, err))
 			continue
@@ -39,7 +39,7 @@ func workersFromSlices(eps []*discoveryv1.EndpointSlice, c kubeselect.Config) (w
 			}
 			draining := e.Conditions.Terminating != nil && *e.Conditions.Terminating
 			for _, addr := range e.Addresses {
-				rws := rankWorkers(addr, port, model, role, draining, c)
+				rws := rankWorkers(addr, port, id, draining, c)
 				// During a rollout one address can sit in two slices for a
 				// moment; it is one worker, draining only if every copy says so.
 				if i, ok := byEndpoint[rws[0].ID.Endpoint]; ok {

@@ -40,7 +40,7 @@ func workersFromPods(pods []*corev1.Pod, c kubeselect.Config) (ws []kvfleet.Work
 			skipped = append(skipped, fmt.Sprintf("pod %s: %v", p.Name, err))
 			continue
 		}
-		model, role, err := modelAndRole(p.Labels, c)
+		id, err := readLabels(p.Labels, c)
 		if err != nil {
 			skipped = append(skipped, fmt.Sprintf("pod %s: %v", p.Name, err))
 			continue
@@ -52,7 +52,7 @@ func workersFromPods(pods []*corev1.Pod, c kubeselect.Config) (ws []kvfleet.Work
 		}
 		seen[ep] = true
 		draining := podDraining(p)
-		ws = append(ws, rankWorkers(ip, port, model, role, draining, c)...)
+		ws = append(ws, rankWorkers(ip, port, id, draining, c)...)
 	}
 	sortWorkers(ws)
 	return ws, skipped

@@ -68,7 +68,7 @@ func workersFromPool(pool *giev1.InferencePool, pods []*corev1.Pod, c kubeselect
 			skipped = append(skipped, fmt.Sprintf("pod %s: bad pod IP %q", p.Name, ip))
 			continue
 		}
-		model, role, err := modelAndRole(p.Labels, lc)
+		id, err := readLabels(p.Labels, lc)
 		if err != nil {
 			skipped = append(skipped, fmt.Sprintf("pod %s: %v", p.Name, err))
 			continue
@@ -96,7 +96,7 @@ func workersFromPool(pool *giev1.InferencePool, pods []*corev1.Pod, c kubeselect
 				continue
 			}
 			seen[ep] = true
-			w := kvfleet.Worker{ID: kvfleet.WorkerID{Endpoint: ep}, Model: model, Role: role, Draining: draining}
+			w := kvfleet.Worker{ID: kvfleet.WorkerID{Endpoint: ep}, Model: id.model, Role: id.role, Kind: id.kind, Draining: draining}
 			if events > 0 {
 				w.Events = "tcp://" + net.JoinHostPort(ip, strconv.Itoa(events+i))
 			}

@@ -1,10 +1,12 @@
 package discovery
 
 import (
+	"fmt"
 	"net"
 	"strconv"
 
 	"github.com/kvgate/kvgate/extproc/discovery/kubeselect"
+	"github.com/kvgate/kvgate/kv/kvevents"
 	"github.com/kvgate/kvgate/kv/kvfleet"
 )
 
@@ -12,14 +14,15 @@ import (
 // Rank r's KV events are on EventsPort + r (and replay on ReplayPort + r),
 // the offset vLLM applies per data-parallel rank. Validate has bounded the
 // ports so that the sums stay under 65536.
-func rankWorkers(ip string, port int, model string, role kvfleet.Role, draining bool, c kubeselect.Config) []kvfleet.Worker {
+func rankWorkers(ip string, port int, id workerLabels, draining bool, c kubeselect.Config) []kvfleet.Worker {
 	ep := net.JoinHostPort(ip, strconv.Itoa(port))
 	ws := make([]kvfleet.Worker, 0, c.DPRanks)
 	for r := range c.DPRanks {
 		w := kvfleet.Worker{
 			ID:       kvfleet.WorkerID{Endpoint: ep, DPRank: r},
-			Model:    model,
-			Role:     role,
+			Model:    id.model,
+			Role:     id.role,
+			Kind:     id.kind,
 			Draining: draining,
 		}
 		if c.EventsPort > 0 {
@@ -33,19 +36,34 @@ func rankWorkers(ip string, port int, model string, role kvfleet.Role, draining 
 	return ws
 }
 
-// modelAndRole reads a worker's model and role from labels, falling back
-// to c.Model for the model.
-func modelAndRole(lbls map[string]string, c kubeselect.Config) (string, kvfleet.Role, error) {
+// workerLabels is what a worker's labels say about it.
+type workerLabels struct {
+	model string
+	role  kvfleet.Role
+	kind  string // engine kind (kvfleet.Worker.Kind)
+}
+
+// readLabels reads a worker's model, role and engine kind from labels,
+// falling back to c.Model for the model and c.DefaultEngine for the kind.
+// c must have its defaults (WithDefaults or InferencePool.Labels).
+func readLabels(lbls map[string]string, c kubeselect.Config) (workerLabels, error) {
 	model := lbls[c.ModelLabel]
 	if model == "" {
 		model = c.Model
 	}
 	if model == "" {
-		return "", 0, errNoModel
+		return workerLabels{}, errNoModel
 	}
 	role, err := parseRoleLabel(lbls[c.RoleLabel])
 	if err != nil {
-		return "", 0, err
+		return workerLabels{}, err
 	}
-	return model, role, nil
+	kind := lbls[c.EngineLabel]
+	if kind == "" {
+		kind = c.DefaultEngine
+	}
+	if _, err := kvevents.FormatOf(kind); err != nil {
+		return workerLabels{}, fmt.Errorf("label %s: %w", c.EngineLabel, err)
+	}
+	return workerLabels{model: model, role: role, kind: kind}, nil
 }

@@ -6,7 +6,11 @@
 // tokens, caches or load.
 package server
 
-import "context"
+import (
+	"context"
+
+	"github.com/kvgate/kvgate/extproc/openai"
+)
 
 // Decider decides where one request goes. It is called exactly once per
 // request, when the whole request body is in hand (or at the end of the
@@ -61,10 +65,20 @@ type Decision struct {
 	Ticket Lifecycle
 }
 
+// ErrorShaper is implemented by a Decider whose routes answer errors in
+// more than one shape (extproc.Router: Anthropic's for /v1/messages, as
+// vLLM answers there). The server asks it for the body of every local
+// reply it writes itself once the request's :path is known (body too
+// large, buffer budget, per-source share, timeouts, a failed decider);
+// without it, or before the headers are read, the body is OpenAI's.
+type ErrorShaper interface {
+	ErrorBody(path string, e *openai.Error) []byte
+}
+
 // RouteError rejects a request with an HTTP status and an OpenAI-style JSON
 // error body.
 type RouteError struct {
 	Status  int
-	Body    []byte            // OpenAI JSON; generated from Status when nil
+	Body    []byte            // the error JSON; generated from Status when nil (in the route's shape: ErrorShaper)
 	Headers map[string]string // extra response headers
 }

@@ -174,7 +174,7 @@ func immediateResponse(status int, body []byte, headers map[string]string, detai
 		status = http.StatusInternalServerError
 	}
 	if body == nil {
-		body = errorJSON(status, http.StatusText(status))
+		body = errorFor(status, http.StatusText(status)).JSON()
 	}
 	set := []*corev3.HeaderValueOption{setHeader(headerContentType, "application/json")}
 	names := make([]string, 0, len(headers))
@@ -198,9 +198,16 @@ func immediateResponse(status int, body []byte, headers map[string]string, detai
 }
 
 // errorJSON renders an OpenAI-shaped error for a status kvgate itself
-// decides.
+// decides, for a reply sent before the request's :path is known (the
+// stream limit, the header limits).
 func errorJSON(status int, message string) []byte {
-	e := openai.Error{Status: status, Message: message, Type: "invalid_request_error"}
+	return errorFor(status, message).JSON()
+}
+
+// errorFor is the error kvgate answers a status it decides itself with;
+// the stream renders it in its route's shape (streamState.errorJSON).
+func errorFor(status int, message string) *openai.Error {
+	e := &openai.Error{Status: status, Message: message, Type: "invalid_request_error"}
 	switch {
 	case status == http.StatusRequestEntityTooLarge:
 		e.Code = "request_too_large"
@@ -213,5 +220,5 @@ func errorJSON(status int, message string) []byte {
 	case status >= 500:
 		e.Type = "server_error"
 	}
-	return e.JSON()
+	return e
 }

@@ -306,7 +306,7 @@ func (st *streamState) endWith(err error) error {
 func (st *streamState) requestTimeout(why string) error {
 	st.releaseBody()
 	code, msg := http.StatusRequestTimeout, "request timed out: "+why
-	return st.immediate(code, errorJSON(code, msg), nil, "kvgate_request_timeout")
+	return st.immediate(code, st.errorJSON(code, msg), nil, "kvgate_request_timeout")
 }
 
 // endOutcome classifies how the stream closed before the response was seen
@@ -408,7 +408,7 @@ func (st *streamState) onRequestHeaders(msg *extprocv3.ProcessingRequest, h *ext
 		return st.immediate(http.StatusRequestHeaderFieldsTooLarge, errorJSON(http.StatusRequestHeaderFieldsTooLarge, err.Error()), nil, "kvgate_headers_too_large")
 	}
 	if !st.s.budget.grow(&st.held, int64(size)) {
-		st.req.RequestID = req.RequestID
+		st.req.RequestID, st.req.Path = req.RequestID, req.Path // the reply's shape follows the route
 		return st.overBudget()
 	}
 	hint, err := subsetHint(msg.GetMetadataContext())
@@ -618,7 +618,7 @@ func (st *streamState) decide(body []byte) (*Decision, error) {
 	if panicked != nil {
 		st.s.c.deciderPanics.Add(1)
 		st.s.log.Error("decider panicked", "panic", panicked, "request_id", st.req.RequestID)
-		return nil, st.immediate(http.StatusInternalServerError, errorJSON(http.StatusInternalServerError, "kvgate routing failed"), nil, "kvgate_router_panic")
+		return nil, st.immediate(http.StatusInternalServerError, st.errorJSON(http.StatusInternalServerError, "kvgate routing failed"), nil, "kvgate_router_panic")
 	}
 	if rerr == nil && d != nil {
 		// Owned from here: every exit path finishes it.
@@ -631,7 +631,7 @@ func (st *streamState) decide(body []byte) (*Decision, error) {
 		st.s.c.limitHits[limitRequestTime].Add(1)
 		st.finish(OutcomeTimeout)
 		msg := fmt.Sprintf("kvgate could not route the request within %s", st.s.cfg.RequestTimeout)
-		return nil, st.immediate(http.StatusGatewayTimeout, errorJSON(http.StatusGatewayTimeout, msg), nil, "kvgate_route_timeout")
+		return nil, st.immediate(http.StatusGatewayTimeout, st.errorJSON(http.StatusGatewayTimeout, msg), nil, "kvgate_route_timeout")
 	}
 	if rerr != nil {
 		return nil, st.immediate(rerr.Status, rerr.Body, rerr.Headers, "kvgate_route_error")
@@ -640,7 +640,7 @@ func (st *streamState) decide(body []byte) (*Decision, error) {
 		st.s.c.badDecisions.Add(1)
 		st.s.log.Error("decider returned an invalid decision", "err", err, "request_id", st.req.RequestID)
 		st.finish(OutcomeStreamError)
-		return nil, st.immediate(http.StatusInternalServerError, errorJSON(http.StatusInternalServerError, "kvgate routing failed"), nil, "kvgate_invalid_decision")
+		return nil, st.immediate(http.StatusInternalServerError, st.errorJSON(http.StatusInternalServerError, "kvgate routing failed"), nil, "kvgate_invalid_decision")
 	}
 	st.canonicalize(d)
 	st.debugHeader = d.DebugHeader
@@ -702,7 +702,7 @@ func (st *streamState) decided() {
 func (st *streamState) tooLarge() error {
 	msg := fmt.Sprintf("request body exceeds the limit of %d bytes", st.s.cfg.MaxBodyBytes)
 	st.releaseBody()
-	return st.immediate(http.StatusRequestEntityTooLarge, errorJSON(http.StatusRequestEntityTooLarge, msg), nil, "kvgate_body_too_large")
+	return st.immediate(http.StatusRequestEntityTooLarge, st.errorJSON(http.StatusRequestEntityTooLarge, msg), nil, "kvgate_body_too_large")
 }
 
 // overBudget refuses a request kvgate has no memory left to buffer: the
@@ -713,7 +713,7 @@ func (st *streamState) overBudget() error {
 	st.s.refused.note(refusedBudget, st.s.sourceOf(&st.req), fmt.Sprintf("%d of %d bytes held (extproc.streams.buffer_budget_bytes)", st.s.budget.inUse(), st.s.cfg.BufferBudgetBytes))
 	st.releaseBody()
 	msg := fmt.Sprintf("kvgate is buffering its limit of %d request bytes; retry shortly", st.s.cfg.BufferBudgetBytes)
-	return st.immediate(http.StatusServiceUnavailable, errorJSON(http.StatusServiceUnavailable, msg), map[string]string{"retry-after": "1"}, "kvgate_buffer_budget")
+	return st.immediate(http.StatusServiceUnavailable, st.errorJSON(http.StatusServiceUnavailable, msg), map[string]string{"retry-after": "1"}, "kvgate_buffer_budget")
 }
 
 // overShare refuses a stream whose source already holds its share of the
@@ -726,10 +726,24 @@ func (st *streamState) overShare(source string) error {
 	st.s.refused.note(refusedSource, source, fmt.Sprintf("source holds its share of %d streams (extproc.streams.max_open_per_source_percent %d%% of max_open %d)",
 		st.s.sourceShare, st.s.cfg.MaxOpenPerSourcePercent, st.s.cfg.MaxOpenStreams))
 	msg := fmt.Sprintf("too many requests in progress from this client (%d at once); retry shortly", st.s.sourceShare)
-	return st.immediate(http.StatusTooManyRequests, errorJSON(http.StatusTooManyRequests, msg), map[string]string{"retry-after": "1"}, "kvgate_source_share")
+	return st.immediate(http.StatusTooManyRequests, st.errorJSON(http.StatusTooManyRequests, msg), map[string]string{"retry-after": "1"}, "kvgate_source_share")
+}
+
+// errorJSON renders an error kvgate answers itself in the shape of the
+// request's route: the decider says which when it implements ErrorShaper
+// (Anthropic's for /v1/messages), OpenAI's otherwise.
+func (st *streamState) errorJSON(status int, message string) []byte {
+	e := errorFor(status, message)
+	if sh, ok := st.s.decider.(ErrorShaper); ok && st.req.Path != "" {
+		return sh.ErrorBody(st.req.Path, e)
+	}
+	return e.JSON()
 }
 
 func (st *streamState) immediate(code int, body []byte, headers map[string]string, details string) error {
+	if body == nil {
+		body = st.errorJSON(code, http.StatusText(code))
+	}
 	r := immediateResponse(code, body, headers, details)
 	st.s.c.immediate[r.GetImmediateResponse().GetStatus().GetCode()].Add(1)
 	if err := st.send(r); err != nil {

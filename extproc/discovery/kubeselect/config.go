@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kvgate/kvgate/kv/kvevents"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 )
@@ -23,6 +24,14 @@ const (
 	// DrainingKey set to "true" as a label or an annotation marks a worker
 	// draining: it stays known but gets no new requests.
 	DrainingKey = "kvgate.io/draining"
+	// DefaultEngineLabel is the pod label naming a worker's engine kind
+	// (engines[].kind: vllm, sglang, trtllm), the one GIE's picker reads
+	// to tell engines apart in one pool
+	// (kubernetes-sigs/gateway-api-inference-extension
+	// pkg/epp/datalayer/metrics/mapping_registry.go EngineTypeLabelKey,
+	// commit bca3b40cd3001210eb5ef65b73809345820a3b94), so pods labelled
+	// for GIE are read the same way by kvgate.
+	DefaultEngineLabel = "inference.networking.k8s.io/engine-type"
 )
 
 // Defaults for Config.
@@ -64,6 +73,14 @@ type Config struct {
 	// Model is the model of workers that carry no model label; "" = such
 	// workers are skipped (and counted).
 	Model string `yaml:"model"`
+	// EngineLabel names the label holding a worker's engine kind, which
+	// selects the wire format of its KV events (kvevents.FormatOf);
+	// DefaultEngine is the kind of workers without it. Empty = the GIE
+	// label (DefaultEngineLabel) and vllm, as GIE's picker defaults its
+	// engineLabelKey and defaultEngine. A worker labelled with a kind
+	// kvgate does not know is skipped (and counted).
+	EngineLabel   string `yaml:"engine_label"`
+	DefaultEngine string `yaml:"default_engine"`
 
 	// ResyncPeriod is the informers' resync; 0 = DefaultResync. Not a
 	// file key (tests set it).
@@ -81,6 +98,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.RoleLabel == "" {
 		c.RoleLabel = DefaultRoleLabel
+	}
+	if c.EngineLabel == "" {
+		c.EngineLabel = DefaultEngineLabel
 	}
 	if c.DPRanks == 0 {
 		c.DPRanks = 1
@@ -140,7 +160,23 @@ func (c Config) Validate() error {
 	if c.ReplayPort != 0 && c.EventsPort == 0 {
 		return errors.New("kubernetes.replay_port: set without events_port")
 	}
+	if err := validateEngine("kubernetes", c.EngineLabel, c.DefaultEngine); err != nil {
+		return err
+	}
 	return validateLabelsAndTiming("kubernetes", c.ModelLabel, c.RoleLabel, c.ResyncPeriod, c.Debounce)
+}
+
+// validateEngine checks the engine label key (a Kubernetes qualified name)
+// and the default kind (one kvevents.FormatOf knows); section prefixes the
+// key path in the message.
+func validateEngine(section, label, kind string) error {
+	if errs := validation.IsQualifiedName(label); len(errs) > 0 {
+		return fmt.Errorf("%s.engine_label %q: %s", section, label, strings.Join(errs, "; "))
+	}
+	if _, err := kvevents.FormatOf(kind); err != nil {
+		return fmt.Errorf("%s.default_engine: %w", section, err)
+	}
+	return nil
 }
 
 // validateLabelsAndTiming checks what both discovery sections share: the

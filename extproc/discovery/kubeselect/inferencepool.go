@@ -71,6 +71,10 @@ type InferencePool struct {
 	ModelLabel string `yaml:"model_label"`
 	RoleLabel  string `yaml:"role_label"`
 	Model      string `yaml:"model"`
+	// EngineLabel and DefaultEngine: each pod's engine kind, as in
+	// extproc.discovery.kubernetes (GIE's engine-type label by default).
+	EngineLabel   string `yaml:"engine_label"`
+	DefaultEngine string `yaml:"default_engine"`
 
 	// Objectives: watch the InferenceObjectives of the pool's namespace
 	// whose poolRef names this pool and give requests naming one (header
@@ -95,6 +99,9 @@ func (p InferencePool) WithDefaults() InferencePool {
 	if p.RoleLabel == "" {
 		p.RoleLabel = DefaultRoleLabel
 	}
+	if p.EngineLabel == "" {
+		p.EngineLabel = DefaultEngineLabel
+	}
 	if p.Objectives == nil {
 		on := true
 		p.Objectives = &on
@@ -115,7 +122,7 @@ func (p InferencePool) WatchObjectives() bool { return p.Objectives == nil || *p
 // the label discovery already applies.
 func (p InferencePool) Labels() Config {
 	p = p.WithDefaults()
-	return Config{ModelLabel: p.ModelLabel, RoleLabel: p.RoleLabel, Model: p.Model}
+	return Config{ModelLabel: p.ModelLabel, RoleLabel: p.RoleLabel, Model: p.Model, EngineLabel: p.EngineLabel, DefaultEngine: p.DefaultEngine}
 }
 
 // Validate reports the first invalid field, named by its key under
@@ -148,6 +155,9 @@ func (p InferencePool) Validate() error {
 	}
 	if p.ReplayPort != 0 && p.EventsPort == 0 {
 		return errors.New("inference_pool.replay_port: set without events_port")
+	}
+	if err := validateEngine("inference_pool", p.EngineLabel, p.DefaultEngine); err != nil {
+		return err
 	}
 	return validateLabelsAndTiming("inference_pool", p.ModelLabel, p.RoleLabel, p.ResyncPeriod, p.Debounce)
 }
