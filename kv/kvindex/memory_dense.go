@@ -107,7 +107,8 @@ type denseScratch struct {
 
 // matchDense walks chain from its first block b (in shard s, which the
 // caller read-locked; matchDense unlocks it) with per-tier bitsets.
-func (m *Memory) matchDense(sc *matchScratch, chain []uint64, b *block, s *memShard, names []workerName) Match {
+// The result is appended to into.
+func (m *Memory) matchDense(sc *matchScratch, chain []uint64, b *block, s *memShard, names []workerName, into *Match) {
 	d := &sc.dense
 	words := (len(names) + 63) / 64
 	for t := range d.alive {
@@ -153,7 +154,6 @@ func (m *Memory) matchDense(sc *matchScratch, chain []uint64, b *block, s *memSh
 		}
 	}
 
-	out := make(Match, len(d.first))
 	for _, w := range d.first {
 		if !names[w].live {
 			continue
@@ -168,10 +168,9 @@ func (m *Memory) matchDense(sc *matchScratch, chain []uint64, b *block, s *memSh
 			}
 		}
 		if dep.Max() > 0 {
-			out[names[w].id] = dep
+			into.Add(names[w].id, dep)
 		}
 	}
-	return out
 }
 
 // advance drops, on each tier, the alive slots that do not hold the block
