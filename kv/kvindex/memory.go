@@ -290,8 +290,15 @@ func (m *Memory) Match(_ context.Context, chain []uint64, into *Match) error {
 		sc.states = append(sc.states, matchState{worker: h.worker})
 	}
 	s.mu.RUnlock()
+	m.mergeWalk(sc, chain, 1)
+	sc.results(names, into)
+	return nil
+}
 
-	depth := int32(1) // blocks every live worker holds
+// mergeWalk extends sc.live from block depth on (every live worker holds
+// the blocks before it) until the chain ends or no worker extends, and
+// finishes the workers still live.
+func (m *Memory) mergeWalk(sc *matchScratch, chain []uint64, depth int32) {
 	for ; int(depth) < len(chain) && len(sc.live) > 0; depth++ {
 		s := m.shardOf(chain[depth])
 		s.mu.RLock()
@@ -308,7 +315,11 @@ func (m *Memory) Match(_ context.Context, chain []uint64, into *Match) error {
 	for _, l := range sc.live {
 		sc.finish(l, depth)
 	}
+}
 
+// results appends the merge walk's outcome for every named live worker
+// that matched at least one block.
+func (sc *matchScratch) results(names []workerName, into *Match) {
 	for i := range sc.states {
 		st := &sc.states[i]
 		if int(st.worker) >= len(names) || !names[st.worker].live {
@@ -326,7 +337,6 @@ func (m *Memory) Match(_ context.Context, chain []uint64, into *Match) error {
 			into.Add(names[st.worker].id, d)
 		}
 	}
-	return nil
 }
 
 // finish records a worker that held depth blocks.

@@ -135,7 +135,17 @@ func (m *Memory) matchDense(sc *matchScratch, chain []uint64, b *block, s *memSh
 	s.mu.RUnlock()
 
 	end := int32(len(chain))
+	switched := false
 	for depth := 1; depth < len(chain); depth++ {
+		if d.aliveCount() <= denseToMerge {
+			// Few still match (the conversations behind a shared prompt
+			// diverge): the merge walk's per-live-worker cost is now below
+			// the bitsets' per-block cost.
+			d.toMerge(sc)
+			m.mergeWalk(sc, chain, int32(depth))
+			switched = true
+			break
+		}
 		s := m.shardOf(chain[depth])
 		s.mu.RLock()
 		slot, ok := s.index.get(chain[depth])
@@ -155,11 +165,11 @@ func (m *Memory) matchDense(sc *matchScratch, chain []uint64, b *block, s *memSh
 	}
 
 	for _, w := range d.first {
-		if !names[w].live {
-			continue
+		k, bit := w/64, uint64(1)<<(w%64)
+		if !names[w].live || switched && d.alive[kvfleet.NumTiers-1][k]&bit != 0 {
+			continue // gone, or still matching when the merge walk took over
 		}
 		var dep kvfleet.Depths
-		k, bit := w/64, uint64(1)<<(w%64)
 		for t := range dep {
 			if d.alive[t][k]&bit != 0 {
 				dep[t] = int(end)
@@ -169,6 +179,51 @@ func (m *Memory) matchDense(sc *matchScratch, chain []uint64, b *block, s *memSh
 		}
 		if dep.Max() > 0 {
 			into.Add(names[w].id, dep)
+		}
+	}
+	if switched {
+		sc.results(names, into)
+	}
+}
+
+// denseToMerge: once this few workers still match, matchDense hands them
+// to the merge walk (toMerge). Advancing the bitsets costs NumTiers ×
+// slots/64 words per block, plus a pass over the block's holders when they
+// are not cached (holderBits.fill, a quarter of the dense walk's profile
+// at 512 workers); the merge walk costs a search per live worker.
+const denseToMerge = 32
+
+// aliveCount is how many slots still match on some tier.
+func (d *denseScratch) aliveCount() int {
+	n := 0
+	for _, a := range d.alive[kvfleet.NumTiers-1] {
+		n += bits.OnesCount64(a)
+	}
+	return n
+}
+
+// toMerge turns the slots still alive into the merge walk's live list and
+// states (sorted by worker, as the walk needs): a slot's depths on the
+// tiers it dropped out of are final; its slowest tier is the fastest one
+// on which it is still alive.
+func (d *denseScratch) toMerge(sc *matchScratch) {
+	sc.states = sc.states[:0]
+	sc.live = sc.live[:0]
+	for k, a := range d.alive[kvfleet.NumTiers-1] {
+		for ; a != 0; a &= a - 1 {
+			w := uint32(k*64 + bits.TrailingZeros64(a))
+			bit := uint64(1) << (w % 64)
+			st := matchState{worker: w}
+			slowest := uint8(kvfleet.NumTiers - 1)
+			for t := range kvfleet.NumTiers {
+				if d.alive[t][k]&bit != 0 {
+					slowest = uint8(t)
+					break
+				}
+				st.depths[t] = d.dropped[t][w]
+			}
+			sc.live = append(sc.live, matchLive{worker: w, slowest: slowest, state: int32(len(sc.states))})
+			sc.states = append(sc.states, st)
 		}
 	}
 }
