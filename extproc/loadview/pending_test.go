@@ -1,6 +1,9 @@
 package loadview
 
 import (
+	"fmt"
+	"math/rand/v2"
+	"reflect"
 	"testing"
 	"time"
 
@@ -142,5 +145,101 @@ func TestPendingEmptyChain(t *testing.T) {
 	p.Record(wa, []uint64{1}, time.Unix(1, 0))
 	if m := merge(p, nil, nil, time.Unix(1, 0)); m.Len() != 0 {
 		t.Fatalf("empty chain match %v, want none", m.Map())
+	}
+}
+
+// Merge against a model of its definition, with enough workers that the
+// match's lookup by worker is indexed (more than 8 entries): random
+// routed prefixes of a few shared chains, random index answers (some
+// workers deeper on slower tiers, some absent), and the pairs the index
+// confirms forgotten.
+func TestPendingMergeMatchesModel(t *testing.T) {
+	const workers, chains, chainLen = 40, 4, 12
+	rng := rand.New(rand.NewPCG(3, 9))
+	ids := make([]kvfleet.WorkerID, workers)
+	for i := range ids {
+		ids[i] = kvfleet.WorkerID{Endpoint: fmt.Sprintf("10.2.0.%d:8000", i)}
+	}
+	shared := make([][]uint64, chains)
+	for c := range shared {
+		shared[c] = make([]uint64, chainLen)
+		for i := range shared[c] {
+			shared[c][i] = uint64(c*1000 + i)
+		}
+	}
+	type pair struct {
+		h uint64
+		w kvfleet.WorkerID
+	}
+	p, err := NewPending(RecentConfig{TTL: PendingTTL, MaxEntries: 1 << 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pending := map[pair]bool{} // the model: pairs credited (none expire: time stays within the TTL)
+	now := time.Unix(1000, 0)
+	indexed, merged := 0, 0
+	for round := range 300 {
+		for range 1 + rng.IntN(6) {
+			w, c := ids[rng.IntN(workers)], shared[rng.IntN(chains)]
+			n := 1 + rng.IntN(chainLen)
+			p.Record(w, c[:n], now)
+			for _, h := range c[:n] {
+				pending[pair{h, w}] = true
+			}
+		}
+		chain := shared[rng.IntN(chains)]
+		index := map[kvfleet.WorkerID]kvfleet.Depths{}
+		for _, w := range ids {
+			if rng.IntN(3) == 0 {
+				continue
+			}
+			dev := rng.IntN(chainLen + 1)
+			host := min(chainLen, dev+rng.IntN(3))
+			index[w] = kvfleet.Depths{dev, host, host, host}
+		}
+		// The model, as Merge's comment defines it.
+		want := map[kvfleet.WorkerID]kvfleet.Depths{}
+		run := func(w kvfleet.WorkerID, from int) int {
+			d := from
+			for d < len(chain) && pending[pair{chain[d], w}] {
+				d++
+			}
+			return d
+		}
+		for w, d := range index {
+			if end := run(w, d[kvfleet.TierDevice]); end > d[kvfleet.TierDevice] {
+				for i := range d {
+					d[i] = max(d[i], end)
+				}
+			}
+			want[w] = d
+		}
+		for w, d := range index {
+			for _, h := range chain[:d[kvfleet.TierDevice]] {
+				delete(pending, pair{h, w})
+			}
+		}
+		for _, w := range ids {
+			if _, known := index[w]; !known && pending[pair{chain[0], w}] {
+				want[w] = depthsOf(run(w, 0))
+			}
+		}
+		got := merge(p, index, chain, now)
+		if got.Len() != len(want) || !reflect.DeepEqual(got.Map(), want) {
+			t.Fatalf("round %d: Merge = %v\nwant %v", round, got.Map(), want)
+		}
+		if e := p.Stats().Entries; e != len(pending) {
+			t.Fatalf("round %d: %d pairs credited, model %d", round, e, len(pending))
+		}
+		if len(index) > 8 {
+			indexed++
+		}
+		if len(want) > len(index) {
+			merged++
+		}
+		now = now.Add(time.Millisecond)
+	}
+	if indexed < 250 || merged < 50 {
+		t.Fatalf("coverage: %d rounds with an indexed lookup, %d adding pending-only workers", indexed, merged)
 	}
 }
