@@ -18,7 +18,9 @@ import (
 // (holderBits) while its holders do not change: advancing one block is
 // NumTiers × slots/64 word operations, and a worker costs work only at the
 // block where it drops out of a tier. A walk is chain × slots/64 + holders
-// instead of chain × holders.
+// instead of chain × holders. Once few workers still match (denseToMerge),
+// the rest of the chain goes to the merge walk, whose cost per block is
+// then the smaller one.
 //
 // It is used only when the first block's holders fill at least
 // 1/denseMinDensity of the worker slots: with a few holders among many
