@@ -39,9 +39,10 @@ type gatherer struct {
 	engines    *enginemetrics.Scraper // nil when disabled
 }
 
-// gather lists workers with their cached depths in m and their load,
-// restricted to the proxy's subset hint when it sent one (nil: none).
-func (g *gatherer) gather(workers []picker.Worker, m kvindex.Match, hint []string, now time.Time, rnd *rand.Rand) []picker.Candidate {
+// gather lists workers with their cached depths in m (nil: none) and their
+// load, restricted to the proxy's subset hint when it sent one (nil: none).
+// The depths are copied: m may be reused once gather returns.
+func (g *gatherer) gather(workers []picker.Worker, m *kvindex.Match, hint []string, now time.Time, rnd *rand.Rand) []picker.Candidate {
 	var allowed map[string]bool
 	if hint != nil {
 		allowed = make(map[string]bool, len(hint))
@@ -72,7 +73,8 @@ func (g *gatherer) gather(workers []picker.Worker, m kvindex.Match, hint []strin
 				warming++
 			}
 		}
-		cands = append(cands, picker.Candidate{Worker: w, Depths: m[w.ID], Load: g.loadOf(w, loads[w.ID], now)})
+		depths, _ := m.Lookup(w.ID)
+		cands = append(cands, picker.Candidate{Worker: w, Depths: depths, Load: g.loadOf(w, loads[w.ID], now)})
 	}
 	if warming > 0 && warming == usable {
 		// Every usable worker is ramping and this draw left them all out:

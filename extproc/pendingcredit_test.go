@@ -47,10 +47,10 @@ func TestPendingPrefixDrawsTheNextRequestBeforeKVEvents(t *testing.T) {
 	p := r.router.fleet.Load().pools["qwen3"]
 	w := kvfleet.WorkerID{Endpoint: holder}
 	now := time.Now()
-	if got := r.router.match(context.Background(), p, res.Sequence, now)[w][kvfleet.TierDevice]; got != len(res.Sequence) {
+	if got := depthsIn(matchNow(r.router, p, res.Sequence, now), w)[kvfleet.TierDevice]; got != len(res.Sequence) {
 		t.Fatalf("pending depth on %s = %d, want %d", holder, got, len(res.Sequence))
 	}
-	if got := r.router.match(context.Background(), p, res.Sequence, now.Add(loadview.PendingTTL+time.Second)); got[w] != (kvfleet.Depths{}) {
-		t.Fatalf("credit past the TTL: %v", got)
+	if got := matchNow(r.router, p, res.Sequence, now.Add(loadview.PendingTTL+time.Second)); depthsIn(got, w) != (kvfleet.Depths{}) {
+		t.Fatalf("credit past the TTL: %v", got.Map())
 	}
 }

@@ -50,7 +50,9 @@ func (r *Router) Decide(ctx context.Context, req *server.Request) (*server.Decis
 	rnd := r.rand.get()
 	defer r.rand.put(rnd)
 
-	m := r.match(ctx, p, res.Sequence, start)
+	m := newMatchBuffer()
+	defer releaseMatchBuffer(m)
+	r.match(ctx, p, res.Sequence, start, m)
 	cands := r.gatherer.gather(p.workers, m, req.SubsetHint, r.now(), rnd)
 	prio := r.priorityOf(req)
 	if r.flow == nil {
@@ -70,7 +72,7 @@ func (r *Router) Decide(ctx context.Context, req *server.Request) (*server.Decis
 				r.metrics.requests.WithLabelValues(res.Served, "no_worker").Inc()
 				return nil, routeError(req.Path, http.StatusServiceUnavailable, fmt.Sprintf("no worker serves model %s", res.Served), "service_unavailable", "no_eligible_worker")
 			}
-			m = r.match(ctx, p, res.Sequence, r.now())
+			r.match(ctx, p, res.Sequence, r.now(), m)
 			cands = r.gatherer.gather(p.workers, m, req.SubsetHint, r.now(), rnd)
 		}
 	}

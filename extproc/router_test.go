@@ -346,8 +346,8 @@ func TestIndexFailureRoutesOnLoad(t *testing.T) {
 
 type failingIndex struct{ kvindex.Index }
 
-func (failingIndex) Match(context.Context, []uint64) (kvindex.Match, error) {
-	return nil, fmt.Errorf("redis: connection refused")
+func (failingIndex) Match(context.Context, []uint64, *kvindex.Match) error {
+	return fmt.Errorf("redis: connection refused")
 }
 
 func defaultHarnessConfig() envoyharness.Config { return envoyharness.DefaultConfig() }
@@ -355,10 +355,23 @@ func defaultHarnessConfig() envoyharness.Config { return envoyharness.DefaultCon
 // candidates is the gather stage alone: pool p's workers with match m, as
 // a request would see them now (slow start's draw from a request's own
 // random source).
-func candidates(r *Router, p *pool, m kvindex.Match) []picker.Candidate {
+func candidates(r *Router, p *pool, m *kvindex.Match) []picker.Candidate {
 	rnd := r.rand.get()
 	defer r.rand.put(rnd)
 	return r.gatherer.gather(p.workers, m, nil, r.now(), rnd)
+}
+
+// matchNow is the match stage alone, into a buffer of its own.
+func matchNow(r *Router, p *pool, chain []uint64, now time.Time) *kvindex.Match {
+	m := new(kvindex.Match)
+	r.match(context.Background(), p, chain, now, m)
+	return m
+}
+
+// depthsIn is w's depths in m (zero when absent).
+func depthsIn(m *kvindex.Match, w kvfleet.WorkerID) kvfleet.Depths {
+	d, _ := m.Lookup(w)
+	return d
 }
 
 func memberAt(endpoint string) kvfleet.Worker {

@@ -281,10 +281,10 @@ func TestRoutersShareLoadThroughRedis(t *testing.T) {
 		return nil
 	})
 	p := b.fleet.Load().pools["qwen3"]
-	var m kvindex.Match
+	var m *kvindex.Match
 	poll.Until(t, "the index match on B", 10*time.Second, func() error {
-		if m = b.match(ctx, p, res.Sequence, time.Now()); m[holder].Max() != len(res.Sequence) {
-			return fmt.Errorf("match %v, want the holder at %d blocks", m, len(res.Sequence))
+		if m = matchNow(b, p, res.Sequence, time.Now()); depthsIn(m, holder).Max() != len(res.Sequence) {
+			return fmt.Errorf("match %v, want the holder at %d blocks", m.Map(), len(res.Sequence))
 		}
 		return nil
 	})

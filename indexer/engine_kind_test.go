@@ -36,7 +36,7 @@ func TestServiceDecodesEachEngineByItsKind(t *testing.T) {
 			t.Fatalf("worker %d: %d decode errors", i, w.DecodeErrors)
 		}
 	}
-	m, err := idx.Match(context.Background(), chain(tokens))
+	m, err := kvindex.MatchMap(context.Background(), idx, chain(tokens))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -78,7 +78,7 @@ func roundTrip(t *testing.T, idx kvindex.Index) {
 	if err := idx.Store(ctx, w, kvfleet.TierDevice, kvindex.ChainBlocks([]uint64{11, 22})); err != nil {
 		t.Fatalf("store: %v", err)
 	}
-	m, err := idx.Match(ctx, []uint64{11, 22, 33})
+	m, err := kvindex.MatchMap(ctx, idx, []uint64{11, 22, 33})
 	if err != nil {
 		t.Fatalf("match: %v", err)
 	}

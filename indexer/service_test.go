@@ -166,7 +166,7 @@ func TestServiceIngestsRepairsGapsAndReportsMetrics(t *testing.T) {
 	st := waitBatches(t, svc, engines)
 
 	full := append(append(append(append([]uint32{}, system...), turn...), lost...), after...)
-	m, err := idx.Match(context.Background(), chain(full))
+	m, err := kvindex.MatchMap(context.Background(), idx, chain(full))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,11 +223,11 @@ func TestServiceResetsWorkerOnUndecodableBatch(t *testing.T) {
 	if st.Workers[0].DecodeErrors != 1 {
 		t.Fatalf("decode errors %d, want 1", st.Workers[0].DecodeErrors)
 	}
-	m, _ := idx.Match(context.Background(), chain(seqTokens(1, 8)))
+	m, _ := kvindex.MatchMap(context.Background(), idx, chain(seqTokens(1, 8)))
 	if len(m) != 0 {
 		t.Errorf("blocks stored before the undecodable batch still indexed: %v", m)
 	}
-	m, _ = idx.Match(context.Background(), chain(seqTokens(50, 4)))
+	m, _ = kvindex.MatchMap(context.Background(), idx, chain(seqTokens(50, 4)))
 	if m[e.id][kvfleet.TierDevice] != 1 {
 		t.Errorf("blocks stored after the reset missing: %v", m)
 	}
@@ -264,7 +264,7 @@ func TestServiceOnRedisSharedIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer replica.Close()
-	m, err := replica.Match(context.Background(), chain(seqTokens(1, 12)))
+	m, err := kvindex.MatchMap(context.Background(), replica, chain(seqTokens(1, 12)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -328,7 +328,7 @@ func TestServiceSetWorkers(t *testing.T) {
 	if len(st.Workers) != 2 {
 		t.Fatalf("workers %d after adding one", len(st.Workers))
 	}
-	m, _ := idx.Match(context.Background(), chain(seqTokens(1, 8)))
+	m, _ := kvindex.MatchMap(context.Background(), idx, chain(seqTokens(1, 8)))
 	if m[engines[0].id][kvfleet.TierDevice] != 2 || m[engines[1].id][kvfleet.TierDevice] != 1 {
 		t.Fatalf("match %v", m)
 	}
@@ -336,7 +336,7 @@ func TestServiceSetWorkers(t *testing.T) {
 	if err := svc.SetWorkers(context.Background(), workersOf(t, cfg, cfg.Engines[1:])); err != nil {
 		t.Fatal(err)
 	}
-	m, _ = idx.Match(context.Background(), chain(seqTokens(1, 8)))
+	m, _ = kvindex.MatchMap(context.Background(), idx, chain(seqTokens(1, 8)))
 	if _, ok := m[engines[0].id]; ok || m[engines[1].id][kvfleet.TierDevice] != 1 {
 		t.Fatalf("after removing engine 0: %v", m)
 	}
@@ -355,8 +355,8 @@ func TestServiceResyncsIdleWorkersAfterRedisFlushAll(t *testing.T) {
 	engines[1].storeChain(t, seqTokens(1, 4), true)
 	waitBatches(t, svc, engines)
 	want := map[kvfleet.WorkerID]int{engines[0].id: 3, engines[1].id: 1}
-	depthsNow := func() kvindex.Match {
-		m, err := idx.Match(context.Background(), chain(seqTokens(1, 12)))
+	depthsNow := func() map[kvfleet.WorkerID]kvfleet.Depths {
+		m, err := kvindex.MatchMap(context.Background(), idx, chain(seqTokens(1, 12)))
 		if err != nil {
 			return nil
 		}
@@ -441,7 +441,7 @@ func TestServiceBindMode(t *testing.T) {
 	engines[0].storeChain(t, seqTokens(13, 4), true)
 	engines[1].storeChain(t, seqTokens(1, 4), true)
 	waitBatches(t, svc, engines)
-	m, err := idx.Match(context.Background(), chain(seqTokens(1, 16)))
+	m, err := kvindex.MatchMap(context.Background(), idx, chain(seqTokens(1, 16)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -485,14 +485,14 @@ func TestServiceBindModeRefusesAnotherPeersBatchesUnderAnEnginesTopic(t *testing
 	})
 	victim.storeChain(t, seqTokens(17, 4), true)
 	st := waitBatches(t, svc, engines)
-	m, err := idx.Match(context.Background(), chain(seqTokens(1, 20)))
+	m, err := kvindex.MatchMap(context.Background(), idx, chain(seqTokens(1, 20)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := m[victim.id][kvfleet.TierDevice]; got != 5 {
 		t.Errorf("engine's own chain: depth %d, want all 5 blocks it published (index %v)", got, m)
 	}
-	if m, err = idx.Match(context.Background(), chain(forged[:4])); err != nil {
+	if m, err = kvindex.MatchMap(context.Background(), idx, chain(forged[:4])); err != nil {
 		t.Fatal(err)
 	} else if len(m) != 0 {
 		t.Errorf("forged prefix credited: %v", m)

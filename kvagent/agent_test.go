@@ -174,7 +174,7 @@ func waitDepths(t *testing.T, idx kvindex.Index, chain []uint64, want kvfleet.De
 	t.Helper()
 	w := kvfleet.WorkerID{Endpoint: testWorker}
 	poll.Until(t, what, 20*time.Second, func() error {
-		m, err := idx.Match(context.Background(), chain)
+		m, err := kvindex.MatchMap(context.Background(), idx, chain)
 		if err != nil {
 			return err
 		}

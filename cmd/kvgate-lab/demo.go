@@ -175,7 +175,7 @@ func (f *demoFleet) pick(ctx context.Context, idx kvindex.Index, tokens []uint32
 		return f.rr % len(f.engines)
 	}
 	local := blockhash.LocalHashes(tokens, demoBlockSize, blockhash.BaseSeed)
-	m, err := idx.Match(ctx, blockhash.SequenceHashes(local))
+	m, err := kvindex.MatchMap(ctx, idx, blockhash.SequenceHashes(local))
 	least := 0
 	for i, e := range f.engines {
 		if e.requests < f.engines[least].requests {
@@ -259,7 +259,7 @@ func demoReport(ctx context.Context, out io.Writer, svc *indexer.Service, idx kv
 	agree, total := 0, 0
 	for _, tokens := range work.finalHistories {
 		local := blockhash.LocalHashes(tokens, demoBlockSize, blockhash.BaseSeed)
-		m, err := idx.Match(ctx, blockhash.SequenceHashes(local))
+		m, err := kvindex.MatchMap(ctx, idx, blockhash.SequenceHashes(local))
 		if err != nil {
 			return err
 		}

@@ -63,53 +63,91 @@ func (p *Pending) ForgetWorker(w kvfleet.WorkerID) { p.r.ForgetWorker(w) }
 func (p *Pending) Stats() RecentStats { return p.r.Stats() }
 
 // Merge deepens the index match m for chain with the pending credits at
-// now and returns it (m is updated in place; nil m is allowed). For each
-// worker the pending run is followed from the block where the index's
-// device depth ends, so a prefix half confirmed by events and half still
-// pending counts whole; the device depth is the end of that run and deeper
-// tiers are raised to it, since depths are cumulative. A pending prefix
-// counts as on the device: it is being computed there.
+// now, in place. For each worker the pending run is followed from the
+// block where the index's device depth ends, so a prefix half confirmed by
+// events and half still pending counts whole; the device depth is the end
+// of that run and deeper tiers are raised to it, since depths are
+// cumulative. A pending prefix counts as on the device: it is being
+// computed there.
 //
 // Pairs the index already confirms on the device are forgotten: from then
 // on the index alone says whether the worker holds them.
-func (p *Pending) Merge(m kvindex.Match, chain []uint64, now time.Time) kvindex.Match {
+//
+// The cost is one pass over m and one over the chain's pending pairs (not
+// the chain once per worker the index knows): at 512 workers sharing a
+// prompt the index reports hundreds.
+func (p *Pending) Merge(m *kvindex.Match, chain []uint64, now time.Time) {
 	if len(chain) == 0 {
-		return m
+		return
 	}
 	t := now.UnixNano()
 	r := p.r
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	// Workers the index knows, then pending holders of the first block the
-	// index does not cover for them (block 0 for workers it does not know).
-	for w, d := range m {
-		dev := d[kvfleet.TierDevice]
-		end := r.runLocked(w, chain, dev, t)
-		if end > dev {
-			for i := range d {
-				d[i] = max(d[i], end)
-			}
-			m[w] = d
-		}
-		r.forgetLocked(w, chain[:min(dev, len(chain))])
+	if r.live == 0 {
+		return // nothing pending: the index's answer stands
 	}
-	for _, h := range r.entries[chain[0]] {
-		if _, known := m[h.w]; known || h.exp <= t {
+	// Confirmed pairs go first, while m still holds the index's depths:
+	// the pending holders of each chain block the index puts within a
+	// worker's device depth. The walk ends at the deepest device depth.
+	confirmed := 0
+	for i := range m.Len() {
+		_, d := m.At(i)
+		confirmed = max(confirmed, min(d[kvfleet.TierDevice], len(chain)))
+	}
+	for pos := range confirmed {
+		hs, ok := r.entries[chain[pos]]
+		if !ok {
 			continue
 		}
-		if m == nil {
-			m = kvindex.Match{}
+		for k := 0; k < hs.len(); {
+			if d, known := m.Lookup(hs.at(k).w); known && d[kvfleet.TierDevice] > pos {
+				hs.remove(k) // the last holder moved to k: look at k again
+				r.live--
+				continue
+			}
+			k++
 		}
-		m[h.w] = depthsOf(r.runLocked(h.w, chain, 0, t))
+		if hs.len() == 0 {
+			delete(r.entries, chain[pos])
+		} else {
+			r.entries[chain[pos]] = hs
+		}
 	}
-	return m
+	// Workers the index knows, then pending holders of the first block the
+	// index does not cover for them (block 0 for workers it does not know).
+	for i := range m.Len() {
+		w, d := m.At(i)
+		dev := d[kvfleet.TierDevice]
+		if end := r.runLocked(w, chain, dev, t); end > dev {
+			for k := range d {
+				d[k] = max(d[k], end)
+			}
+			m.SetDepthsAt(i, d)
+		}
+	}
+	first := r.entries[chain[0]]
+	for k := range first.len() {
+		h := first.at(k)
+		if h.exp <= t {
+			continue
+		}
+		if _, known := m.Lookup(h.w); known {
+			continue
+		}
+		m.Add(h.w, depthsOf(r.runLocked(h.w, chain, 0, t)))
+	}
 }
 
 // runLocked returns the end of w's unexpired pending run in chain starting
 // at from (from itself when chain[from] is not pending for w).
 func (r *Recent) runLocked(w kvfleet.WorkerID, chain []uint64, from int, t int64) int {
 	d := from
-	for d < len(chain) && holds(r.entries[chain[d]], w, t) {
+	for d < len(chain) {
+		hs := r.entries[chain[d]]
+		if !hs.holds(w, t) {
+			break
+		}
 		d++
 	}
 	return d

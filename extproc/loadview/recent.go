@@ -20,8 +20,8 @@ type Recent struct {
 	ttl     int64 // ns
 	max     int
 	seq     uint64
-	entries map[uint64][]holder // block sequence hash → workers holding it
-	live    int                 // (hash, worker) pairs in entries
+	entries map[uint64]holderSet // block sequence hash → workers holding it
+	live    int                  // (hash, worker) pairs in entries
 
 	// queue holds one record per Record of a pair, oldest first, as a ring.
 	// A record is current when its seq matches the holder's; refreshing a
@@ -36,6 +36,63 @@ type holder struct {
 	w   kvfleet.WorkerID
 	exp int64 // UnixNano after which the pair is forgotten
 	seq uint64
+}
+
+// holderSet is a block's holders, the first one inline in the map's value.
+// Nearly every block is held by one worker (a prompt is routed to one), so
+// recording a new pair allocates nothing: a []holder per block was one
+// allocation per new (block, worker) pair, two thirds of a ~8k-token
+// decision's allocations (BENCHMARKS.md, issue 27 items 3-4). head.seq is
+// 0 only in the empty set (Record numbers pairs from 1), and more is empty
+// whenever head is.
+type holderSet struct {
+	head holder
+	more []holder
+}
+
+func (s *holderSet) len() int {
+	if s.head.seq == 0 {
+		return 0
+	}
+	return 1 + len(s.more)
+}
+
+// at returns holder i (0 <= i < len()).
+func (s *holderSet) at(i int) *holder {
+	if i == 0 {
+		return &s.head
+	}
+	return &s.more[i-1]
+}
+
+// find returns w's position, or -1.
+func (s *holderSet) find(w kvfleet.WorkerID) int {
+	for i := range s.len() {
+		if s.at(i).w == w {
+			return i
+		}
+	}
+	return -1
+}
+
+func (s *holderSet) add(h holder) {
+	if s.head.seq == 0 {
+		s.head = h
+		return
+	}
+	s.more = append(s.more, h)
+}
+
+// remove drops holder i, moving the last holder into its place.
+func (s *holderSet) remove(i int) {
+	if len(s.more) == 0 {
+		s.head = holder{}
+		return
+	}
+	last := len(s.more) - 1
+	*s.at(i) = s.more[last]
+	s.more[last] = holder{} // drop the worker string reference
+	s.more = s.more[:last]
 }
 
 type record struct {
@@ -68,7 +125,7 @@ func NewRecent(cfg RecentConfig) (*Recent, error) {
 	return &Recent{
 		ttl:     int64(cfg.TTL),
 		max:     cfg.MaxEntries,
-		entries: make(map[uint64][]holder),
+		entries: make(map[uint64]holderSet),
 	}, nil
 }
 
@@ -98,18 +155,14 @@ func (r *Recent) Record(w kvfleet.WorkerID, chain []uint64, now time.Time) {
 	for _, h := range chain {
 		r.seq++
 		hs := r.entries[h]
-		found := false
-		for i := range hs {
-			if hs[i].w == w {
-				hs[i].exp, hs[i].seq = exp, r.seq
-				found = true
-				break
-			}
-		}
-		if !found {
-			r.entries[h] = append(hs, holder{w: w, exp: exp, seq: r.seq})
+		if i := hs.find(w); i >= 0 {
+			p := hs.at(i)
+			p.exp, p.seq = exp, r.seq
+		} else {
+			hs.add(holder{w: w, exp: exp, seq: r.seq})
 			r.live++
 		}
+		r.entries[h] = hs
 		if r.size == len(r.queue) {
 			if len(r.queue) < r.max {
 				r.growLocked()
@@ -146,41 +199,38 @@ func (r *Recent) popLocked(evict bool) {
 	r.head = (r.head + 1) % len(r.queue)
 	r.size--
 	hs := r.entries[rec.hash]
-	for i := range hs {
-		if hs[i].w == rec.w && hs[i].seq == rec.seq {
-			hs[i] = hs[len(hs)-1]
-			hs[len(hs)-1] = holder{}
-			hs = hs[:len(hs)-1]
-			if len(hs) == 0 {
-				delete(r.entries, rec.hash)
-			} else {
-				r.entries[rec.hash] = hs
-			}
-			r.live--
-			if evict {
-				r.evicted++
-			} else {
-				r.expired++
-			}
-			return
+	if i := hs.find(rec.w); i >= 0 && hs.at(i).seq == rec.seq {
+		hs.remove(i)
+		if hs.len() == 0 {
+			delete(r.entries, rec.hash)
+		} else {
+			r.entries[rec.hash] = hs
+		}
+		r.live--
+		if evict {
+			r.evicted++
+		} else {
+			r.expired++
 		}
 	}
 }
 
-// Match returns, per worker, how many leading blocks of chain it is assumed
-// to hold at now. The approximation knows no tiers: a depth is reported on
-// every tier, as if on device.
-func (r *Recent) Match(chain []uint64, now time.Time) kvindex.Match {
+// Match fills into (emptied first) with, per worker, how many leading
+// blocks of chain it is assumed to hold at now. The approximation knows no
+// tiers: a depth is reported on every tier, as if on device.
+func (r *Recent) Match(chain []uint64, now time.Time, into *kvindex.Match) {
+	into.Reset()
+	if len(chain) == 0 {
+		return
+	}
 	t := now.UnixNano()
-	out := kvindex.Match{}
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	if len(chain) == 0 {
-		return out
-	}
-	var alive []kvfleet.WorkerID
-	for _, h := range r.entries[chain[0]] {
-		if h.exp > t {
+	var buf [16]kvfleet.WorkerID
+	alive := buf[:0]
+	first := r.entries[chain[0]]
+	for i := range first.len() {
+		if h := first.at(i); h.exp > t {
 			alive = append(alive, h.w)
 		}
 	}
@@ -189,27 +239,23 @@ func (r *Recent) Match(chain []uint64, now time.Time) kvindex.Match {
 		hs := r.entries[chain[depth]]
 		kept := alive[:0]
 		for _, w := range alive {
-			if holds(hs, w, t) {
+			if hs.holds(w, t) {
 				kept = append(kept, w)
 			} else {
-				out[w] = depthsOf(depth)
+				into.Add(w, depthsOf(depth))
 			}
 		}
 		alive = kept
 	}
 	for _, w := range alive {
-		out[w] = depthsOf(depth)
+		into.Add(w, depthsOf(depth))
 	}
-	return out
 }
 
-func holds(hs []holder, w kvfleet.WorkerID, t int64) bool {
-	for i := range hs {
-		if hs[i].w == w {
-			return hs[i].exp > t
-		}
-	}
-	return false
+// holds reports whether w holds the block, unexpired at t.
+func (s *holderSet) holds(w kvfleet.WorkerID, t int64) bool {
+	i := s.find(w)
+	return i >= 0 && s.at(i).exp > t
 }
 
 func depthsOf(d int) kvfleet.Depths {
@@ -234,21 +280,20 @@ func (r *Recent) ForgetWorker(w kvfleet.WorkerID) {
 // dropHolderLocked removes w from h's holders, if it is one; the queue
 // record behind it becomes stale and falls out when it reaches the front.
 func (r *Recent) dropHolderLocked(h uint64, w kvfleet.WorkerID) {
-	hs := r.entries[h]
-	for i := range hs {
-		if hs[i].w != w {
-			continue
-		}
-		hs[i] = hs[len(hs)-1]
-		hs[len(hs)-1] = holder{}
-		hs = hs[:len(hs)-1]
-		r.live--
-		if len(hs) == 0 {
-			delete(r.entries, h)
-		} else {
-			r.entries[h] = hs
-		}
+	hs, ok := r.entries[h]
+	if !ok {
 		return
+	}
+	i := hs.find(w)
+	if i < 0 {
+		return
+	}
+	hs.remove(i)
+	r.live--
+	if hs.len() == 0 {
+		delete(r.entries, h)
+	} else {
+		r.entries[h] = hs
 	}
 }
 

@@ -18,8 +18,15 @@ func newRecent(t *testing.T, ttl time.Duration, max int) *Recent {
 	return r
 }
 
-func depthOf(m kvindex.Match, w kvfleet.WorkerID) int {
-	d, ok := m[w]
+// match is r.Match into a buffer of its own.
+func match(r *Recent, chain []uint64, now time.Time) *kvindex.Match {
+	m := new(kvindex.Match)
+	r.Match(chain, now, m)
+	return m
+}
+
+func depthOf(m *kvindex.Match, w kvfleet.WorkerID) int {
+	d, ok := m.Lookup(w)
 	if !ok {
 		return 0
 	}
@@ -36,20 +43,20 @@ func TestRecentMatchAndTTL(t *testing.T) {
 	r.Record(w1, []uint64{1, 2, 3, 4}, t0)
 	r.Record(w2, []uint64{1, 2, 9}, t0.Add(60*time.Second))
 
-	m := r.Match([]uint64{1, 2, 3, 4, 5}, t0.Add(61*time.Second))
-	if len(m) != 2 || depthOf(m, w1) != 4 || depthOf(m, w2) != 2 {
-		t.Fatalf("match %v", m)
+	m := match(r, []uint64{1, 2, 3, 4, 5}, t0.Add(61*time.Second))
+	if m.Len() != 2 || depthOf(m, w1) != 4 || depthOf(m, w2) != 2 {
+		t.Fatalf("match %v", m.Map())
 	}
-	if m := r.Match([]uint64{7, 1, 2}, t0); len(m) != 0 {
-		t.Fatalf("chain not starting at a recorded block matched %v", m)
+	if m := match(r, []uint64{7, 1, 2}, t0); m.Len() != 0 {
+		t.Fatalf("chain not starting at a recorded block matched %v", m.Map())
 	}
-	if m := r.Match(nil, t0); len(m) != 0 {
-		t.Fatalf("empty chain matched %v", m)
+	if m := match(r, nil, t0); m.Len() != 0 {
+		t.Fatalf("empty chain matched %v", m.Map())
 	}
 	// At exactly 120 s w1's blocks are gone; w2's live until 180 s.
-	m = r.Match([]uint64{1, 2, 3}, t0.Add(120*time.Second))
-	if len(m) != 1 || depthOf(m, w2) != 2 {
-		t.Fatalf("after w1's TTL: %v", m)
+	m = match(r, []uint64{1, 2, 3}, t0.Add(120*time.Second))
+	if m.Len() != 1 || depthOf(m, w2) != 2 {
+		t.Fatalf("after w1's TTL: %v", m.Map())
 	}
 	r.Expire(t0.Add(120 * time.Second))
 	if s := r.Stats(); s.Entries != 3 || s.Expired != 4 || s.Recorded != 7 {
@@ -66,9 +73,9 @@ func TestRecentRefreshExtendsTTL(t *testing.T) {
 	r.Record(w1, []uint64{1, 2}, t0)
 	r.Record(w1, []uint64{1}, t0.Add(8*time.Second))
 	r.Expire(t0.Add(12 * time.Second)) // block 2 expires, block 1 was refreshed
-	m := r.Match([]uint64{1, 2}, t0.Add(12*time.Second))
+	m := match(r, []uint64{1, 2}, t0.Add(12*time.Second))
 	if depthOf(m, w1) != 1 {
-		t.Fatalf("match %v, want depth 1", m)
+		t.Fatalf("match %v, want depth 1", m.Map())
 	}
 	if s := r.Stats(); s.Entries != 1 {
 		t.Fatalf("stats %+v, want 1 entry", s)
@@ -95,7 +102,7 @@ func TestRecentBound(t *testing.T) {
 	}
 	// The newest prompt survives eviction.
 	last := kvfleet.WorkerID{Endpoint: "w", DPRank: 999 % 3}
-	if d := depthOf(r.Match([]uint64{999, 1000, 1001}, t0.Add(time.Second)), last); d != 3 {
+	if d := depthOf(match(r, []uint64{999, 1000, 1001}, t0.Add(time.Second)), last); d != 3 {
 		t.Errorf("newest prompt depth %d, want 3", d)
 	}
 	// A chain longer than the bound keeps its leading blocks.
@@ -104,7 +111,7 @@ func TestRecentBound(t *testing.T) {
 		long[i] = uint64(1_000_000 + i)
 	}
 	r.Record(w1, long, t0.Add(2*time.Second))
-	if d := depthOf(r.Match(long, t0.Add(2*time.Second)), w1); d != max {
+	if d := depthOf(match(r, long, t0.Add(2*time.Second)), w1); d != max {
 		t.Errorf("long chain depth %d, want %d", d, max)
 	}
 }
@@ -114,9 +121,9 @@ func TestRecentForgetWorker(t *testing.T) {
 	r.Record(w1, []uint64{1, 2, 3}, t0)
 	r.Record(w2, []uint64{1, 2}, t0)
 	r.ForgetWorker(w1)
-	m := r.Match([]uint64{1, 2, 3}, t0)
-	if len(m) != 1 || depthOf(m, w2) != 2 {
-		t.Fatalf("match %v", m)
+	m := match(r, []uint64{1, 2, 3}, t0)
+	if m.Len() != 1 || depthOf(m, w2) != 2 {
+		t.Fatalf("match %v", m.Map())
 	}
 	if s := r.Stats(); s.Entries != 2 {
 		t.Fatalf("stats %+v", s)
@@ -174,7 +181,7 @@ func TestRecentMatchesModel(t *testing.T) {
 			}
 			continue
 		}
-		got := r.Match(chain, now)
+		got := match(r, chain, now)
 		for _, w := range workers {
 			want := 0
 			for _, h := range chain {
@@ -203,8 +210,9 @@ func BenchmarkRecent(b *testing.B) {
 	}
 	b.Run("match64", func(b *testing.B) {
 		b.ReportAllocs()
+		var m kvindex.Match
 		for b.Loop() {
-			r.Match(chain, t0)
+			r.Match(chain, t0, &m)
 		}
 	})
 	b.Run("record64", func(b *testing.B) {

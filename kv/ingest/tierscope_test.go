@@ -5,6 +5,7 @@ import (
 
 	"github.com/kvgate/kvgate/kv/kvevents"
 	"github.com/kvgate/kvgate/kv/kvfleet"
+	"github.com/kvgate/kvgate/kv/kvindex"
 )
 
 // Two streams feed one worker: the engine's (GPU) and its kvagent's (host
@@ -59,7 +60,7 @@ func TestTierStreamSharesAWorkerWithTheEngineStream(t *testing.T) {
 	if err := gpu.Apply(ctx, batch(kvevents.Event{Kind: kvevents.AllBlocksCleared})); err != nil {
 		t.Fatal(err)
 	}
-	m, err := idx.Match(ctx, chain[2:])
+	m, err := kvindex.MatchMap(ctx, idx, chain[2:])
 	if err != nil {
 		t.Fatal(err)
 	}

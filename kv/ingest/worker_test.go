@@ -54,7 +54,7 @@ func ptr(v uint64) *uint64 { return &v }
 
 func depths(t *testing.T, idx kvindex.Index, w kvfleet.WorkerID, chain []uint64) kvfleet.Depths {
 	t.Helper()
-	m, err := idx.Match(ctx, chain)
+	m, err := kvindex.MatchMap(ctx, idx, chain)
 	if err != nil {
 		t.Fatal(err)
 	}

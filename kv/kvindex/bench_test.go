@@ -239,24 +239,24 @@ func benchMatch(b *testing.B, chainLen int, parallel bool) {
 				b.RunParallel(func(pb *testing.PB) {
 					rng := rand.New(rand.NewPCG(seeds.Add(1), 7))
 					n := 0
+					var m kvindex.Match
 					for pb.Next() {
-						m, err := f.idx.Match(memCtx, f.convs[rng.IntN(len(f.convs))])
-						if err != nil {
+						if err := f.idx.Match(memCtx, f.convs[rng.IntN(len(f.convs))], &m); err != nil {
 							b.Fatal(err)
 						}
-						n += len(m)
+						n += m.Len()
 					}
 					found.Add(int64(n))
 				})
 			} else {
 				rng := rand.New(rand.NewPCG(1, 7))
 				n := 0
+				var m kvindex.Match
 				for b.Loop() {
-					m, err := f.idx.Match(memCtx, f.convs[rng.IntN(len(f.convs))])
-					if err != nil {
+					if err := f.idx.Match(memCtx, f.convs[rng.IntN(len(f.convs))], &m); err != nil {
 						b.Fatal(err)
 					}
-					n += len(m)
+					n += m.Len()
 				}
 				found.Add(int64(n))
 			}

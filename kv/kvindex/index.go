@@ -16,10 +16,6 @@ import (
 	"github.com/kvgate/kvgate/kv/kvfleet"
 )
 
-// Match maps each worker that holds at least the first block of the chain
-// to its matched depths. Workers holding nothing are absent.
-type Match map[kvfleet.WorkerID]kvfleet.Depths
-
 // Stats describes an index's size.
 type Stats struct {
 	Blocks  int64 // distinct block hashes with at least one holder (Memory exact; Redis approximate)
@@ -43,10 +39,13 @@ type Index interface {
 	Clear(ctx context.Context, w kvfleet.WorkerID) error
 	// RemoveWorker forgets worker entirely (it died or left the fleet).
 	RemoveWorker(ctx context.Context, w kvfleet.WorkerID) error
-	// Match returns, per worker, the matched prefix depth of chain on each
-	// tier. chain is a chain's hashes from position 0: block p is looked
-	// for in segment chain[p - p%SegmentBlocks], as ChainBlocks places it.
-	Match(ctx context.Context, chain []uint64) (Match, error)
+	// Match fills into (emptied first) with, per worker, the matched
+	// prefix depth of chain on each tier, from one walk over the chain.
+	// chain is a chain's hashes from position 0: block p is looked for in
+	// segment chain[p - p%SegmentBlocks], as ChainBlocks places it. into is
+	// the caller's, reused across calls (match.go); on an error it is
+	// empty.
+	Match(ctx context.Context, chain []uint64, into *Match) error
 	// Stats reports the index's size.
 	Stats(ctx context.Context) (Stats, error)
 	// Close releases resources.

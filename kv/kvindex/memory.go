@@ -243,8 +243,8 @@ type matchLive struct {
 	state   int32 // position in matchScratch.states
 }
 
-// matchScratch is reused across Match calls so that the walk itself does
-// not allocate; only the result map does.
+// matchScratch is reused across Match calls so that the walk does not
+// allocate (the result goes into the caller's buffer).
 type matchScratch struct {
 	states []matchState // one per holder of chain[0], sorted by worker
 	live   []matchLive  // sorted by worker
@@ -258,9 +258,10 @@ type matchScratch struct {
 // block so far has a copy on t or faster. A worker missing block i can
 // extend no depth, so the walk stops when no worker extends (the early
 // termination the interface promises).
-func (m *Memory) Match(_ context.Context, chain []uint64) (Match, error) {
+func (m *Memory) Match(_ context.Context, chain []uint64, into *Match) error {
+	into.Reset()
 	if len(chain) == 0 {
-		return Match{}, nil
+		return nil
 	}
 	sc := m.scratch.Get().(*matchScratch)
 	defer m.scratch.Put(sc)
@@ -270,7 +271,7 @@ func (m *Memory) Match(_ context.Context, chain []uint64) (Match, error) {
 	slot, ok := s.index.get(chain[0])
 	if !ok {
 		s.mu.RUnlock()
-		return Match{}, nil
+		return nil
 	}
 	b := &s.blocks[slot]
 	b.touch()
@@ -279,7 +280,8 @@ func (m *Memory) Match(_ context.Context, chain []uint64) (Match, error) {
 	// every holder seen here is named by this snapshot.
 	names := *m.workers.names.Load()
 	if denseWalk(len(b.holders), len(names)) {
-		return m.matchDense(sc, chain, b, s, names), nil
+		m.matchDense(sc, chain, b, s, names, into)
+		return nil
 	}
 	sc.states = sc.states[:0]
 	sc.live = sc.live[:0]
@@ -288,8 +290,15 @@ func (m *Memory) Match(_ context.Context, chain []uint64) (Match, error) {
 		sc.states = append(sc.states, matchState{worker: h.worker})
 	}
 	s.mu.RUnlock()
+	m.mergeWalk(sc, chain, 1)
+	sc.results(names, into)
+	return nil
+}
 
-	depth := int32(1) // blocks every live worker holds
+// mergeWalk extends sc.live from block depth on (every live worker holds
+// the blocks before it) until the chain ends or no worker extends, and
+// finishes the workers still live.
+func (m *Memory) mergeWalk(sc *matchScratch, chain []uint64, depth int32) {
 	for ; int(depth) < len(chain) && len(sc.live) > 0; depth++ {
 		s := m.shardOf(chain[depth])
 		s.mu.RLock()
@@ -306,8 +315,11 @@ func (m *Memory) Match(_ context.Context, chain []uint64) (Match, error) {
 	for _, l := range sc.live {
 		sc.finish(l, depth)
 	}
+}
 
-	out := make(Match, len(sc.states))
+// results appends the merge walk's outcome for every named live worker
+// that matched at least one block.
+func (sc *matchScratch) results(names []workerName, into *Match) {
 	for i := range sc.states {
 		st := &sc.states[i]
 		if int(st.worker) >= len(names) || !names[st.worker].live {
@@ -322,10 +334,9 @@ func (m *Memory) Match(_ context.Context, chain []uint64) (Match, error) {
 			}
 		}
 		if d.Max() > 0 {
-			out[names[st.worker].id] = d
+			into.Add(names[st.worker].id, d)
 		}
 	}
-	return out, nil
 }
 
 // finish records a worker that held depth blocks.

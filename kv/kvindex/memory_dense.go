@@ -18,7 +18,9 @@ import (
 // (holderBits) while its holders do not change: advancing one block is
 // NumTiers × slots/64 word operations, and a worker costs work only at the
 // block where it drops out of a tier. A walk is chain × slots/64 + holders
-// instead of chain × holders.
+// instead of chain × holders. Once few workers still match (denseToMerge),
+// the rest of the chain goes to the merge walk, whose cost per block is
+// then the smaller one.
 //
 // It is used only when the first block's holders fill at least
 // 1/denseMinDensity of the worker slots: with a few holders among many
@@ -107,7 +109,8 @@ type denseScratch struct {
 
 // matchDense walks chain from its first block b (in shard s, which the
 // caller read-locked; matchDense unlocks it) with per-tier bitsets.
-func (m *Memory) matchDense(sc *matchScratch, chain []uint64, b *block, s *memShard, names []workerName) Match {
+// The result is appended to into.
+func (m *Memory) matchDense(sc *matchScratch, chain []uint64, b *block, s *memShard, names []workerName, into *Match) {
 	d := &sc.dense
 	words := (len(names) + 63) / 64
 	for t := range d.alive {
@@ -134,7 +137,17 @@ func (m *Memory) matchDense(sc *matchScratch, chain []uint64, b *block, s *memSh
 	s.mu.RUnlock()
 
 	end := int32(len(chain))
+	switched := false
 	for depth := 1; depth < len(chain); depth++ {
+		if d.aliveCount() <= denseToMerge {
+			// Few still match (the conversations behind a shared prompt
+			// diverge): the merge walk's per-live-worker cost is now below
+			// the bitsets' per-block cost.
+			d.toMerge(sc)
+			m.mergeWalk(sc, chain, int32(depth))
+			switched = true
+			break
+		}
 		s := m.shardOf(chain[depth])
 		s.mu.RLock()
 		slot, ok := s.index.get(chain[depth])
@@ -153,13 +166,12 @@ func (m *Memory) matchDense(sc *matchScratch, chain []uint64, b *block, s *memSh
 		}
 	}
 
-	out := make(Match, len(d.first))
 	for _, w := range d.first {
-		if !names[w].live {
-			continue
+		k, bit := w/64, uint64(1)<<(w%64)
+		if !names[w].live || switched && d.alive[kvfleet.NumTiers-1][k]&bit != 0 {
+			continue // gone, or still matching when the merge walk took over
 		}
 		var dep kvfleet.Depths
-		k, bit := w/64, uint64(1)<<(w%64)
 		for t := range dep {
 			if d.alive[t][k]&bit != 0 {
 				dep[t] = int(end)
@@ -168,10 +180,54 @@ func (m *Memory) matchDense(sc *matchScratch, chain []uint64, b *block, s *memSh
 			}
 		}
 		if dep.Max() > 0 {
-			out[names[w].id] = dep
+			into.Add(names[w].id, dep)
 		}
 	}
-	return out
+	if switched {
+		sc.results(names, into)
+	}
+}
+
+// denseToMerge: once this few workers still match, matchDense hands them
+// to the merge walk (toMerge). Advancing the bitsets costs NumTiers ×
+// slots/64 words per block, plus a pass over the block's holders when they
+// are not cached (holderBits.fill, a quarter of the dense walk's profile
+// at 512 workers); the merge walk costs a search per live worker.
+const denseToMerge = 32
+
+// aliveCount is how many slots still match on some tier.
+func (d *denseScratch) aliveCount() int {
+	n := 0
+	for _, a := range d.alive[kvfleet.NumTiers-1] {
+		n += bits.OnesCount64(a)
+	}
+	return n
+}
+
+// toMerge turns the slots still alive into the merge walk's live list and
+// states (sorted by worker, as the walk needs): a slot's depths on the
+// tiers it dropped out of are final; its slowest tier is the fastest one
+// on which it is still alive.
+func (d *denseScratch) toMerge(sc *matchScratch) {
+	sc.states = sc.states[:0]
+	sc.live = sc.live[:0]
+	for k, a := range d.alive[kvfleet.NumTiers-1] {
+		for ; a != 0; a &= a - 1 {
+			w := uint32(k*64 + bits.TrailingZeros64(a))
+			bit := uint64(1) << (w % 64)
+			st := matchState{worker: w}
+			slowest := uint8(kvfleet.NumTiers - 1)
+			for t := range kvfleet.NumTiers {
+				if d.alive[t][k]&bit != 0 {
+					slowest = uint8(t)
+					break
+				}
+				st.depths[t] = d.dropped[t][w]
+			}
+			sc.live = append(sc.live, matchLive{worker: w, slowest: slowest, state: int32(len(sc.states))})
+			sc.states = append(sc.states, st)
+		}
+	}
 }
 
 // advance drops, on each tier, the alive slots that do not hold the block

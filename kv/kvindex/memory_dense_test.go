@@ -17,7 +17,7 @@ import (
 // tier-dependent depths.
 func TestMemoryDenseWalkMatchesModel(t *testing.T) {
 	const workers, hashSpace = 160, 24
-	dense := 0
+	dense, handedOver := 0, 0
 	for seed := range uint64(6) {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 2))
@@ -55,13 +55,25 @@ func TestMemoryDenseWalkMatchesModel(t *testing.T) {
 					}
 					if len(want) >= 64 {
 						dense++
+						// The dense walk hands the workers still matching
+						// to the merge walk once 32 or fewer are left
+						// before the chain's last block.
+						deep := 0
+						for _, d := range want {
+							if d.Max() >= len(chain)-1 {
+								deep++
+							}
+						}
+						if len(chain) >= 2 && deep <= 32 {
+							handedOver++
+						}
 					}
 				}
 			}
 		})
 	}
 	// A stream that never reached the dense walk would pass vacuously.
-	if dense < 100 {
-		t.Fatalf("only %d queries had a first block with 64 or more holders", dense)
+	if dense < 100 || handedOver < 20 {
+		t.Fatalf("only %d queries had a first block with 64 or more holders, %d of them handed over to the merge walk", dense, handedOver)
 	}
 }

@@ -52,8 +52,8 @@ func (m *memModel) removeWorker(w kvfleet.WorkerID) { delete(m.known, w); delete
 
 // match applies the definition: Depths[t] is the longest prefix whose every
 // block the worker holds on tier t or a faster one.
-func (m *memModel) match(chain []uint64) kvindex.Match {
-	out := kvindex.Match{}
+func (m *memModel) match(chain []uint64) matchMap {
+	out := matchMap{}
 	for w, held := range m.held {
 		var d kvfleet.Depths
 		for t := range kvfleet.NumTiers {
@@ -91,9 +91,12 @@ func memWorker(i int) kvfleet.WorkerID {
 
 var memCtx = context.Background()
 
-func mustMatch(t *testing.T, idx kvindex.Index, chain []uint64) kvindex.Match {
+// matchMap is a Match read whole, for comparisons.
+type matchMap = map[kvfleet.WorkerID]kvfleet.Depths
+
+func mustMatch(t *testing.T, idx kvindex.Index, chain []uint64) matchMap {
 	t.Helper()
-	got, err := idx.Match(memCtx, chain)
+	got, err := kvindex.MatchMap(memCtx, idx, chain)
 	if err != nil {
 		t.Fatalf("Match(%v): %v", chain, err)
 	}
@@ -269,7 +272,7 @@ func TestMemorySemantics(t *testing.T) {
 			for _, op := range tc.ops {
 				applyMemOp(t, idx, op)
 			}
-			want := kvindex.Match{}
+			want := matchMap{}
 			for w, d := range tc.want {
 				want[memWorker(w)] = d
 			}
@@ -528,6 +531,7 @@ func TestMemoryConcurrent(t *testing.T) {
 		go func() {
 			defer readers.Done()
 			chain := make([]uint64, 32)
+			var m kvindex.Match
 			for i := 0; ; i++ {
 				select {
 				case <-stop:
@@ -537,12 +541,11 @@ func TestMemoryConcurrent(t *testing.T) {
 				for j := range chain {
 					chain[j] = uint64((i + j + r) % 80)
 				}
-				m, err := idx.Match(memCtx, chain)
-				if err != nil {
+				if err := idx.Match(memCtx, chain, &m); err != nil {
 					t.Error(err)
 					return
 				}
-				for w, d := range m {
+				for w, d := range m.All() {
 					for tier := 1; tier < int(kvfleet.NumTiers); tier++ {
 						if d[tier] < d[tier-1] || d.Max() > len(chain) {
 							t.Errorf("worker %v: depths %v not non-decreasing within the chain", w, d)

@@ -806,17 +806,16 @@ func (f *redisFirstHeld) note(h uint64, held bool) {
 	f.held[h] = struct{}{}
 }
 
-// result turns the per-number depths into the per-worker Match.
-func (m *redisMatch) result() Match {
-	out := make(Match, len(m.states))
+// result appends the per-number depths to into, one entry per worker: a
+// worker registered under several numbers keeps its deepest match.
+func (m *redisMatch) result(into *Match) {
 	for i := range m.states {
 		st := &m.states[i]
 		id := m.reg.workers[st.num].id
-		if prev, ok := out[id]; !ok || prev.Max() < st.depths.Max() {
-			out[id] = st.depths
+		if prev, ok := into.Lookup(id); !ok || prev.Max() < st.depths.Max() {
+			into.Set(id, st.depths)
 		}
 	}
-	return out
 }
 
 // ---- Stats ----

@@ -298,20 +298,21 @@ func (r *Redis) Remove(ctx context.Context, w kvfleet.WorkerID, tier kvfleet.Tie
 // was never seen held here reads its first segment alone first, and the
 // rest in a second round trip if that hits; so does a chain beyond
 // redisMaxMatchSegments segments.
-func (r *Redis) Match(ctx context.Context, chain []uint64) (Match, error) {
+func (r *Redis) Match(ctx context.Context, chain []uint64, into *Match) error {
+	into.Reset()
 	if len(chain) > redisMaxChain {
-		return nil, fmt.Errorf("redis index: match: chain of %d blocks: want at most %d", len(chain), redisMaxChain)
+		return fmt.Errorf("redis index: match: chain of %d blocks: want at most %d", len(chain), redisMaxChain)
 	}
 	if len(chain) == 0 {
-		return Match{}, nil
+		return nil
 	}
 	if r.closed.Load() {
-		return nil, fmt.Errorf("redis index: match: %w", errRedisClosed)
+		return fmt.Errorf("redis index: match: %w", errRedisClosed)
 	}
 	r.counters.matches.Add(1)
 	reg, err := r.registry(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("redis index: match: %w", err)
+		return fmt.Errorf("redis index: match: %w", err)
 	}
 	now := time.Now().UnixMilli()
 	m := newRedisMatch(reg, now, now-r.workerTTL.Milliseconds())
@@ -320,10 +321,11 @@ func (r *Redis) Match(ctx context.Context, chain []uint64) (Match, error) {
 		segs = 1
 	}
 	if err := r.readChain(ctx, m, chain, segs); err != nil {
-		return nil, err
+		return err
 	}
 	r.firstHeld.note(chain[0], len(m.states) > 0)
-	return m.result(), nil
+	m.result(into)
+	return nil
 }
 
 // readChain applies chain's blocks to m, segs segments in the first round

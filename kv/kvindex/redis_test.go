@@ -100,16 +100,19 @@ func must(t testing.TB, err error) {
 	}
 }
 
-func matchOf(t testing.TB, idx Index, chain []uint64) Match {
+// matchMap is a Match read whole, for comparisons.
+type matchMap = map[kvfleet.WorkerID]kvfleet.Depths
+
+func matchOf(t testing.TB, idx Index, chain []uint64) matchMap {
 	t.Helper()
-	m, err := idx.Match(tctx, chain)
+	m, err := MatchMap(tctx, idx, chain)
 	if err != nil {
 		t.Fatalf("Match: %v", err)
 	}
 	return m
 }
 
-func expectMatch(t testing.TB, idx Index, chain []uint64, want Match) {
+func expectMatch(t testing.TB, idx Index, chain []uint64, want matchMap) {
 	t.Helper()
 	got := matchOf(t, idx, chain)
 	if !sameMatch(got, want) {
@@ -117,7 +120,7 @@ func expectMatch(t testing.TB, idx Index, chain []uint64, want Match) {
 	}
 }
 
-func sameMatch(a, b Match) bool {
+func sameMatch(a, b matchMap) bool {
 	if len(a) != len(b) {
 		return false
 	}
@@ -145,33 +148,33 @@ func TestRedisStoreRemoveClearRemoveWorker(t *testing.T) {
 			w1, w2 := worker(1), worker(2)
 			chain := []uint64{11, 12, 13, 14}
 
-			expectMatch(t, r, chain, Match{})
+			expectMatch(t, r, chain, matchMap{})
 			blocks := ChainBlocks(chain)
 			must(t, r.Store(tctx, w1, kvfleet.TierDevice, blocks[:3]))
 			must(t, r.Store(tctx, w1, kvfleet.TierDevice, blocks[:3])) // idempotent
 			must(t, r.Store(tctx, w2, kvfleet.TierDevice, blocks[:1]))
-			expectMatch(t, r, chain, Match{w1: all(3), w2: all(1)})
+			expectMatch(t, r, chain, matchMap{w1: all(3), w2: all(1)})
 			// A chain starting elsewhere matches nobody.
-			expectMatch(t, r, []uint64{99, 11}, Match{})
+			expectMatch(t, r, []uint64{99, 11}, matchMap{})
 
 			must(t, r.Remove(tctx, w1, kvfleet.TierDevice, blocks[1:2]))
 			must(t, r.Remove(tctx, w1, kvfleet.TierDevice, ChainBlocks([]uint64{12345}))) // unknown: no-op
 			must(t, r.Remove(tctx, w1, kvfleet.TierHost, blocks))                         // other tier: no-op
-			expectMatch(t, r, chain, Match{w1: all(1), w2: all(1)})
+			expectMatch(t, r, chain, matchMap{w1: all(1), w2: all(1)})
 
 			must(t, r.Clear(tctx, w1))
-			expectMatch(t, r, chain, Match{w2: all(1)})
+			expectMatch(t, r, chain, matchMap{w2: all(1)})
 			must(t, r.Store(tctx, w1, kvfleet.TierDevice, blocks[:2]))
-			expectMatch(t, r, chain, Match{w1: all(2), w2: all(1)})
+			expectMatch(t, r, chain, matchMap{w1: all(2), w2: all(1)})
 
 			must(t, r.RemoveWorker(tctx, w2))
 			must(t, r.RemoveWorker(tctx, w2)) // unknown: no-op
-			expectMatch(t, r, chain, Match{w1: all(2)})
+			expectMatch(t, r, chain, matchMap{w1: all(2)})
 			// Back after removal: its old blocks stay forgotten. (chain[3:]
 			// as a chain of its own: its first block is its segment's.)
 			must(t, r.Store(tctx, w2, kvfleet.TierDevice, ChainBlocks(chain[3:])))
-			expectMatch(t, r, chain, Match{w1: all(2)})
-			expectMatch(t, r, chain[3:], Match{w2: all(1)})
+			expectMatch(t, r, chain, matchMap{w1: all(2)})
+			expectMatch(t, r, chain[3:], matchMap{w2: all(1)})
 
 			st, err := r.Stats(tctx)
 			must(t, err)
@@ -200,14 +203,14 @@ func TestRedisMixedTierDepths(t *testing.T) {
 			must(t, r.Store(tctx, w3, kvfleet.TierDevice, placed(chain, []uint64{1, 3, 4, 5})))
 			must(t, r.Store(tctx, w3, kvfleet.TierDisk, placed(chain, []uint64{2})))
 			must(t, r.Store(tctx, w3, kvfleet.TierHost, placed(chain, []uint64{2})))
-			expectMatch(t, r, chain, Match{
+			expectMatch(t, r, chain, matchMap{
 				w1: {1, 2, 4, 4},
 				w2: {0, 0, 0, 1},
 				w3: {1, 5, 5, 5},
 			})
 			// Dropping w3's host copy of block 2 leaves disk.
 			must(t, r.Remove(tctx, w3, kvfleet.TierHost, placed(chain, []uint64{2})))
-			expectMatch(t, r, chain, Match{
+			expectMatch(t, r, chain, matchMap{
 				w1: {1, 2, 4, 4},
 				w2: {0, 0, 0, 1},
 				w3: {1, 1, 5, 5},
@@ -226,7 +229,7 @@ func TestRedisMatchStopsEarly(t *testing.T) {
 		chain[i] = uint64(i + 1)
 	}
 	must(t, r.Store(tctx, worker(1), kvfleet.TierDevice, ChainBlocks(chain[:6])))
-	expectMatch(t, r, chain, Match{worker(1): all(6)})
+	expectMatch(t, r, chain, matchMap{worker(1): all(6)})
 	// The probe: one segment key, its 64 blocks; the miss at block 6 is
 	// in it, so no second round trip.
 	c := r.Counters()
@@ -234,7 +237,7 @@ func TestRedisMatchStopsEarly(t *testing.T) {
 		t.Fatalf("round trips %d, keys %d, blocks %d; want 1, 1 and %d", c.MatchRoundTrips, c.MatchKeysRead, c.MatchBlocksRead, SegmentBlocks)
 	}
 	// Nobody holds the first block: one round trip, one key.
-	expectMatch(t, r, chain[10:], Match{})
+	expectMatch(t, r, chain[10:], matchMap{})
 	if c2 := r.Counters(); c2.MatchRoundTrips != 2 || c2.MatchKeysRead != 2 {
 		t.Fatalf("round trips %d, keys %d after a miss at block 0; want 2 and 2", c2.MatchRoundTrips, c2.MatchKeysRead)
 	}
@@ -269,7 +272,7 @@ func TestRedisMatchOneRoundTrip(t *testing.T) {
 			}
 			must(t, r.Store(tctx, worker(1), kvfleet.TierDevice, ChainBlocks(chain[:300])))
 			must(t, r.Store(tctx, worker(2), kvfleet.TierHost, ChainBlocks(chain[:40])))
-			want := Match{worker(1): all(300), worker(2): {0, 40, 40, 40}}
+			want := matchMap{worker(1): all(300), worker(2): {0, 40, 40, 40}}
 			expectMatch(t, r, chain, want)
 			expectReads("first match", 2, 8, int64(len(chain)))
 			expectMatch(t, r, chain, want)
@@ -278,25 +281,25 @@ func TestRedisMatchOneRoundTrip(t *testing.T) {
 			for i := range miss {
 				miss[i] = chain[i] + 1 // stored by nobody
 			}
-			expectMatch(t, r, miss, Match{})
+			expectMatch(t, r, miss, matchMap{})
 			expectReads("miss at block 0", 1, 1, SegmentBlocks)
 			// Once nobody holds the first block the chain is read whole
 			// one last time, then probed again.
 			must(t, r.Clear(tctx, worker(1)))
 			must(t, r.Clear(tctx, worker(2)))
-			expectMatch(t, r, chain, Match{})
+			expectMatch(t, r, chain, matchMap{})
 			expectReads("match after the holders cleared", 1, 8, int64(len(chain)))
-			expectMatch(t, r, chain, Match{})
+			expectMatch(t, r, chain, matchMap{})
 			expectReads("next match", 1, 1, SegmentBlocks)
 			long := make([]uint64, redisMaxMatchSegments*SegmentBlocks+10)
 			for i := range long {
 				long[i] = uint64(i+1) << 24
 			}
 			must(t, r.Store(tctx, worker(3), kvfleet.TierDevice, ChainBlocks(long)))
-			expectMatch(t, r, long, Match{worker(3): all(len(long))})
+			expectMatch(t, r, long, matchMap{worker(3): all(len(long))})
 			// One segment, then the remaining 64 at once.
 			expectReads("long chain, first match", 2, redisMaxMatchSegments+1, int64(len(long)))
-			expectMatch(t, r, long, Match{worker(3): all(len(long))})
+			expectMatch(t, r, long, matchMap{worker(3): all(len(long))})
 			// 64 segments, then 1.
 			expectReads("long chain, second match", 2, redisMaxMatchSegments+1, int64(len(long)))
 		})
@@ -334,14 +337,14 @@ func TestRedisRegistryReloadsAhead(t *testing.T) {
 	r.now = func() time.Time { return time.Unix(0, clock.Load()) }
 	chain := []uint64{1, 2, 3}
 	must(t, r.Store(tctx, worker(1), kvfleet.TierDevice, ChainBlocks(chain)))
-	expectMatch(t, r, chain, Match{worker(1): all(3)})
+	expectMatch(t, r, chain, matchMap{worker(1): all(3)})
 	c := r.Counters()
 	if c.RegistryReloads != 1 || c.RegistryWaits != 1 {
 		t.Fatalf("first match: reloads %d, waits %d; want 1 and 1", c.RegistryReloads, c.RegistryWaits)
 	}
 	// Past half the bound: answered from the snapshot, reloaded behind.
 	clock.Add(int64(600 * time.Millisecond))
-	expectMatch(t, r, chain, Match{worker(1): all(3)})
+	expectMatch(t, r, chain, matchMap{worker(1): all(3)})
 	poll.True(t, "a background reload after a match past half the staleness bound", 10*time.Second,
 		func() bool { return r.Counters().RegistryReloads >= 2 })
 	if w := r.Counters().RegistryWaits; w != 1 {
@@ -349,10 +352,10 @@ func TestRedisRegistryReloadsAhead(t *testing.T) {
 	}
 	// The renewed snapshot serves the next match within its bound...
 	clock.Add(int64(400 * time.Millisecond))
-	expectMatch(t, r, chain, Match{worker(1): all(3)})
+	expectMatch(t, r, chain, matchMap{worker(1): all(3)})
 	// ...and one past the bound is reloaded while the match waits.
 	clock.Add(int64(2 * time.Second))
-	expectMatch(t, r, chain, Match{worker(1): all(3)})
+	expectMatch(t, r, chain, matchMap{worker(1): all(3)})
 	if w := r.Counters().RegistryWaits; w != 2 {
 		t.Fatalf("waits %d after a match past the bound; want 2", w)
 	}
@@ -368,22 +371,22 @@ func TestRedisSecondReplicaSeesWrites(t *testing.T) {
 			b := newTestRedis(t, other, RedisConfig{Prefix: prefix, RegistryStaleness: 20 * time.Millisecond})
 			chain := []uint64{7, 8, 9}
 			must(t, a.Store(tctx, worker(1), kvfleet.TierHost, ChainBlocks(chain)))
-			waitMatch(t, b, chain, Match{worker(1): {0, 3, 3, 3}})
+			waitMatch(t, b, chain, matchMap{worker(1): {0, 3, 3, 3}})
 			// b takes over worker 1 (its indexer moved) and clears it; a sees
 			// that within the staleness bound.
 			must(t, b.Clear(tctx, worker(1)))
 			must(t, b.Store(tctx, worker(1), kvfleet.TierDevice, ChainBlocks(chain[:1])))
-			expectMatch(t, b, chain, Match{worker(1): all(1)})
-			waitMatch(t, a, chain, Match{worker(1): all(1)})
+			expectMatch(t, b, chain, matchMap{worker(1): all(1)})
+			waitMatch(t, a, chain, matchMap{worker(1): all(1)})
 			must(t, b.RemoveWorker(tctx, worker(1)))
-			waitMatch(t, a, chain, Match{})
+			waitMatch(t, a, chain, matchMap{})
 		})
 	}
 }
 
 // waitMatch polls until idx returns want, for changes made through another
 // instance (visible within its registry staleness).
-func waitMatch(t testing.TB, idx Index, chain []uint64, want Match) {
+func waitMatch(t testing.TB, idx Index, chain []uint64, want matchMap) {
 	t.Helper()
 	poll.Until(t, fmt.Sprintf("Match(%x) = %v", chain, want), 10*time.Second, func() error {
 		if got := matchOf(t, idx, chain); !sameMatch(got, want) {
@@ -416,7 +419,7 @@ func TestRedisWorkerExpiresWithoutHeartbeat(t *testing.T) {
 			reader := newTestRedis(t, tg.client(), cfg)
 			chain := []uint64{21, 22}
 			must(t, writer.Store(tctx, worker(5), kvfleet.TierDevice, ChainBlocks(chain)))
-			expectMatch(t, reader, chain, Match{worker(5): all(2)})
+			expectMatch(t, reader, chain, matchMap{worker(5): all(2)})
 
 			// Heartbeats push alive-until forward while the writer runs.
 			first := aliveUntil(t, tg.client(), prefix, worker(5))
@@ -424,11 +427,11 @@ func TestRedisWorkerExpiresWithoutHeartbeat(t *testing.T) {
 			if later := aliveUntil(t, tg.client(), prefix, worker(5)); later <= first {
 				t.Fatalf("alive-until %d did not advance past %d after heartbeats", later, first)
 			}
-			expectMatch(t, reader, chain, Match{worker(5): all(2)})
+			expectMatch(t, reader, chain, matchMap{worker(5): all(2)})
 
 			// The writer's process dies: nobody heartbeats worker 5.
 			writer.Close()
-			waitMatch(t, reader, chain, Match{})
+			waitMatch(t, reader, chain, matchMap{})
 			st, err := reader.Stats(tctx)
 			must(t, err)
 			if st.Workers != 0 {
@@ -438,9 +441,9 @@ func TestRedisWorkerExpiresWithoutHeartbeat(t *testing.T) {
 			// A new indexer for worker 5: its old blocks must not come back.
 			revived := newTestRedis(t, tg.client(), cfg)
 			must(t, revived.Store(tctx, worker(5), kvfleet.TierDevice, ChainBlocks([]uint64{30})))
-			expectMatch(t, revived, chain, Match{})
-			expectMatch(t, revived, []uint64{30}, Match{worker(5): all(1)})
-			waitMatch(t, reader, []uint64{30}, Match{worker(5): all(1)})
+			expectMatch(t, revived, chain, matchMap{})
+			expectMatch(t, revived, []uint64{30}, matchMap{worker(5): all(1)})
+			waitMatch(t, reader, []uint64{30}, matchMap{worker(5): all(1)})
 			if writer.Store(tctx, worker(5), kvfleet.TierDevice, ChainBlocks(chain)) == nil {
 				t.Error("Store on a closed index: no error")
 			}
@@ -478,7 +481,7 @@ func TestRedisPrunesStaleEntries(t *testing.T) {
 			must(t, err)
 			future := strconv.FormatInt(next+1000, 10) + ":0:0"
 			must(t, c.HSet(tctx, key, f41, stale+",junk,1:9:0,7:0:notanumber,"+future).Err())
-			expectMatch(t, r, chain, Match{})
+			expectMatch(t, r, chain, matchMap{})
 			waitFor(t, "stale entries pruned", func() bool {
 				v, err := c.HGet(tctx, key, f41).Result()
 				must(t, err)
@@ -524,7 +527,7 @@ func TestRedisIgnoresCorruptRegistry(t *testing.T) {
 	c := redisStandalone.Client()
 	must(t, r.Store(tctx, worker(1), kvfleet.TierDevice, ChainBlocks([]uint64{1, 2})))
 	must(t, c.HSet(tctx, r.registryKey, "w:x", "a#1", "w:77", "no-rank", "w:78", "ok:1#0", "e:78", "-5", "w:79", "ok:2#0", "a:79", "soon").Err())
-	expectMatch(t, r, []uint64{1, 2}, Match{worker(1): all(2)})
+	expectMatch(t, r, []uint64{1, 2}, matchMap{worker(1): all(2)})
 	if n := r.Counters().RegistryBadRows; n != 4 {
 		t.Fatalf("RegistryBadRows = %d; want 4", n)
 	}
@@ -566,15 +569,15 @@ func TestRedisRejectsBadInput(t *testing.T) {
 	if err := r.Store(tctx, worker(1), kvfleet.TierDevice, make([]Block, redisMaxHashesPerCall+1)); err == nil {
 		t.Error("Store of too many hashes: no error")
 	}
-	if _, err := r.Match(tctx, make([]uint64, redisMaxChain+1)); err == nil || !strings.Contains(err.Error(), "redis index: match") {
+	if _, err := MatchMap(tctx, r, make([]uint64, redisMaxChain+1)); err == nil || !strings.Contains(err.Error(), "redis index: match") {
 		t.Errorf("Match of an over-long chain: err = %v", err)
 	}
-	if m, err := r.Match(tctx, nil); err != nil || len(m) != 0 {
+	if m, err := MatchMap(tctx, r, nil); err != nil || len(m) != 0 {
 		t.Errorf("Match(nil) = %v, %v; want empty", m, err)
 	}
 	cctx, cancel := context.WithCancel(tctx)
 	cancel()
-	if _, err := r.Match(cctx, []uint64{1}); err == nil {
+	if _, err := MatchMap(cctx, r, []uint64{1}); err == nil {
 		t.Error("Match with a cancelled context: no error")
 	}
 }
@@ -616,14 +619,14 @@ func TestRedisClusterNoCrossSlot(t *testing.T) {
 	must(t, r.Store(tctx, worker(1), kvfleet.TierDevice, blocks))
 	must(t, r.Store(tctx, worker(2), kvfleet.TierHost, blocks[:1000]))
 	must(t, r.Clear(tctx, worker(3)))
-	expectMatch(t, r, chain, Match{worker(1): all(len(chain)), worker(2): {0, 1000, 1000, 1000}})
+	expectMatch(t, r, chain, matchMap{worker(1): all(len(chain)), worker(2): {0, 1000, 1000, 1000}})
 	// The probe reads the first segment, the second round trip the rest:
 	// one key per segment.
 	if k := r.Counters().MatchKeysRead; k != segs {
 		t.Fatalf("read %d keys for %d segments; want %d", k, segs, segs)
 	}
 	must(t, r.Remove(tctx, worker(1), kvfleet.TierDevice, blocks[750:]))
-	expectMatch(t, r, chain, Match{worker(1): all(750), worker(2): {0, 1000, 1000, 1000}})
+	expectMatch(t, r, chain, matchMap{worker(1): all(750), worker(2): {0, 1000, 1000, 1000}})
 
 	slots := map[int64]bool{}
 	for k := range segs {
@@ -719,7 +722,9 @@ func FuzzRedisApplyBlock(f *testing.F) {
 		for pos, raw := range []string{b0, b1} {
 			r.applyBlock(m, pos, 0, uint64(pos), raw)
 		}
-		for w, d := range m.result() {
+		var got Match
+		m.result(&got)
+		for w, d := range got.All() {
 			if w == worker(3) {
 				t.Fatalf("expired worker matched: %v", d)
 			}
@@ -767,13 +772,13 @@ func TestRedisHeartbeatFollowsRegistry(t *testing.T) {
 	must(t, c.HSet(tctx, prefix+"workers", "a:"+num, 0).Err()) // as if a stalled
 	waitFor(t, "a heartbeat to revive worker 1", func() bool { return a.Counters().WorkersRevived >= 1 })
 	must(t, a.Store(tctx, worker(1), kvfleet.TierDevice, ChainBlocks([]uint64{1})))
-	expectMatch(t, a, []uint64{1, 2}, Match{worker(1): all(1), worker(2): all(2)})
+	expectMatch(t, a, []uint64{1, 2}, matchMap{worker(1): all(1), worker(2): all(2)})
 
 	must(t, b.RemoveWorker(tctx, worker(2)))
 	waitFor(t, "a heartbeat to notice worker 2's removal", func() bool { return a.Counters().WorkersRemovedElsewhere >= 1 })
 	must(t, a.Store(tctx, worker(2), kvfleet.TierHost, ChainBlocks([]uint64{1})))
-	expectMatch(t, a, []uint64{1, 2}, Match{worker(1): all(1), worker(2): {0, 1, 1, 1}})
-	waitMatch(t, b, []uint64{1, 2}, Match{worker(1): all(1), worker(2): {0, 1, 1, 1}})
+	expectMatch(t, a, []uint64{1, 2}, matchMap{worker(1): all(1), worker(2): {0, 1, 1, 1}})
+	waitMatch(t, b, []uint64{1, 2}, matchMap{worker(1): all(1), worker(2): {0, 1, 1, 1}})
 }
 
 // TestRedisConcurrentWritersAndMatches runs one writer per worker (the
@@ -805,7 +810,7 @@ func TestRedisConcurrentWritersAndMatches(t *testing.T) {
 		}()
 	}
 	for q := 0; q < 20; q++ {
-		if _, err := r.Match(tctx, chain); err != nil {
+		if _, err := MatchMap(tctx, r, chain); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -814,7 +819,7 @@ func TestRedisConcurrentWritersAndMatches(t *testing.T) {
 	for err := range errs {
 		must(t, err)
 	}
-	want := Match{}
+	want := matchMap{}
 	for w := 0; w < 4; w++ {
 		var d kvfleet.Depths
 		for tier := w; tier < int(kvfleet.NumTiers); tier++ {
@@ -858,8 +863,8 @@ func TestRedisGenerationChangesWhenDataIsLost(t *testing.T) {
 			if n1, n2 := r.writers[worker(1)].num, r.writers[worker(2)].num; n2 == oldNum || n1 == n2 {
 				t.Fatalf("numbers after the wipe: worker1 %d, worker2 %d, worker1 before %d", n1, n2, oldNum)
 			}
-			expectMatch(t, r, []uint64{7}, Match{worker(1): {1, 1, 1, 1}})
-			expectMatch(t, r, []uint64{8}, Match{worker(2): {1, 1, 1, 1}})
+			expectMatch(t, r, []uint64{7}, matchMap{worker(1): {1, 1, 1, 1}})
+			expectMatch(t, r, []uint64{8}, matchMap{worker(2): {1, 1, 1, 1}})
 		})
 	}
 }

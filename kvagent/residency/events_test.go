@@ -103,7 +103,7 @@ func TestPublishedEventsReachAnIngestWorker(t *testing.T) {
 	seqs := blockhash.SequenceHashes(blockhash.LocalHashes([]uint32{10, 11, 20, 21}, 2, seed))
 	depths := func(want kvfleet.Depths) func() error {
 		return func() error {
-			m, err := idx.Match(ctx, seqs)
+			m, err := kvindex.MatchMap(ctx, idx, seqs)
 			if err != nil {
 				return err
 			}

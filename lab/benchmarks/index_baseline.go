@@ -100,10 +100,10 @@ func (b *baselineIndex) RemoveWorker(_ context.Context, w kvfleet.WorkerID) erro
 }
 
 // Match walks the chain once per holder of its first block.
-func (b *baselineIndex) Match(_ context.Context, chain []uint64) (kvindex.Match, error) {
-	out := kvindex.Match{}
+func (b *baselineIndex) Match(_ context.Context, chain []uint64, out *kvindex.Match) error {
+	out.Reset()
 	if len(chain) == 0 {
-		return out, nil
+		return nil
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -120,9 +120,9 @@ func (b *baselineIndex) Match(_ context.Context, chain []uint64) (kvindex.Match,
 				d[t] = i + 1
 			}
 		}
-		out[w] = d
+		out.Add(w, d)
 	}
-	return out, nil
+	return nil
 }
 
 func (b *baselineIndex) Stats(context.Context) (kvindex.Stats, error) {

@@ -152,8 +152,8 @@ func TestBaselineIndexAgreesWithMemory(t *testing.T) {
 			}
 		}
 		chain := hashes()
-		got, _ := base.Match(ctx, chain)
-		want, _ := mem.Match(ctx, chain)
+		got, _ := kvindex.MatchMap(ctx, base, chain)
+		want, _ := kvindex.MatchMap(ctx, mem, chain)
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("step %d: baseline Match(%v) = %v, memory %v", step, chain, got, want)
 		}

@@ -451,7 +451,7 @@ func TestEventsReproduceCacheInIndex(t *testing.T) {
 					}
 					want++
 				}
-				m, err := idx.Match(ctx, s.hashes)
+				m, err := kvindex.MatchMap(ctx, idx, s.hashes)
 				if err != nil {
 					t.Fatal(err)
 				}

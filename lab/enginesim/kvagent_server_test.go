@@ -116,7 +116,7 @@ engines:
 	w := kvfleet.WorkerID{Endpoint: worker}
 	want := kvfleet.Depths{5, 12, 12, 12} // GPU 0..4; host and disk 5..11
 	poll.Until(t, "the index to hold the evicted prompt's host and disk depths", 20*time.Second, func() error {
-		m, err := idx.Match(ctx, chain)
+		m, err := kvindex.MatchMap(ctx, idx, chain)
 		if err != nil {
 			t.Fatal(err)
 		}

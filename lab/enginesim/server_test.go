@@ -536,7 +536,7 @@ func TestKVEventsRebuildTheEnginesCache(t *testing.T) {
 						want++
 					}
 					held += want
-					m, err := mem.Match(context.Background(), chain)
+					m, err := kvindex.MatchMap(context.Background(), mem, chain)
 					if err != nil {
 						t.Fatal(err)
 					}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/kvgate/kvgate/kv/blockhash"
 	"github.com/kvgate/kvgate/kv/kvfleet"
+	"github.com/kvgate/kvgate/kv/kvindex"
 )
 
 func TestHostTierRaisesHitRatioAndFeedsTheIndex(t *testing.T) {
@@ -69,7 +70,7 @@ func TestHostTierEventsReachTheIndexAsHostDepth(t *testing.T) {
 	for _, r := range reqs {
 		toks = Tokens(toks, r)
 		chain := blockhash.SequenceHashes(blockhash.LocalHashes(toks, opt.BlockSize, s.seed))
-		m, err := s.idx.Match(context.Background(), chain)
+		m, err := kvindex.MatchMap(context.Background(), s.idx, chain)
 		if err != nil {
 			t.Fatal(err)
 		}

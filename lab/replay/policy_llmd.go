@@ -37,11 +37,12 @@ const (
 // the pick — fresher than the EPP's 50 ms metric scrapes, so this reading
 // is if anything kinder to llm-d than the real one. Ties go to a random
 // worker among the best, as max-score-picker shuffles before it picks.
-func (s *simulation) pickLLMD(m kvindex.Match) int {
+func (s *simulation) pickLLMD(m *kvindex.Match) int {
 	minHit, maxHit, holders := 0, 0, 0
 	minQ, maxQ := 0, 0
 	for j, wk := range s.workers {
-		if h := m[wk.ID][kvfleet.TierDevice]; h > 0 {
+		if d, _ := m.Lookup(wk.ID); d[kvfleet.TierDevice] > 0 {
+			h := d[kvfleet.TierDevice]
 			if holders == 0 || h < minHit {
 				minHit = h
 			}
@@ -58,7 +59,8 @@ func (s *simulation) pickLLMD(m kvindex.Match) int {
 	for j, wk := range s.workers {
 		st := s.engines[j].Stats()
 		prefix := 0.0
-		if h := m[wk.ID][kvfleet.TierDevice]; h > 0 {
+		if d, _ := m.Lookup(wk.ID); d[kvfleet.TierDevice] > 0 {
+			h := d[kvfleet.TierDevice]
 			prefix = 1
 			if maxHit > minHit {
 				prefix = float64(h-minHit) / float64(maxHit-minHit)

@@ -32,7 +32,9 @@ func peerSimulation(t *testing.T, policy string, workers int) *simulation {
 // (min-max over holders), like a worker holding none.
 func TestLLMDProfilePrefersDeepestHolder(t *testing.T) {
 	s := peerSimulation(t, PolicyLLMD, 3)
-	m := kvindex.Match{s.workers[1].ID: kvfleet.Depths{3}, s.workers[2].ID: kvfleet.Depths{1}}
+	m := new(kvindex.Match)
+	m.Add(s.workers[1].ID, kvfleet.Depths{3})
+	m.Add(s.workers[2].ID, kvfleet.Depths{1})
 	for range 20 {
 		if got := s.pickLLMD(m); got != 1 {
 			t.Fatalf("picked worker %d, want 1 (the deepest holder)", got)

@@ -291,23 +291,22 @@ func (s *simulation) route(i int, toks []uint32, at time.Duration) error {
 	case PolicySGLang:
 		w = s.pickSGLang(chain, at)
 	case PolicyLLMD:
-		m, err := s.idx.Match(context.Background(), chain)
-		if err != nil {
+		m := new(kvindex.Match)
+		if err := s.idx.Match(context.Background(), chain, m); err != nil {
 			return fmt.Errorf("index match: %w", err)
 		}
 		w = s.pickLLMD(m)
-		depths = m[s.workers[w].ID]
+		depths, _ = m.Lookup(s.workers[w].ID)
 	default:
-		var m kvindex.Match
+		m := new(kvindex.Match)
 		if s.recent != nil {
-			m = s.recent.Match(chain, now)
+			s.recent.Match(chain, now, m)
 		} else {
-			var err error
-			if m, err = s.idx.Match(context.Background(), chain); err != nil {
+			if err := s.idx.Match(context.Background(), chain, m); err != nil {
 				return fmt.Errorf("index match: %w", err)
 			}
 			if s.pending != nil {
-				m = s.pending.Merge(m, chain, now)
+				s.pending.Merge(m, chain, now)
 			}
 		}
 		// Candidates as extproc's gatherer (extproc/gather.go) builds them: index
@@ -318,7 +317,8 @@ func (s *simulation) route(i int, toks []uint32, at time.Duration) error {
 			if est := s.est[j]; est.Samples() > 0 {
 				l.PrefillTokensPerSec = est.Rate()
 			}
-			s.cands = append(s.cands, picker.Candidate{Worker: wk, Depths: m[wk.ID], Load: l})
+			d, _ := m.Lookup(wk.ID)
+			s.cands = append(s.cands, picker.Candidate{Worker: wk, Depths: d, Load: l})
 		}
 		preq := picker.Request{Stage: picker.StageAggregated, PromptTokens: len(toks), BlockSize: bs, Blocks: len(chain), ExpectedOutputTokens: expected}
 		if err := picker.PickInto(&s.dec, preq, s.cands, s.pick, s.rnd); err != nil {
