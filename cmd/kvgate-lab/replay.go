@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kvgate/kvgate/extproc/extprocconfig"
 	"github.com/kvgate/kvgate/internal/cli"
 	"github.com/kvgate/kvgate/lab/replay"
 	"github.com/kvgate/kvgate/lab/workload"
@@ -55,6 +56,9 @@ func runReplay(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	overload := fs.String("overload", "", "overload sweep (issue 26): find --capacity-of's SLA capacity (≥ 90 % of requests within --ttft-sla, with clients abandoning at --abandon-after, default 1), then replay every policy at these comma-separated multiples of it (e.g. 1,1.5,2,3), each replay covering --overload-span of arrivals; prints a Markdown table")
 	capacityOf := fs.String("capacity-of", replay.PolicyKvgateFlow, "with --overload: the policy whose capacity the multiples are of")
 	overloadSpan := fs.Duration("overload-span", 30*time.Second, "with --overload: the span of arrivals each replay covers (a --mix is generated as long as needed)")
+	flowSteer := fs.Bool("flow-steer", false, "kvgate-flow: leave saturated workers out of the pick while any worker has room")
+	flowPrefill := fs.Int64("flow-max-queued-prefill", 0, "kvgate-flow: saturation bound on queued prefill tokens per worker (0: extproc's default)")
+	flowWaiting := fs.Int("flow-max-engine-waiting", 0, "kvgate-flow: saturation bound on the engine's waiting requests (0: extproc's default)")
 	tolerance := fs.Float64("sweep-tolerance", 0.05, "with --sweep: stop bisecting when the bracket's hi/lo is within 1+this")
 	var terms termFlags
 	fs.Var(&terms, "term", "switch one of the kvgate policies' picker terms (repeatable): NAME=off, NAME=on or NAME=WEIGHT, NAME one of "+
@@ -78,7 +82,10 @@ func runReplay(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		Workers: *workers, BlockSize: *blockSize, GPUBlocks: *gpuBlocks,
 		RateScale: *rateScale, TimeCompression: *compression, SpeedUp: *speedup,
 		Seed: *seed, HostBlocks: *hostBlocks, HostToGPUGBps: *hostGBps,
-		GoodputSLA: *ttftSLA, AbandonAfter: *abandonAfter,
+		GoodputSLA: *ttftSLA, AbandonAfter: *abandonAfter, FlowSteer: *flowSteer,
+	}
+	if *flowPrefill != 0 || *flowWaiting != 0 {
+		opt.Flow = &extprocconfig.FlowControl{Saturation: extprocconfig.FlowSaturation{MaxQueuedPrefillTokens: *flowPrefill, MaxEngineWaiting: *flowWaiting}}
 	}
 	for _, p := range strings.Split(*policies, ",") {
 		if p = strings.TrimSpace(p); p != "" {

@@ -37,8 +37,11 @@ type flowState struct {
 	waits   []float64 // ms, of requests that waited and were dispatched
 }
 
-func newFlowState(n int) (*flowState, error) {
+func newFlowState(n int, opt *Options) (*flowState, error) {
 	var fc extprocconfig.FlowControl
+	if opt.Flow != nil {
+		fc = *opt.Flow
+	}
 	x := extprocconfig.Config{FlowControl: fc}
 	x.ApplyDefaults()
 	fc = x.FlowControl
@@ -128,4 +131,34 @@ func (s *simulation) pumpFlow(at time.Duration) error {
 		}
 	}
 	return nil
+}
+
+// steerOffSaturated, with Options.FlowSteer, leaves the saturated workers
+// out of a kvgate-flow pick while any worker has room (marked draining,
+// which the picker's eligibility skips): the queue released the request
+// because some worker had room, and without this the picker may still
+// send it to a saturated one that holds its prefix, whose queue then
+// grows while the worker with room idles.
+func (s *simulation) steerOffSaturated() {
+	if s.flow == nil || !s.opt.FlowSteer {
+		return
+	}
+	room := 0
+	sat := make([]bool, len(s.cands))
+	for j := range s.cands {
+		st := s.engines[j].Stats()
+		l := s.cands[j].Load
+		l.HaveEngine, l.Waiting, l.Running, l.KVUsage = true, st.Waiting, st.Running, st.KVUsage
+		if sat[j] = s.flow.sat.WorkerSaturated(l); !sat[j] {
+			room++
+		}
+	}
+	if room == 0 {
+		return
+	}
+	for j := range s.cands {
+		if sat[j] {
+			s.cands[j].Worker.Draining = true
+		}
+	}
 }

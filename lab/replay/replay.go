@@ -6,6 +6,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/kvgate/kvgate/extproc/extprocconfig"
 	"github.com/kvgate/kvgate/extproc/loadview"
 	"github.com/kvgate/kvgate/lab/enginesim"
 	"github.com/kvgate/kvgate/picker"
@@ -78,6 +79,11 @@ type Options struct {
 	// it when it has no first token AbandonAfter × GoodputSLA after its
 	// arrival (abandon.go); 0: clients wait for ever. At most 100.
 	AbandonAfter float64
+	// Flow, if set, is kvgate-flow's flow-control configuration (zero
+	// fields: extprocconfig's defaults); FlowSteer leaves saturated
+	// workers out of its picks while any has room (flow.go).
+	Flow      *extprocconfig.FlowControl
+	FlowSteer bool
 	// Progress, if set, is called now and then with the policy being
 	// replayed and how many of its requests have been routed.
 	Progress func(policy string, routed, total int)

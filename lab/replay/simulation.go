@@ -106,7 +106,7 @@ func newSimulation(policy string, idx uint64, reqs []TraceRequest, opt *Options)
 		s.idx = kvindex.NewMemory(kvindex.MemoryConfig{})
 	}
 	if policy == PolicyKvgateFlow {
-		f, err := newFlowState(len(reqs))
+		f, err := newFlowState(len(reqs), opt)
 		if err != nil {
 			return nil, err
 		}
@@ -325,6 +325,7 @@ func (s *simulation) route(i int, toks []uint32, at time.Duration) error {
 			}
 			s.cands = append(s.cands, picker.Candidate{Worker: wk, Depths: m[wk.ID], Load: l})
 		}
+		s.steerOffSaturated()
 		preq := picker.Request{Stage: picker.StageAggregated, PromptTokens: len(toks), BlockSize: bs, Blocks: len(chain), ExpectedOutputTokens: expected}
 		if err := picker.PickInto(&s.dec, preq, s.cands, s.pick, s.rnd); err != nil {
 			return fmt.Errorf("trace line %d: pick: %w", r.Line, err)
