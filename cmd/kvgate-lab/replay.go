@@ -333,24 +333,26 @@ func mixSource(name string) replay.TraceSource {
 		if err != nil {
 			return nil, err
 		}
-		// Enough for the span with room for bursts and Poisson noise.
+		// Enough for the span with room for Poisson noise; bursts may need
+		// more, so the trace doubles until it covers the span.
 		n := int(math.Ceil(m.Rate*rate*span.Seconds()*1.3)) + 200
-		if n > workload.MaxRequests {
-			return nil, fmt.Errorf("mix %s at ×%v over %v needs %d requests, more than %d", name, rate, span, n, workload.MaxRequests)
-		}
-		if len(have) < n {
-			if m, err = workload.Named(name, n); err != nil {
-				return nil, err
+		for {
+			if n > workload.MaxRequests {
+				return nil, fmt.Errorf("mix %s at ×%v over %v needs more than %d requests", name, rate, span, workload.MaxRequests)
 			}
-			if have, err = workload.Generate(m); err != nil {
-				return nil, err
+			if len(have) < n {
+				if m, err = workload.Named(name, n); err != nil {
+					return nil, err
+				}
+				if have, err = workload.Generate(m); err != nil {
+					return nil, err
+				}
 			}
+			if cut := replay.CutSpan(have, rate, span); len(cut) < len(have) {
+				return cut, nil
+			}
+			n = 2 * len(have)
 		}
-		cut := replay.CutSpan(have, rate, span)
-		if len(cut) == len(have) {
-			return nil, fmt.Errorf("mix %s at ×%v: %d requests do not cover %v", name, rate, len(have), span)
-		}
-		return cut, nil
 	}
 }
 
