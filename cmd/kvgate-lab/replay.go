@@ -16,6 +16,7 @@ import (
 
 	"github.com/kvgate/kvgate/extproc/extprocconfig"
 	"github.com/kvgate/kvgate/internal/cli"
+	"github.com/kvgate/kvgate/internal/yamlconf"
 	"github.com/kvgate/kvgate/lab/replay"
 	"github.com/kvgate/kvgate/lab/workload"
 	"github.com/kvgate/kvgate/picker"
@@ -58,6 +59,8 @@ func runReplay(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	overloadSpan := fs.Duration("overload-span", 30*time.Second, "with --overload: the span of arrivals each replay covers (a --mix is generated as long as needed)")
 	flowSteer := fs.Bool("flow-steer", false, "kvgate-flow: leave saturated workers out of the pick while any worker has room")
 	flowPrefill := fs.Int64("flow-max-queued-prefill", 0, "kvgate-flow: saturation bound on queued prefill tokens per worker (0: extproc's default)")
+	flowInflight := fs.Int("flow-max-inflight", 0, "kvgate-flow: saturation bound on requests kvgate routed to a worker and not finished (0: extproc's default, off)")
+	flowMaxWait := fs.Duration("flow-max-wait", 0, "kvgate-flow: how long a request may wait in the queue before a 429 (0: extproc's default)")
 	flowWaiting := fs.Int("flow-max-engine-waiting", 0, "kvgate-flow: saturation bound on the engine's waiting requests (0: extproc's default)")
 	tolerance := fs.Float64("sweep-tolerance", 0.05, "with --sweep: stop bisecting when the bracket's hi/lo is within 1+this")
 	var terms termFlags
@@ -84,8 +87,9 @@ func runReplay(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		Seed: *seed, HostBlocks: *hostBlocks, HostToGPUGBps: *hostGBps,
 		GoodputSLA: *ttftSLA, AbandonAfter: *abandonAfter, FlowSteer: *flowSteer,
 	}
-	if *flowPrefill != 0 || *flowWaiting != 0 {
-		opt.Flow = &extprocconfig.FlowControl{Saturation: extprocconfig.FlowSaturation{MaxQueuedPrefillTokens: *flowPrefill, MaxEngineWaiting: *flowWaiting}}
+	if *flowPrefill != 0 || *flowWaiting != 0 || *flowMaxWait != 0 || *flowInflight != 0 {
+		opt.Flow = &extprocconfig.FlowControl{MaxWait: yamlconf.Duration(*flowMaxWait),
+			Saturation: extprocconfig.FlowSaturation{MaxQueuedPrefillTokens: *flowPrefill, MaxEngineWaiting: *flowWaiting, MaxInflight: *flowInflight}}
 	}
 	for _, p := range strings.Split(*policies, ",") {
 		if p = strings.TrimSpace(p); p != "" {
