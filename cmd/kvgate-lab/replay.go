@@ -7,12 +7,16 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/kvgate/kvgate/extproc/extprocconfig"
 	"github.com/kvgate/kvgate/internal/cli"
+	"github.com/kvgate/kvgate/internal/yamlconf"
 	"github.com/kvgate/kvgate/lab/replay"
 	"github.com/kvgate/kvgate/lab/workload"
 	"github.com/kvgate/kvgate/picker"
@@ -29,7 +33,7 @@ func runReplay(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("kvgate-lab replay", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	tracePath := fs.String("trace", "", "Mooncake JSONL trace (timestamp ms, input_length, output_length, hash_ids), or an Azure LLM inference trace .csv (replayed with every prompt unique); default: the first 1000 requests of Mooncake's conversation trace, embedded in the binary")
-	mix := fs.String("mix", "", "replay a generated workload instead of --trace: one of "+strings.Join(append(append([]string(nil), workload.TuningMixes...), workload.HeldOutMixes...), ", ")+" (lab/workload; --limit requests, default 1500)")
+	mix := fs.String("mix", "", "replay a generated workload instead of --trace: one of "+strings.Join(append(append([]string(nil), workload.TuningMixes...), append(workload.HeldOutMixes, workload.OverloadMixes...)...), ", ")+" (lab/workload; --limit requests, default 1500)")
 	workers := fs.Int("workers", 8, "simulated engines in the fleet")
 	blockSize := fs.Int("block-size", replay.TraceBlockSize, "engine KV block size in tokens")
 	gpuBlocks := fs.Int("gpu-blocks", 0, "KV cache capacity per engine in blocks (0: 1 Mi tokens, the Dynamo mocker's 16384×64)")
@@ -47,8 +51,17 @@ func runReplay(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	model := fs.String("model", "qwen3", "with --gateway: the served model name to request")
 	maxTokens := fs.Int("max-tokens", 0, "with --gateway: cap each request's output tokens (0: the trace's)")
 	sweep := fs.Bool("sweep", false, "find each policy's SLA capacity: the highest --rate-scale with TTFT p90 within --ttft-sla (and ITL p90 within --itl-sla), by bisection; prints figures at 1×, at capacity and at 4/3 of it")
-	ttftSLA := fs.Duration("ttft-sla", 2*time.Second, "with --sweep: the TTFT p90 bound")
+	ttftSLA := fs.Duration("ttft-sla", 2*time.Second, "the TTFT SLA: with --sweep the TTFT p90 bound; in every replay the bound of goodput and SLA attainment")
 	itlSLA := fs.Duration("itl-sla", 0, "with --sweep: the ITL p90 bound (0: none)")
+	abandonAfter := fs.Float64("abandon-after", 0, "clients abandon a request without a first token this many × --ttft-sla after its arrival, cancelling it (a miss; lab/replay/abandon.go); 0: they wait for ever")
+	overload := fs.String("overload", "", "overload sweep (issue 26): find --capacity-of's SLA capacity (≥ 90 % of requests within --ttft-sla, with clients abandoning at --abandon-after, default 1), then replay every policy at these comma-separated multiples of it (e.g. 1,1.5,2,3), each replay covering --overload-span of arrivals; prints a Markdown table")
+	capacityOf := fs.String("capacity-of", replay.PolicyKvgateFlow, "with --overload: the policy whose capacity the multiples are of")
+	overloadSpan := fs.Duration("overload-span", 30*time.Second, "with --overload: the span of arrivals each replay covers (a --mix is generated as long as needed)")
+	flowSteer := fs.Bool("flow-steer", false, "kvgate-flow: leave saturated workers out of the pick while any worker has room")
+	flowPrefill := fs.Int64("flow-max-queued-prefill", 0, "kvgate-flow: saturation bound on queued prefill tokens per worker (0: extproc's default)")
+	flowInflight := fs.Int("flow-max-inflight", 0, "kvgate-flow: saturation bound on requests kvgate routed to a worker and not finished (0: extproc's default, off)")
+	flowMaxWait := fs.Duration("flow-max-wait", 0, "kvgate-flow: how long a request may wait in the queue before a 429 (0: extproc's default)")
+	flowWaiting := fs.Int("flow-max-engine-waiting", 0, "kvgate-flow: saturation bound on the engine's waiting requests (0: extproc's default)")
 	tolerance := fs.Float64("sweep-tolerance", 0.05, "with --sweep: stop bisecting when the bracket's hi/lo is within 1+this")
 	var terms termFlags
 	fs.Var(&terms, "term", "switch one of the kvgate policies' picker terms (repeatable): NAME=off, NAME=on or NAME=WEIGHT, NAME one of "+
@@ -72,6 +85,11 @@ func runReplay(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		Workers: *workers, BlockSize: *blockSize, GPUBlocks: *gpuBlocks,
 		RateScale: *rateScale, TimeCompression: *compression, SpeedUp: *speedup,
 		Seed: *seed, HostBlocks: *hostBlocks, HostToGPUGBps: *hostGBps,
+		GoodputSLA: *ttftSLA, AbandonAfter: *abandonAfter, FlowSteer: *flowSteer,
+	}
+	if *flowPrefill != 0 || *flowWaiting != 0 || *flowMaxWait != 0 || *flowInflight != 0 {
+		opt.Flow = &extprocconfig.FlowControl{MaxWait: yamlconf.Duration(*flowMaxWait),
+			Saturation: extprocconfig.FlowSaturation{MaxQueuedPrefillTokens: *flowPrefill, MaxEngineWaiting: *flowWaiting, MaxInflight: *flowInflight}}
 	}
 	for _, p := range strings.Split(*policies, ",") {
 		if p = strings.TrimSpace(p); p != "" {
@@ -106,6 +124,25 @@ func runReplay(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
+	if *overload != "" {
+		if *sweep || *gateway != "" || *rateScale != 1 {
+			fmt.Fprintln(stderr, "kvgate-lab replay: --overload replays in process and sweeps the rate: drop --sweep, --gateway and --rate-scale")
+			return 2
+		}
+		mults, err := parseMultiples(*overload)
+		if err != nil {
+			fmt.Fprintf(stderr, "kvgate-lab replay: --overload: %v\n", err)
+			return 2
+		}
+		opt.Progress = nil
+		src := func(rate float64, span time.Duration) ([]replay.TraceRequest, error) {
+			return replay.CutSpan(reqs, rate, span), nil
+		}
+		if *mix != "" {
+			src = mixSource(*mix)
+		}
+		return runOverload(ctx, traceName, src, replay.OverloadOptions{Replay: opt, Multiples: mults, CapacityOf: *capacityOf, Span: *overloadSpan, Tolerance: 0.1}, *asJSON, stdout, stderr)
+	}
 	if *sweep {
 		if *gateway != "" || *rateScale != 1 {
 			fmt.Fprintln(stderr, "kvgate-lab replay: --sweep replays in process and sweeps the rate: drop --gateway and --rate-scale")
@@ -275,4 +312,74 @@ func loadReplayWorkload(tracePath, mix string, limit int) ([]replay.TraceRequest
 		return reqs, tracePath, err
 	}
 	return loadTrace(tracePath, limit)
+}
+
+// parseMultiples reads --overload's comma-separated multiples.
+func parseMultiples(v string) ([]float64, error) {
+	var out []float64
+	for _, f := range strings.Split(v, ",") {
+		m, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err != nil {
+			return nil, fmt.Errorf("multiple %q: %w", f, err)
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+// mixSource generates a named mix as long as a replay needs: requests
+// arriving within span at rate × the mix's rate. A mix's first n requests
+// do not depend on how many follow, so a longer trace extends a shorter.
+func mixSource(name string) replay.TraceSource {
+	var have []replay.TraceRequest
+	return func(rate float64, span time.Duration) ([]replay.TraceRequest, error) {
+		m, err := workload.Named(name, 1)
+		if err != nil {
+			return nil, err
+		}
+		// Enough for the span with room for Poisson noise; bursts may need
+		// more, so the trace doubles until it covers the span.
+		n := int(math.Ceil(m.Rate*rate*span.Seconds()*1.3)) + 200
+		for {
+			if n > workload.MaxRequests {
+				return nil, fmt.Errorf("mix %s at ×%v over %v needs more than %d requests", name, rate, span, workload.MaxRequests)
+			}
+			if len(have) < n {
+				if m, err = workload.Named(name, n); err != nil {
+					return nil, err
+				}
+				if have, err = workload.Generate(m); err != nil {
+					return nil, err
+				}
+			}
+			if cut := replay.CutSpan(have, rate, span); len(cut) < len(have) {
+				return cut, nil
+			}
+			n = 2 * len(have)
+		}
+	}
+}
+
+// runOverload runs an overload sweep, printing one progress line per
+// replay on stderr.
+func runOverload(ctx context.Context, trace string, src replay.TraceSource, o replay.OverloadOptions, asJSON bool, stdout, stderr io.Writer) int {
+	o.Progress = func(line string) { fmt.Fprintln(stderr, line) }
+	res, err := replay.Overload(ctx, trace, src, o)
+	if err != nil {
+		fmt.Fprintf(stderr, "kvgate-lab replay: %v\n", err)
+		if errors.Is(err, context.Canceled) {
+			return 1
+		}
+		return 2
+	}
+	if asJSON {
+		err = json.NewEncoder(stdout).Encode(res)
+	} else {
+		err = replay.WriteOverloadTable(stdout, res)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "kvgate-lab replay: writing output: %v\n", err)
+		return 1
+	}
+	return 0
 }

@@ -165,3 +165,52 @@ func TestReplayTermSwitch(t *testing.T) {
 		}
 	}
 }
+
+// --overload finds kvgate-flow's capacity with abandoning clients and
+// prints one Markdown row per multiple; --json gives the same as one
+// object; bad multiples and clashing flags are refused.
+func TestReplayOverloadSweep(t *testing.T) {
+	args := []string{"replay", "--trace", replayTestdataTrace, "--workers", "2", "--policies", "round-robin,kvgate-flow", "--overload", "1,2", "--overload-span", "5s"}
+	var out, errb bytes.Buffer
+	if code := dispatch(args, nil, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	if rows := strings.Count(out.String(), "\n| "); rows != 3 || !strings.Contains(out.String(), "kvgate-flow's SLA capacity") {
+		t.Fatalf("want a header and 2 rows:\n%s", out.String())
+	}
+	if !strings.Contains(errb.String(), "overload kvgate-flow ×") {
+		t.Fatalf("no progress lines on stderr: %s", errb.String())
+	}
+	out.Reset()
+	if code := dispatch(append(args, "--json"), nil, &out, &errb); code != 0 {
+		t.Fatalf("--json: exit %d", code)
+	}
+	var doc struct {
+		Capacity   float64
+		Capacities map[string]float64
+		Rows       []struct {
+			Multiple float64
+			Results  map[string]map[string]any
+		}
+	}
+	if err := json.Unmarshal(out.Bytes(), &doc); err != nil || doc.Capacity <= 0 || len(doc.Rows) != 2 || doc.Rows[1].Multiple != 2 || len(doc.Capacities) != 2 {
+		t.Fatalf("json %+v (%v)", doc, err)
+	}
+	for _, bad := range [][]string{
+		{"--overload", "1,x"},
+		{"--overload", "1", "--sweep"},
+		{"--overload", "1", "--rate-scale", "2"},
+		{"--overload", "200"},
+		{"--overload", "1", "--abandon-after", "-1"},
+		{"--overload", "1", "--policies", "round-robin"},
+	} {
+		errb.Reset()
+		a := []string{"replay", "--trace", replayTestdataTrace, "--workers", "2"}
+		if !slices.Contains(bad, "--policies") {
+			a = append(a, "--policies", "round-robin,kvgate-flow")
+		}
+		if code := dispatch(append(a, bad...), nil, io.Discard, &errb); code != 2 || errb.Len() == 0 {
+			t.Errorf("%v: exit %d, stderr %q", bad, code, errb.String())
+		}
+	}
+}

@@ -2,7 +2,6 @@ package replay
 
 import (
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/kvgate/kvgate/extproc/extprocconfig"
@@ -33,12 +32,16 @@ type flowState struct {
 	sat     flowcontrol.Saturation
 	maxWait time.Duration
 	waited  []time.Duration // per request: its time in the queue
+	items   []*flowcontrol.Item
 	shed    int
 	waits   []float64 // ms, of requests that waited and were dispatched
 }
 
-func newFlowState(n int) (*flowState, error) {
+func newFlowState(n int, opt *Options) (*flowState, error) {
 	var fc extprocconfig.FlowControl
+	if opt.Flow != nil {
+		fc = *opt.Flow
+	}
 	x := extprocconfig.Config{FlowControl: fc}
 	x.ApplyDefaults()
 	fc = x.FlowControl
@@ -52,6 +55,7 @@ func newFlowState(n int) (*flowState, error) {
 		sat:     flowcontrol.Saturation{MaxQueuedPrefillTokens: s.MaxQueuedPrefillTokens, MaxInflight: s.MaxInflight, MaxEngineWaiting: s.MaxEngineWaiting, MaxKVUsage: s.MaxKVUsage},
 		maxWait: fc.MaxWait.D(),
 		waited:  make([]time.Duration, n),
+		items:   make([]*flowcontrol.Item, n),
 	}, nil
 }
 
@@ -70,23 +74,29 @@ func (s *simulation) saturated() bool {
 }
 
 // admitFlow queues request i when others wait or the fleet is saturated;
-// it reports whether it did (or refused it: the queue was full).
+// it reports whether it did (or refused it: the queue was full). The
+// request's band is its trace priority and its flow its tenant, as the
+// extproc takes them from the InferenceObjective or header and from the
+// configured tenant source (it hashes the key; the order is the same).
 func (s *simulation) admitFlow(i int, at time.Duration) bool {
 	if s.flow.q.Len() == 0 && !s.saturated() {
 		return false
 	}
 	r := s.reqs[i]
-	it := &flowcontrol.Item{Flow: "", Bytes: int64(r.InputLength) * 4, Deadline: epoch.Add(at + s.flow.maxWait), Arrived: epoch.Add(at), Value: i}
+	it := &flowcontrol.Item{Priority: r.Priority, Flow: r.Tenant, Bytes: int64(r.InputLength) * 4, Deadline: epoch.Add(at + s.flow.maxWait), Arrived: epoch.Add(at), Value: i}
 	if err := s.flow.q.Add(it); err != nil {
 		s.refuse(i)
+		return true
 	}
+	s.flow.items[i] = it
 	return true
 }
 
 // refuse counts request i as refused: it ends without a first token.
 func (s *simulation) refuse(i int) {
 	s.flow.shed++
-	_ = i
+	s.flow.items[i] = nil
+	s.clients.settled[i] = true
 }
 
 // refused is how many requests flow control refused.
@@ -109,6 +119,7 @@ func (s *simulation) pumpFlow(at time.Duration) error {
 	for s.flow.q.Len() > 0 && !s.saturated() {
 		it := s.flow.q.Pop()
 		i := it.Value.(int)
+		s.flow.items[i] = nil
 		arrived := it.Arrived.Sub(epoch)
 		s.flow.waited[i] = at - arrived
 		s.flow.waits = append(s.flow.waits, msOf(at-arrived))
@@ -122,20 +133,32 @@ func (s *simulation) pumpFlow(at time.Duration) error {
 	return nil
 }
 
-// goodput fills r's overload measures: requests per second that met the
-// TTFT SLA (a refused request is a miss), the share that did, the share
-// refused, and the queue wait p99.
-func (s *simulation) goodput(r *PolicyResult, met int) {
-	n := len(s.reqs)
-	r.SLAAttainment = float64(met) / float64(n)
-	if span := (s.lastEnd - s.firstArrival).Seconds(); span > 0 {
-		r.GoodputRPS = float64(met) / span
-	}
-	if s.flow == nil {
+// steerOffSaturated, with Options.FlowSteer, leaves the saturated workers
+// out of a kvgate-flow pick while any worker has room (marked draining,
+// which the picker's eligibility skips): the queue released the request
+// because some worker had room, and without this the picker may still
+// send it to a saturated one that holds its prefix, whose queue then
+// grows while the worker with room idles.
+func (s *simulation) steerOffSaturated() {
+	if s.flow == nil || !s.opt.FlowSteer {
 		return
 	}
-	r.ShedRate = float64(s.flow.shed) / float64(n)
-	slices.Sort(s.flow.waits)
-	r.QueueWaitP99Ms = percentile(s.flow.waits, 99)
-	r.Refused = s.flow.shed
+	room := 0
+	sat := make([]bool, len(s.cands))
+	for j := range s.cands {
+		st := s.engines[j].Stats()
+		l := s.cands[j].Load
+		l.HaveEngine, l.Waiting, l.Running, l.KVUsage = true, st.Waiting, st.Running, st.KVUsage
+		if sat[j] = s.flow.sat.WorkerSaturated(l); !sat[j] {
+			room++
+		}
+	}
+	if room == 0 {
+		return
+	}
+	for j := range s.cands {
+		if sat[j] {
+			s.cands[j].Worker.Draining = true
+		}
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/kvgate/kvgate/extproc/extprocconfig"
 	"github.com/kvgate/kvgate/extproc/loadview"
 	"github.com/kvgate/kvgate/lab/enginesim"
 	"github.com/kvgate/kvgate/picker"
@@ -74,6 +75,15 @@ type Options struct {
 	// GoodputSLA is the TTFT a request must meet to count in
 	// PolicyResult.GoodputRPS; default DefaultGoodputSLA.
 	GoodputSLA time.Duration
+	// AbandonAfter, when > 0, gives every request a client that abandons
+	// it when it has no first token AbandonAfter × GoodputSLA after its
+	// arrival (abandon.go); 0: clients wait for ever. At most 100.
+	AbandonAfter float64
+	// Flow, if set, is kvgate-flow's flow-control configuration (zero
+	// fields: extprocconfig's defaults); FlowSteer leaves saturated
+	// workers out of its picks while any has room (flow.go).
+	Flow      *extprocconfig.FlowControl
+	FlowSteer bool
 	// Progress, if set, is called now and then with the policy being
 	// replayed and how many of its requests have been routed.
 	Progress func(policy string, routed, total int)
@@ -129,6 +139,10 @@ func (o *Options) fill() error {
 		return fmt.Errorf("replay: time compression %v outside [0.001, 10000]", o.TimeCompression)
 	case !finite(o.SpeedUp, 1e-3, 1e4):
 		return fmt.Errorf("replay: speed-up %v outside [0.001, 10000]", o.SpeedUp)
+	case !finite(o.AbandonAfter, 0, 100):
+		return fmt.Errorf("replay: abandon-after %v outside [0, 100] (× the TTFT SLA)", o.AbandonAfter)
+	case o.GoodputSLA < time.Millisecond || o.GoodputSLA > time.Hour:
+		return fmt.Errorf("replay: goodput SLA %v outside [1ms, 1h]", o.GoodputSLA)
 	case o.HostBlocks < 0 || o.HostBlocks > 1<<26:
 		return fmt.Errorf("replay: host tier of %d blocks outside [0, 2^26]", o.HostBlocks)
 	case o.HostBlockBytes < 1 || o.HostBlockBytes > 1<<34:
@@ -225,6 +239,19 @@ type PolicyResult struct {
 	ShedRate       float64 `json:"shed_rate,omitempty"`
 	Refused        int     `json:"refused,omitempty"`
 	QueueWaitP99Ms float64 `json:"queue_wait_p99_ms,omitempty"`
+	// With Options.AbandonAfter: the requests whose client gave up before
+	// their first token (misses), and their share.
+	Abandoned   int     `json:"abandoned,omitempty"`
+	AbandonRate float64 `json:"abandon_rate,omitempty"`
+	// With two or more priority bands or tenants in the trace: attainment
+	// per band and per tenant; across the well-behaved tenants (goodput.go)
+	// Jain's index of their attainments, their pooled attainment and the
+	// lowest.
+	Bands                    []GroupAttainment `json:"bands,omitempty"`
+	Tenants                  []GroupAttainment `json:"tenants,omitempty"`
+	JainIndex                float64           `json:"jain_index,omitempty"`
+	WellBehavedAttainment    float64           `json:"well_behaved_sla_attainment,omitempty"`
+	WellBehavedMinAttainment float64           `json:"well_behaved_min_sla_attainment,omitempty"`
 	// IndexRejects counts KV events the indexer rejected (kv-aware
 	// policies); a replay is only as good as its index.
 	IndexRejects uint64 `json:"-"`

@@ -50,6 +50,8 @@ type simulation struct {
 	// request leaving it, which is not admitted again.
 	flow        *flowState
 	dispatching bool
+	// clients is each request's outcome and deadline (abandon.go).
+	clients *clientState
 
 	flights []flight
 	cands   []picker.Candidate
@@ -87,6 +89,7 @@ func newSimulation(policy string, idx uint64, reqs []TraceRequest, opt *Options)
 		flights: make([]flight, len(reqs)),
 		routed:  make([]int, opt.Workers),
 	}
+	s.clients = newClientState(len(reqs), opt)
 	s.pick = picker.DefaultConfig()
 	s.pick.Fallbacks = 0
 	switch policy {
@@ -103,7 +106,7 @@ func newSimulation(policy string, idx uint64, reqs []TraceRequest, opt *Options)
 		s.idx = kvindex.NewMemory(kvindex.MemoryConfig{})
 	}
 	if policy == PolicyKvgateFlow {
-		f, err := newFlowState(len(reqs))
+		f, err := newFlowState(len(reqs), opt)
 		if err != nil {
 			return nil, err
 		}
@@ -187,6 +190,14 @@ func (s *simulation) run(ctx context.Context) (*PolicyResult, error) {
 	progressEvery := max(1, len(s.reqs)/100)
 	for {
 		tEng, w, busy := s.nextEngineEvent()
+		// A client's deadline goes after arrivals and engine events at the
+		// same time: a first token exactly at the deadline counts.
+		if d, i, ok := s.nextDeadline(); ok && (next >= len(s.reqs) || d < s.opt.arrival(s.reqs[next])) && (!busy || d < tEng) {
+			if err := s.abandon(i, d); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		if next < len(s.reqs) {
 			at := s.opt.arrival(s.reqs[next])
 			if !busy || at <= tEng {
@@ -228,17 +239,11 @@ func (s *simulation) run(ctx context.Context) (*PolicyResult, error) {
 	if s.opt.Progress != nil {
 		s.opt.Progress(s.policy, len(s.reqs), len(s.reqs))
 	}
-	if s.completed+s.refused() != len(s.reqs) {
-		return nil, fmt.Errorf("%d of %d requests completed (%d refused)", s.completed, len(s.reqs), s.refused())
+	if s.completed+s.refused()+s.abandoned() != len(s.reqs) {
+		return nil, fmt.Errorf("%d of %d requests completed (%d refused, %d abandoned)", s.completed, len(s.reqs), s.refused(), s.abandoned())
 	}
 	r := s.result()
-	met := 0
-	for _, ms := range s.ttft {
-		if ms <= msOf(s.opt.GoodputSLA) {
-			met++
-		}
-	}
-	s.goodput(r, met)
+	s.goodput(r)
 	var hostTok uint64
 	for _, e := range s.engines {
 		hostTok += e.Stats().TierHitTokens
@@ -320,6 +325,7 @@ func (s *simulation) route(i int, toks []uint32, at time.Duration) error {
 			d, _ := m.Lookup(wk.ID)
 			s.cands = append(s.cands, picker.Candidate{Worker: wk, Depths: d, Load: l})
 		}
+		s.steerOffSaturated()
 		preq := picker.Request{Stage: picker.StageAggregated, PromptTokens: len(toks), BlockSize: bs, Blocks: len(chain), ExpectedOutputTokens: expected}
 		if err := picker.PickInto(&s.dec, preq, s.cands, s.pick, s.rnd); err != nil {
 			return fmt.Errorf("trace line %d: pick: %w", r.Line, err)
@@ -379,6 +385,7 @@ func (s *simulation) observe(o enginesim.Output) {
 	}
 	f := &s.flights[i]
 	if !o.Done {
+		s.clients.settled[i] = true
 		f.ticket.PrefillDone()
 		secs := (o.FirstTokenAt - f.arrival).Seconds()
 		if f.uncached > 0 && secs > 0 {
@@ -394,6 +401,7 @@ func (s *simulation) observe(o enginesim.Output) {
 		ttft += s.flow.waited[i] // from the request's arrival, its wait included
 	}
 	s.ttft = append(s.ttft, msOf(ttft))
+	s.clients.ttft[i] = ttft
 	s.e2e = append(s.e2e, msOf(o.FinishedAt-o.Arrival))
 	if o.OutputTokens >= 2 {
 		s.itl = append(s.itl, msOf(o.MeanITL()))

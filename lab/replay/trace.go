@@ -38,13 +38,27 @@ type TraceRequest struct {
 	OutputLength int      // generated tokens
 	HashIDs      []uint64 // one id per 512-token block of the prompt, prefix-chained
 	Line         int      // 1-based line in the file, for messages
+	// Tenant and Priority are optional (not in the Mooncake release): the
+	// caller the request belongs to and its priority band (higher leaves
+	// flow control's queue first), as the multi-tenant mixes of
+	// lab/workload write them. "" and 0 when absent.
+	Tenant   string
+	Priority int
 }
+
+// Bounds on the optional tenant and priority fields.
+const (
+	MaxTenantLen   = 256
+	MaxPriorityAbs = 1 << 10
+)
 
 type traceLine struct {
 	Timestamp    *json.Number `json:"timestamp"`
 	InputLength  *int         `json:"input_length"`
 	OutputLength *int         `json:"output_length"`
 	HashIDs      *[]uint64    `json:"hash_ids"`
+	Tenant       string       `json:"tenant"`
+	Priority     int          `json:"priority"`
 }
 
 // ParseTrace reads a JSONL Mooncake trace: blank lines are skipped; limit
@@ -119,8 +133,12 @@ func parseTraceLine(b []byte) (TraceRequest, error) {
 		}
 		ts = int64(f)
 	}
-	req := TraceRequest{Timestamp: ts, InputLength: *tl.InputLength, OutputLength: *tl.OutputLength, HashIDs: *tl.HashIDs}
+	req := TraceRequest{Timestamp: ts, InputLength: *tl.InputLength, OutputLength: *tl.OutputLength, HashIDs: *tl.HashIDs, Tenant: tl.Tenant, Priority: tl.Priority}
 	switch {
+	case len(req.Tenant) > MaxTenantLen:
+		return req, fmt.Errorf("tenant of %d bytes, more than %d", len(req.Tenant), MaxTenantLen)
+	case req.Priority < -MaxPriorityAbs || req.Priority > MaxPriorityAbs:
+		return req, fmt.Errorf("priority %d outside [%d, %d]", req.Priority, -MaxPriorityAbs, MaxPriorityAbs)
 	case req.Timestamp < 0 || req.Timestamp > 1e15:
 		return req, fmt.Errorf("timestamp %d: want milliseconds in [0, 1e15]", req.Timestamp)
 	case req.InputLength < 1 || req.InputLength > MaxInputLength:

@@ -26,6 +26,14 @@ type session struct {
 	prefix []segment
 	left   int
 	agent  bool
+	owner  owner
+}
+
+// owner is who sends a request: its tenant and priority band. A session's
+// turns share their opener's.
+type owner struct {
+	tenant   string
+	priority int
 }
 
 type generator struct {
@@ -38,6 +46,9 @@ type generator struct {
 	systems, schemas, docs []segment
 	chats, agents          []*session
 	cum                    [5]float64 // cumulative class weights
+	// orand draws owners (tenants.go) on a stream of its own, so that a
+	// mix without tenants or bands draws exactly what it drew before.
+	orand *rand.Rand
 }
 
 // Generate draws m's trace. The same Mix (seed included) always yields the
@@ -46,7 +57,8 @@ func Generate(m Mix) ([]replay.TraceRequest, error) {
 	if err := m.fill(); err != nil {
 		return nil, err
 	}
-	g := &generator{m: &m, rnd: rand.New(rand.NewPCG(m.Seed, 0x776f726b6c6f6164)), ids: map[uint64]uint64{}}
+	g := &generator{m: &m, rnd: rand.New(rand.NewPCG(m.Seed, 0x776f726b6c6f6164)), ids: map[uint64]uint64{},
+		orand: rand.New(rand.NewPCG(m.Seed, 0x74656e616e7473))}
 	for range m.SystemPrompts {
 		g.systems = append(g.systems, g.fresh(m.SystemTokens))
 	}
@@ -66,9 +78,10 @@ func Generate(m Mix) ([]replay.TraceRequest, error) {
 	out := make([]replay.TraceRequest, 0, m.Requests)
 	for i := range m.Requests {
 		at := arrive.next()
-		prompt := g.prompt()
+		prompt, who := g.prompt()
 		reply := g.length(m.OutputTokens)
 		r := g.trace(prompt, reply)
+		r.Tenant, r.Priority = who.tenant, who.priority
 		r.Timestamp = at.Milliseconds()
 		r.Line = i + 1
 		out = append(out, r)
@@ -122,13 +135,13 @@ func tokensOf(segs []segment) int {
 	return n
 }
 
-// prompt draws one arrival's class and builds its prompt.
-func (g *generator) prompt() []segment {
+// prompt draws one arrival's class and builds its prompt; who sends it.
+func (g *generator) prompt() ([]segment, owner) {
 	m := g.m
 	u := g.rnd.Float64() * g.cum[4]
 	switch {
 	case u < g.cum[0]:
-		return []segment{g.systems[g.zipf(len(g.systems))], g.fresh(m.UserTokens)}
+		return []segment{g.systems[g.zipf(len(g.systems))], g.fresh(m.UserTokens)}, g.owner()
 	case u < g.cum[1]:
 		return g.turn(false)
 	case u < g.cum[2]:
@@ -138,16 +151,16 @@ func (g *generator) prompt() []segment {
 		for range m.DocsPerQuery {
 			p = append(p, g.docs[g.zipf(len(g.docs))])
 		}
-		return append(p, g.fresh(m.UserTokens))
+		return append(p, g.fresh(m.UserTokens)), g.owner()
 	}
-	return []segment{g.fresh(m.UniqueTokens)}
+	return []segment{g.fresh(m.UniqueTokens)}, g.owner()
 }
 
 // turn continues an open session of the kind, or opens one. With mean
 // session length L turns, an arrival continues a session with probability
 // 1 − 1/L, so sessions average L turns; continuing picks an open session
 // at random (sessions interleave, as callers do).
-func (g *generator) turn(agent bool) []segment {
+func (g *generator) turn(agent bool) ([]segment, owner) {
 	m := g.m
 	open, mean := &g.chats, m.ChatTurns
 	if agent {
@@ -181,7 +194,7 @@ func (g *generator) turn(agent bool) []segment {
 		for g.rnd.Float64() >= 1/mean && left < 1e4 {
 			left++
 		}
-		s = &session{left: left - 1, agent: agent}
+		s = &session{left: left - 1, agent: agent, owner: g.owner()}
 		if agent {
 			s.prefix = []segment{g.schemas[g.zipf(len(g.schemas))], g.fresh(m.UserTokens)}
 		} else {
@@ -191,7 +204,7 @@ func (g *generator) turn(agent bool) []segment {
 			*open = append(*open, s)
 		}
 	}
-	return append([]segment(nil), s.prefix...)
+	return append([]segment(nil), s.prefix...), s.owner
 }
 
 // trace turns a prompt into a Mooncake line: input_length, and one hash id

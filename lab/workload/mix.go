@@ -84,6 +84,12 @@ type Mix struct {
 
 	UniqueTokens int
 
+	// Tenants, NoisyFactor and HighShare say who sends the requests
+	// (tenants.go); zero: one anonymous tenant, one band.
+	Tenants     int
+	NoisyFactor float64
+	HighShare   float64
+
 	// MaxPromptTokens caps a prompt: a session whose next prompt would be
 	// longer ends, and the arrival starts a fresh one. Default 32,768.
 	MaxPromptTokens int
@@ -148,6 +154,9 @@ func (m *Mix) fill() error {
 		if c.v < 0 || c.v > maxTokens {
 			return fmt.Errorf("workload %s: %s = %d outside [0, %d]", m.Name, c.name, c.v, maxTokens)
 		}
+	}
+	if err := m.checkOwners(); err != nil {
+		return err
 	}
 	if m.UserTokens < 1 || m.OutputTokens < 1 {
 		return errors.New("workload " + m.Name + ": user_tokens and output_tokens must be at least 1")

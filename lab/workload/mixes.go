@@ -16,16 +16,20 @@ import (
 // reported on, to check that what was tuned is the mechanism and not the
 // trace. Rates put each mix's 1× near the conversation trace's per-worker
 // load at 8 workers (light: capacity is several times higher).
+//
+// OverloadMixes carry tenants and priority bands (tenants.go) for the
+// overload sweeps of issue 26; their content is chat's.
 var (
-	TuningMixes  = []string{"chat", "agent", "rag"}
-	HeldOutMixes = []string{"holdout"}
+	TuningMixes   = []string{"chat", "agent", "rag"}
+	HeldOutMixes  = []string{"holdout"}
+	OverloadMixes = []string{"tenants", "bands"}
 )
 
 // Named returns a named mix of n requests.
 func Named(name string, n int) (Mix, error) {
 	m, ok := named[name]
 	if !ok {
-		return Mix{}, fmt.Errorf("workload: unknown mix %q (want one of %v or %v)", name, TuningMixes, HeldOutMixes)
+		return Mix{}, fmt.Errorf("workload: unknown mix %q (want one of %v, %v or %v)", name, TuningMixes, HeldOutMixes, OverloadMixes)
 	}
 	m.Name, m.Requests = name, n
 	return m, m.Validate()
@@ -59,6 +63,30 @@ var named = map[string]Mix{
 		SystemPrompts: 4, SystemTokens: 800, UserTokens: 120, OutputTokens: 200,
 		Docs: 200, DocTokens: 2500, DocsPerQuery: 3,
 		UniqueTokens: 3000,
+	},
+	// Eight well-behaved tenants and one noisy tenant sending 5× a
+	// well-behaved one's share (5 of 13 requests), on chat's content and
+	// rate, another seed.
+	"tenants": {
+		Seed: 11, Rate: 32, Arrivals: Poisson,
+		Weights:       ClassWeights{System: 0.2, Chat: 0.7, Unique: 0.1},
+		ZipfS:         1.0,
+		SystemPrompts: 8, SystemTokens: 1500, UserTokens: 300, OutputTokens: 250,
+		ChatTurns:    6,
+		UniqueTokens: 4000,
+		Tenants:      8, NoisyFactor: 5,
+	},
+	// Two priority bands (a quarter of the sessions in the top band)
+	// across eight equal tenants, arriving in bursts of 3× the mean rate
+	// a fifth of the time, on chat's content, another seed.
+	"bands": {
+		Seed: 12, Rate: 32, Arrivals: Bursty, BurstFactor: 3, BurstShare: 0.2, BurstPeriod: 30 * time.Second,
+		Weights:       ClassWeights{System: 0.2, Chat: 0.7, Unique: 0.1},
+		ZipfS:         1.0,
+		SystemPrompts: 8, SystemTokens: 1500, UserTokens: 300, OutputTokens: 250,
+		ChatTurns:    6,
+		UniqueTokens: 4000,
+		Tenants:      8, HighShare: 0.25,
 	},
 	// Held out: every class, other lengths, flatter popularity, sharper
 	// bursts, another seed.
@@ -110,7 +138,9 @@ func WriteJSONL(w io.Writer, reqs []replay.TraceRequest) error {
 			InputLength  int      `json:"input_length"`
 			OutputLength int      `json:"output_length"`
 			HashIDs      []uint64 `json:"hash_ids"`
-		}{r.Timestamp, r.InputLength, r.OutputLength, r.HashIDs}
+			Tenant       string   `json:"tenant,omitempty"`
+			Priority     int      `json:"priority,omitempty"`
+		}{r.Timestamp, r.InputLength, r.OutputLength, r.HashIDs, r.Tenant, r.Priority}
 		if err := enc.Encode(line); err != nil {
 			return fmt.Errorf("workload: writing request %d: %w", i+1, err)
 		}

@@ -26,7 +26,7 @@ func generate(t *testing.T, m Mix) []replay.TraceRequest {
 }
 
 func TestNamedMixesRoundTripThroughTheTraceParser(t *testing.T) {
-	for _, name := range append(slices.Clone(TuningMixes), HeldOutMixes...) {
+	for _, name := range append(append(slices.Clone(TuningMixes), HeldOutMixes...), OverloadMixes...) {
 		m, err := Named(name, 300)
 		if err != nil {
 			t.Fatal(err)
@@ -212,6 +212,10 @@ func TestMixValidation(t *testing.T) {
 		{func(m *Mix) { m.Weights.RAG = 1 }, "docs"},
 		{func(m *Mix) { m.UserTokens = 0 }, "user_tokens"},
 		{func(m *Mix) { m.DocTokens = -3 }, "doc_tokens"},
+		{func(m *Mix) { m.Tenants = -1 }, "tenants"},
+		{func(m *Mix) { m.NoisyFactor = 5 }, "noisy tenant needs"},
+		{func(m *Mix) { m.Tenants, m.NoisyFactor = 4, math.Inf(1) }, "noisy factor"},
+		{func(m *Mix) { m.HighShare = 1 }, "high-band share"},
 	} {
 		m := base()
 		m.Weights = ClassWeights{System: 1}
@@ -248,5 +252,59 @@ func TestFromAzureKeepsArrivalsAndLengthsAndSharesNothing(t *testing.T) {
 	}
 	if _, err := FromAzure(strings.NewReader("bad header\n"), "x", 0); err == nil {
 		t.Error("bad CSV accepted")
+	}
+}
+
+// The tenants mix: eight well-behaved tenants and one sending 5× a
+// well-behaved one's share, so 5/13 of the requests. The bands mix: a quarter of the requests in band 1. Mixes
+// without owners draw exactly what they drew before (no tenant, band 0).
+func TestOverloadMixesCarryTenantsAndBands(t *testing.T) {
+	m, err := Named("tenants", 6000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := map[string]int{}
+	for _, r := range generate(t, m) {
+		count[r.Tenant]++
+		if r.Priority != 0 {
+			t.Fatalf("tenants mix: priority %d, want one band", r.Priority)
+		}
+	}
+	if len(count) != 9 {
+		t.Fatalf("tenants: %v, want t01..t08 and %s", count, NoisyTenant)
+	}
+	noisy := float64(count[NoisyTenant]) / 6000
+	if noisy < 0.33 || noisy > 0.44 {
+		t.Errorf("noisy tenant sent %.3f of the requests, want about 5/13 = 0.385", noisy)
+	}
+	for k, n := range count {
+		if share := float64(n) / 6000; k != NoisyTenant && (share < 0.04 || share > 0.12) {
+			t.Errorf("tenant %s sent %.3f, want about 1/13 = 0.077", k, share)
+		}
+	}
+	b, err := Named("bands", 6000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	high := 0
+	for _, r := range generate(t, b) {
+		if r.Priority == 1 {
+			high++
+		} else if r.Priority != 0 {
+			t.Fatalf("bands: priority %d, want 0 or 1", r.Priority)
+		}
+	}
+	if share := float64(high) / 6000; share < 0.18 || share > 0.32 {
+		t.Errorf("band 1 has %.3f of the requests, want about 0.25", share)
+	}
+
+	c, err := Named("chat", 300)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range generate(t, c) {
+		if r.Tenant != "" || r.Priority != 0 {
+			t.Fatalf("chat: tenant %q priority %d, want none", r.Tenant, r.Priority)
+		}
 	}
 }
