@@ -15,6 +15,18 @@ func randomPick(t *testing.T, rnd interface {
 	Float64() float64
 }) (Config, Decision) {
 	t.Helper()
+	cfg, d, _, _ := randomPickWith(t, rnd)
+	return cfg, d
+}
+
+// randomPickWith is randomPick that also returns the request and the
+// candidates.
+func randomPickWith(t *testing.T, rnd interface {
+	IntN(int) int
+	Int64N(int64) int64
+	Float64() float64
+}) (Config, Decision, Request, []Candidate) {
+	t.Helper()
 	blocks := rnd.IntN(64)
 	req := Request{PromptTokens: blocks*16 + rnd.IntN(16), BlockSize: 16, Blocks: blocks,
 		ExpectedOutputTokens: rnd.IntN(2000), Stage: Stage(rnd.IntN(3))}
@@ -51,7 +63,7 @@ func randomPick(t *testing.T, rnd interface {
 	if err != nil && err != ErrNoEligible {
 		t.Fatal(err)
 	}
-	return cfg, d
+	return cfg, d, req, cands
 }
 
 // The cost is exactly the sum of the listed terms' columns, in the list's
