@@ -26,9 +26,9 @@ type choice struct {
 	expectedOutput int
 }
 
-// pick asks the pure picker for a worker (picker.Pick), or, in a pool with
-// prefill workers and P/D enabled, for a decode worker and whether to
-// prefill elsewhere first (picker.DecidePD).
+// pick asks the pure picker for a worker (picker.Checked.Pick), or, in a
+// pool with prefill workers and P/D enabled, for a decode worker and
+// whether to prefill elsewhere first (picker.CheckedPD.Decide).
 func (r *Router) pick(req *server.Request, res *preprocess.Result, p *pool, cands []picker.Candidate, rnd *rand.Rand) (choice, *server.RouteError) {
 	noWorker := func() (choice, *server.RouteError) {
 		r.metrics.requests.WithLabelValues(res.Served, "no_worker").Inc()
@@ -47,7 +47,7 @@ func (r *Router) pick(req *server.Request, res *preprocess.Result, p *pool, cand
 	if r.cfg.PD.Enabled && p.hasPD {
 		err = r.pickPD(&c, preq, rnd)
 	} else {
-		c.dec, err = picker.Pick(preq, cands, r.pickConfig, rnd)
+		c.dec, err = r.picks.Pick(preq, cands, rnd)
 	}
 	if err != nil {
 		// The picker's reason names workers and bounds: log it, never tell
@@ -63,7 +63,7 @@ func (r *Router) pick(req *server.Request, res *preprocess.Result, p *pool, cand
 func (r *Router) pickPD(c *choice, preq picker.Request, rnd *rand.Rand) error {
 	prefillCands := byRole(c.cands, picker.RolePrefill)
 	decodeCands := byRole(c.cands, picker.RoleDecode)
-	pdd, err := picker.DecidePD(preq, prefillCands, decodeCands, r.pd, rnd)
+	pdd, err := r.pd.Decide(preq, prefillCands, decodeCands, rnd)
 	if err != nil {
 		return err
 	}

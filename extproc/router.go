@@ -68,7 +68,10 @@ type Router struct {
 	// (priority.go), replaced whole; nil = none known.
 	objectives atomic.Pointer[map[string]int]
 	pickConfig picker.Config
-	pd         picker.PDConfig
+	// picks and pd are the picker's configurations, validated once here
+	// rather than on every pick.
+	picks      picker.Checked
+	pd         picker.CheckedPD
 	log        *slog.Logger
 	metrics    *metrics
 	debug      *decisionLog
@@ -120,7 +123,8 @@ func NewRouter(rc RouterConfig, reg *preprocess.Registry, idx kvindex.Index, log
 	if err := x.Picker.Apply(&pc); err != nil {
 		return nil, fmt.Errorf("extproc %w", err)
 	}
-	if err := pc.Validate(); err != nil {
+	picks, err := pc.Check()
+	if err != nil {
 		return nil, fmt.Errorf("extproc picker: %w", err)
 	}
 	pd := picker.DefaultPDConfig()
@@ -128,7 +132,8 @@ func NewRouter(rc RouterConfig, reg *preprocess.Registry, idx kvindex.Index, log
 	pd.MinUncachedTokens = x.PD.MinUncachedTokens
 	pd.KVBytesPerToken = x.PD.KVBytesPerToken
 	pd.TransferBytesPerSec = x.PD.TransferGBps * 1e9
-	if err := pd.Validate(); err != nil {
+	pdChecked, err := pd.Check()
+	if err != nil {
 		return nil, fmt.Errorf("extproc pd: %w", err)
 	}
 	recent, err := loadview.NewRecent(loadview.RecentConfig{TTL: x.ApproximateTTL.D(), MaxEntries: loadview.DefaultRecentMaxEntries})
@@ -145,7 +150,7 @@ func NewRouter(rc RouterConfig, reg *preprocess.Registry, idx kvindex.Index, log
 	}
 	r := &Router{
 		cfg: x, reg: reg, idx: idx, load: loadview.New(), recent: recent, pending: pending, debugOK: debugOK,
-		pickConfig: pc, pd: pd, log: log,
+		pickConfig: pc, picks: picks, pd: pdChecked, log: log,
 		metrics: newMetrics(), debug: newDecisionLog(x.DecisionsKept), now: time.Now,
 		throughput: loadview.NewThroughput(), panics: newPanicNotice(log),
 	}

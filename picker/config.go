@@ -192,6 +192,27 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// Checked is a Config that Validate accepted. A caller that picks many
+// times with one configuration (extproc's router: every request) checks it
+// once, when the configuration is loaded, and picks with Checked.Pick:
+// Pick and PickInto validate the Config they are given on every call.
+// The zero Checked refuses to pick; Check makes one.
+type Checked struct {
+	cfg Config
+	ok  bool
+}
+
+// Check validates c once for many picks.
+func (c Config) Check() (Checked, error) {
+	if err := c.Validate(); err != nil {
+		return Checked{}, err
+	}
+	return Checked{cfg: c, ok: true}, nil
+}
+
+// Config is a copy of the checked configuration.
+func (k *Checked) Config() Config { return k.cfg }
+
 func (k KvgateConfig) validate() error {
 	switch {
 	case !finiteIn(k.DefaultPrefillTokensPerSec, 1, 1e9):

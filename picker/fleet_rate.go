@@ -34,3 +34,23 @@ func newFleetView(measured []float64, defaultRate float64) fleetView {
 }
 
 func (f *fleetView) rateOf(l *Load) float64 { return prefillTokensPerSec(l, f.fallback) }
+
+// meanOver sets mean and uniform from the eligible candidates' rates (a
+// rate not measured counts as the fallback), summed in candidate order.
+// Only the throughput-aware prefill term reads them.
+func (f *fleetView) meanOver(cands []Candidate, terms []Terms, eligible int) {
+	first := -1.0
+	for i := range cands {
+		if !terms[i].Eligible {
+			continue
+		}
+		rate := f.rateOf(&cands[i].Load)
+		f.mean += rate
+		if first < 0 {
+			first = rate
+		} else if rate != first {
+			f.uniform = false
+		}
+	}
+	f.mean /= float64(eligible)
+}

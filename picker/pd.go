@@ -101,15 +101,57 @@ type PDDecision struct {
 // Otherwise Decode holds the aggregated pick. The error is ErrNoEligible
 // (wrapped) when no decode worker can take the request, or a validation
 // error.
+//
+// cfg is validated on every call; a caller that decides with one
+// configuration many times checks it once (PDConfig.Check) and calls
+// CheckedPD.Decide.
 func DecidePD(req Request, prefill, decode []Candidate, cfg PDConfig, rnd *rand.Rand) (PDDecision, error) {
-	out := PDDecision{Prefill: Decision{Primary: -1}}
-	if err := cfg.Validate(); err != nil {
-		return out, err
+	k, err := cfg.Check()
+	if err != nil {
+		return PDDecision{Prefill: Decision{Primary: -1}}, err
 	}
+	return k.Decide(req, prefill, decode, rnd)
+}
+
+// CheckedPD is a PDConfig that Validate accepted, with its three picks'
+// configurations checked once (see Checked). The zero CheckedPD refuses
+// to decide.
+type CheckedPD struct {
+	cfg PDConfig
+	// picker scores the aggregated and decode picks; prefill the prefill
+	// pick, under the prefill bounds.
+	picker, prefill Checked
+}
+
+// Check validates c once for many decisions.
+func (c PDConfig) Check() (CheckedPD, error) {
+	if err := c.Validate(); err != nil {
+		return CheckedPD{}, err
+	}
+	agg, err := c.Picker.Check()
+	if err != nil {
+		return CheckedPD{}, fmt.Errorf("P/D config: %w", err)
+	}
+	pc := c.Picker
+	pc.MaxInflight, pc.MaxQueuedPrefillTokens = c.MaxPrefillInflight, c.MaxPrefillQueuedTokens
+	pre, err := pc.Check()
+	if err != nil {
+		return CheckedPD{}, fmt.Errorf("P/D config: prefill bounds: %w", err)
+	}
+	return CheckedPD{cfg: c, picker: agg, prefill: pre}, nil
+}
+
+// Decide is DecidePD with a configuration validated once.
+func (k *CheckedPD) Decide(req Request, prefill, decode []Candidate, rnd *rand.Rand) (PDDecision, error) {
+	out := PDDecision{Prefill: Decision{Primary: -1}}
+	if !k.picker.ok {
+		return out, errUnchecked
+	}
+	cfg := &k.cfg
 	bs := float64(req.BlockSize)
 
 	req.Stage = StageAggregated
-	agg, err := Pick(req, decode, cfg.Picker, rnd)
+	agg, err := k.picker.Pick(req, decode, rnd)
 	if err != nil {
 		return out, fmt.Errorf("P/D: aggregated pick: %w", err)
 	}
@@ -123,10 +165,8 @@ func DecidePD(req Request, prefill, decode []Candidate, cfg PDConfig, rnd *rand.
 		return out, nil
 	}
 
-	pc := cfg.Picker
-	pc.MaxInflight, pc.MaxQueuedPrefillTokens = cfg.MaxPrefillInflight, cfg.MaxPrefillQueuedTokens
 	req.Stage = StagePrefill
-	pre, err := Pick(req, prefill, pc, rnd)
+	pre, err := k.prefill.Pick(req, prefill, rnd)
 	if errors.Is(err, ErrNoEligible) {
 		out.Reason = "aggregated: no prefill worker under its load bounds"
 		return out, nil
@@ -135,7 +175,7 @@ func DecidePD(req Request, prefill, decode []Candidate, cfg PDConfig, rnd *rand.
 		return out, fmt.Errorf("P/D: prefill pick: %w", err)
 	}
 	req.Stage = StageDecode
-	dec, err := Pick(req, decode, cfg.Picker, rnd)
+	dec, err := k.picker.Pick(req, decode, rnd)
 	if err != nil {
 		return out, fmt.Errorf("P/D: decode pick: %w", err)
 	}

@@ -128,3 +128,32 @@ func abs(v float64) float64 {
 	}
 	return v
 }
+
+// A checked P/D configuration decides as DecidePD does; an invalid one is
+// refused at Check, and the zero CheckedPD refuses to decide.
+func TestCheckedPD(t *testing.T) {
+	cfg := DefaultPDConfig()
+	k, err := cfg.Check()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pre := []Candidate{cand(1, depth(0), Load{})}
+	dec := []Candidate{cand(2, depth(0), Load{PrefillTokens: 50000}), cand(3, depth(0), Load{})}
+	req := req16(200)
+	want, err1 := DecidePD(req, pre, dec, cfg, nil)
+	got, err2 := k.Decide(req, pre, dec, nil)
+	if err1 != nil || err2 != nil {
+		t.Fatal(err1, err2)
+	}
+	if got.Disaggregate != want.Disaggregate || got.Reason != want.Reason || got.Decode.Primary != want.Decode.Primary || got.Prefill.Primary != want.Prefill.Primary {
+		t.Errorf("checked %+v, DecidePD %+v", got, want)
+	}
+	cfg.MaxPrefillInflight = 0
+	if _, err := cfg.Check(); err == nil {
+		t.Error("Check accepted max prefill in-flight 0")
+	}
+	var zero CheckedPD
+	if _, err := zero.Decide(req, pre, dec, nil); err == nil {
+		t.Error("the zero CheckedPD decided")
+	}
+}

@@ -180,9 +180,6 @@ type Decision struct {
 	Healthy, Hosts int
 
 	rates []float64 // scratch: the eligible workers' measured prefill rates
-	// device is scratch too: each candidate's overlap in device memory, from
-	// the same tierCredit walk as Terms.Credit (the decode term reads it).
-	device []float64
 }
 
 // ErrNoEligible is returned when every candidate is excluded.
