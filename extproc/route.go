@@ -78,6 +78,7 @@ func (r *Router) Decide(ctx context.Context, req *server.Request) (*server.Decis
 	if rerr != nil {
 		return nil, rerr
 	}
+	defer r.release(&c)
 	now := r.now()
 	d := r.book(p, c, bookingFor(res, c), now)
 	r.record(req, res, c, d, prio, now)

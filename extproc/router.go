@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -72,6 +73,7 @@ type Router struct {
 	// rather than on every pick.
 	picks      picker.Checked
 	pd         picker.CheckedPD
+	decisions  sync.Pool // *picker.Decision, recycled per request (pick.go)
 	log        *slog.Logger
 	metrics    *metrics
 	debug      *decisionLog

@@ -120,6 +120,9 @@ type Server struct {
 	c       counters
 	budget  *bufferBudget
 	refused *refusalLog
+	// endpoints memoises the decider's endpoints as Envoy spells them
+	// (endpoints.go).
+	endpoints endpointSpellings
 
 	mu       sync.Mutex
 	draining bool

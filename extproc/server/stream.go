@@ -14,8 +14,6 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-
-	"github.com/kvgate/kvgate/extproc/envoyaddr"
 )
 
 // errImmediate ends a stream after an ImmediateResponse: Envoy sends the
@@ -636,7 +634,7 @@ func (st *streamState) decide(body []byte) (*Decision, error) {
 	if rerr != nil {
 		return nil, st.immediate(rerr.Status, rerr.Body, rerr.Headers, "kvgate_route_error")
 	}
-	if err := validateDecision(d); err != nil {
+	if err := validateDecision(d, &st.s.endpoints); err != nil {
 		st.s.c.badDecisions.Add(1)
 		st.s.log.Error("decider returned an invalid decision", "err", err, "request_id", st.req.RequestID)
 		st.finish(OutcomeStreamError)
@@ -655,7 +653,7 @@ func (st *streamState) decide(body []byte) (*Decision, error) {
 func (st *streamState) canonicalize(d *Decision) {
 	st.sent = make(map[string]string, 1+len(d.Fallbacks))
 	fix := func(ep string) string {
-		c, err := envoyaddr.Canonical(ep)
+		c, err := st.s.endpoints.canonical(ep)
 		if err != nil {
 			return ep // validateDecision already refused anything unparsable
 		}
@@ -674,7 +672,7 @@ func (st *streamState) canonicalize(d *Decision) {
 	}
 	d.Fallbacks = fbs
 	if d.Prefiller != "" {
-		if c, err := envoyaddr.Canonical(d.Prefiller); err == nil {
+		if c, err := st.s.endpoints.canonical(d.Prefiller); err == nil {
 			d.Prefiller = c
 		}
 	}
