@@ -210,9 +210,6 @@ func (c Config) Check() (Checked, error) {
 	return Checked{cfg: c, ok: true}, nil
 }
 
-// Config is a copy of the checked configuration.
-func (k *Checked) Config() Config { return k.cfg }
-
 func (k KvgateConfig) validate() error {
 	switch {
 	case !finiteIn(k.DefaultPrefillTokensPerSec, 1, 1e9):

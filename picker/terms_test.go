@@ -206,8 +206,8 @@ func TestCheckedPicksAsPick(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if k.Config() != cfg {
-			t.Fatalf("Config() = %+v, checked %+v", k.Config(), cfg)
+		if k.cfg != cfg || !k.ok {
+			t.Fatalf("checked %+v (ok %v), config %+v", k.cfg, k.ok, cfg)
 		}
 		got, err := k.Pick(req, cands, nil)
 		if err != nil && err != ErrNoEligible {
