@@ -123,6 +123,8 @@ type Server struct {
 	// endpoints memoises the decider's endpoints as Envoy spells them
 	// (endpoints.go).
 	endpoints endpointSpellings
+	// clocks recycles finished streams' timers (startClocks).
+	clocks sync.Pool
 
 	mu       sync.Mutex
 	draining bool
