@@ -156,7 +156,9 @@ func (r *Router) routeUnparsed(req *server.Request) (*server.Decision, *server.R
 		res = &preprocess.Result{Model: m, Served: name, LoRA: lora}
 	}
 	cands := r.gatherer.gather(p.workers, nil, req.SubsetHint, r.now(), rnd)
-	dec, err := r.picks.Pick(picker.Request{Stage: picker.StageAggregated, BlockSize: 1}, cands, rnd)
+	// The validating Pick (not r.picks): these requests are few (no
+	// prompt to key on), and it keeps the package's one-call API in use.
+	dec, err := picker.Pick(picker.Request{Stage: picker.StageAggregated, BlockSize: 1}, cands, r.pickConfig, rnd)
 	if err != nil || len(cands) == 0 {
 		served := ""
 		if res != nil {

@@ -41,7 +41,7 @@ type Config struct {
 	Fallbacks int
 
 	// MaxInflight and MaxQueuedPrefillTokens, when positive, exclude workers
-	// at or above the bound (an admission bound; DecidePD uses it to define a
+	// at or above the bound (an admission bound; CheckedPD.Decide uses it to define a
 	// saturated prefill pool). 0 = unbounded.
 	MaxInflight            int
 	MaxQueuedPrefillTokens int64

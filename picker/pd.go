@@ -9,7 +9,7 @@ import (
 	"github.com/kvgate/kvgate/kv/kvfleet"
 )
 
-// PDConfig parameterises DecidePD. Start from DefaultPDConfig.
+// PDConfig parameterises CheckedPD.Decide (PDConfig.Check). Start from DefaultPDConfig.
 type PDConfig struct {
 	// Picker scores all three picks (aggregated, prefill, decode); its
 	// MaxInflight / MaxQueuedPrefillTokens are replaced by the prefill
@@ -87,32 +87,6 @@ type PDDecision struct {
 	GainSeconds     float64 // aggregated TTFT − prefill-worker TTFT
 }
 
-// DecidePD decides whether to split req into a remote prefill and a local
-// decode. It splits only when it pays:
-//
-//  1. the best aggregated (decode-pool) worker would still compute at least
-//     MinUncachedTokens of the prompt;
-//  2. some prefill worker is under both load bounds;
-//  3. moving the KV (tokens the decode worker lacks × KVBytesPerToken ÷
-//     TransferBytesPerSec) takes less time than the TTFT it saves: the
-//     aggregated worker's queued prefill plus this prompt's uncached part at
-//     its rate, minus the same on the chosen prefill worker.
-//
-// Otherwise Decode holds the aggregated pick. The error is ErrNoEligible
-// (wrapped) when no decode worker can take the request, or a validation
-// error.
-//
-// cfg is validated on every call; a caller that decides with one
-// configuration many times checks it once (PDConfig.Check) and calls
-// CheckedPD.Decide.
-func DecidePD(req Request, prefill, decode []Candidate, cfg PDConfig, rnd *rand.Rand) (PDDecision, error) {
-	k, err := cfg.Check()
-	if err != nil {
-		return PDDecision{Prefill: Decision{Primary: -1}}, err
-	}
-	return k.Decide(req, prefill, decode, rnd)
-}
-
 // CheckedPD is a PDConfig that Validate accepted, with its three picks'
 // configurations checked once (see Checked). The zero CheckedPD refuses
 // to decide.
@@ -141,7 +115,20 @@ func (c PDConfig) Check() (CheckedPD, error) {
 	return CheckedPD{cfg: c, picker: agg, prefill: pre}, nil
 }
 
-// Decide is DecidePD with a configuration validated once.
+// Decide decides whether to split req into a remote prefill and a local
+// decode. It splits only when it pays:
+//
+//  1. the best aggregated (decode-pool) worker would still compute at least
+//     MinUncachedTokens of the prompt;
+//  2. some prefill worker is under both load bounds;
+//  3. moving the KV (tokens the decode worker lacks × KVBytesPerToken ÷
+//     TransferBytesPerSec) takes less time than the TTFT it saves: the
+//     aggregated worker's queued prefill plus this prompt's uncached part at
+//     its rate, minus the same on the chosen prefill worker.
+//
+// Otherwise Decode holds the aggregated pick. The error is ErrNoEligible
+// (wrapped) when no decode worker can take the request. The configuration
+// was validated once, by PDConfig.Check.
 func (k *CheckedPD) Decide(req Request, prefill, decode []Candidate, rnd *rand.Rand) (PDDecision, error) {
 	out := PDDecision{Prefill: Decision{Primary: -1}}
 	if !k.picker.ok {

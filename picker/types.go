@@ -91,7 +91,7 @@ type Load struct {
 	DecodeBlocks     int64 // KV blocks held by requests routed here (predicted)
 
 	// PrefillTokensPerSec is this worker's measured prefill rate (see
-	// ThroughputEstimator); 0 = unknown. Used by the kvgate policy and DecidePD.
+	// ThroughputEstimator); 0 = unknown. Used by the kvgate policy and CheckedPD.Decide.
 	PrefillTokensPerSec float64
 	// KVCapacityBlocks is the worker's device KV capacity in blocks
 	// (vLLM `vllm:cache_config_info{num_gpu_blocks}`); 0 = unknown.
