@@ -24,11 +24,25 @@ type choice struct {
 	// expectedOutput is the output length the picker assumed, which the
 	// booking reserves KV blocks for.
 	expectedOutput int
+	// pooled is the recycled Decision dec was picked into (nil for a P/D
+	// pool's); release returns it.
+	pooled *picker.Decision
 }
 
-// pick asks the pure picker for a worker (picker.Pick), or, in a pool with
-// prefill workers and P/D enabled, for a decode worker and whether to
-// prefill elsewhere first (picker.DecidePD).
+// release hands the choice's Decision back for another request. Decide
+// calls it once the decision is booked and recorded: book copies the
+// endpoints it keeps, record the terms (topCandidates), so nothing holds
+// dec's slices after.
+func (r *Router) release(c *choice) {
+	if c.pooled != nil {
+		r.decisions.Put(c.pooled)
+		c.pooled, c.dec = nil, picker.Decision{}
+	}
+}
+
+// pick asks the pure picker for a worker (picker.Checked.Pick), or, in a
+// pool with prefill workers and P/D enabled, for a decode worker and
+// whether to prefill elsewhere first (picker.CheckedPD.Decide).
 func (r *Router) pick(req *server.Request, res *preprocess.Result, p *pool, cands []picker.Candidate, rnd *rand.Rand) (choice, *server.RouteError) {
 	noWorker := func() (choice, *server.RouteError) {
 		r.metrics.requests.WithLabelValues(res.Served, "no_worker").Inc()
@@ -47,9 +61,17 @@ func (r *Router) pick(req *server.Request, res *preprocess.Result, p *pool, cand
 	if r.cfg.PD.Enabled && p.hasPD {
 		err = r.pickPD(&c, preq, rnd)
 	} else {
-		c.dec, err = picker.Pick(preq, cands, r.pickConfig, rnd)
+		// A recycled Decision: its terms (one row per candidate) and
+		// scratch are not allocated per request.
+		d, _ := r.decisions.Get().(*picker.Decision)
+		if d == nil {
+			d = new(picker.Decision)
+		}
+		err = r.picks.PickInto(d, preq, cands, rnd)
+		c.dec, c.pooled = *d, d
 	}
 	if err != nil {
+		r.release(&c)
 		// The picker's reason names workers and bounds: log it, never tell
 		// the client.
 		r.log.Warn("picker refused the request", "request_id", req.RequestID, "model", res.Served, "err", err)
@@ -63,7 +85,7 @@ func (r *Router) pick(req *server.Request, res *preprocess.Result, p *pool, cand
 func (r *Router) pickPD(c *choice, preq picker.Request, rnd *rand.Rand) error {
 	prefillCands := byRole(c.cands, picker.RolePrefill)
 	decodeCands := byRole(c.cands, picker.RoleDecode)
-	pdd, err := picker.DecidePD(preq, prefillCands, decodeCands, r.pd, rnd)
+	pdd, err := r.pd.Decide(preq, prefillCands, decodeCands, rnd)
 	if err != nil {
 		return err
 	}

@@ -80,6 +80,7 @@ func (r *Router) Decide(ctx context.Context, req *server.Request) (*server.Decis
 	if rerr != nil {
 		return nil, rerr
 	}
+	defer r.release(&c)
 	now := r.now()
 	d := r.book(p, c, bookingFor(res, c), now)
 	r.record(req, res, c, d, prio, now)
@@ -161,6 +162,8 @@ func (r *Router) routeUnparsed(req *server.Request) (*server.Decision, *server.R
 		res = &preprocess.Result{Model: m, Served: name, LoRA: lora}
 	}
 	cands := r.gatherer.gather(p.workers, nil, req.SubsetHint, r.now(), rnd)
+	// The validating Pick (not r.picks): these requests are few (no
+	// prompt to key on), and it keeps the package's one-call API in use.
 	dec, err := picker.Pick(picker.Request{Stage: picker.StageAggregated, BlockSize: 1}, cands, r.pickConfig, rnd)
 	if err != nil || len(cands) == 0 {
 		served := ""

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -70,7 +71,11 @@ type Router struct {
 	// (priority.go), replaced whole; nil = none known.
 	objectives atomic.Pointer[map[string]int]
 	pickConfig picker.Config
-	pd         picker.PDConfig
+	// picks and pd are the picker's configurations, validated once here
+	// rather than on every pick.
+	picks      picker.Checked
+	pd         picker.CheckedPD
+	decisions  sync.Pool // *picker.Decision, recycled per request (pick.go)
 	log        *slog.Logger
 	metrics    *metrics
 	debug      *decisionLog
@@ -123,7 +128,8 @@ func NewRouter(rc RouterConfig, reg *preprocess.Registry, idx kvindex.Index, log
 	if err := x.Picker.Apply(&pc); err != nil {
 		return nil, fmt.Errorf("extproc %w", err)
 	}
-	if err := pc.Validate(); err != nil {
+	picks, err := pc.Check()
+	if err != nil {
 		return nil, fmt.Errorf("extproc picker: %w", err)
 	}
 	pd := picker.DefaultPDConfig()
@@ -131,7 +137,8 @@ func NewRouter(rc RouterConfig, reg *preprocess.Registry, idx kvindex.Index, log
 	pd.MinUncachedTokens = x.PD.MinUncachedTokens
 	pd.KVBytesPerToken = x.PD.KVBytesPerToken
 	pd.TransferBytesPerSec = x.PD.TransferGBps * 1e9
-	if err := pd.Validate(); err != nil {
+	pdChecked, err := pd.Check()
+	if err != nil {
 		return nil, fmt.Errorf("extproc pd: %w", err)
 	}
 	recent, err := loadview.NewRecent(loadview.RecentConfig{TTL: x.ApproximateTTL.D(), MaxEntries: loadview.DefaultRecentMaxEntries})
@@ -148,7 +155,7 @@ func NewRouter(rc RouterConfig, reg *preprocess.Registry, idx kvindex.Index, log
 	}
 	r := &Router{
 		cfg: x, reg: reg, idx: idx, load: loadview.New(), recent: recent, pending: pending, debugOK: debugOK,
-		pickConfig: pc, pd: pd, log: log,
+		pickConfig: pc, picks: picks, pd: pdChecked, log: log,
 		metrics: newMetrics(), debug: newDecisionLog(x.DecisionsKept), now: time.Now,
 		throughput: loadview.NewThroughput(), panics: newPanicNotice(log),
 	}

@@ -41,7 +41,7 @@ type Config struct {
 	Fallbacks int
 
 	// MaxInflight and MaxQueuedPrefillTokens, when positive, exclude workers
-	// at or above the bound (an admission bound; DecidePD uses it to define a
+	// at or above the bound (an admission bound; CheckedPD.Decide uses it to define a
 	// saturated prefill pool). 0 = unbounded.
 	MaxInflight            int
 	MaxQueuedPrefillTokens int64
@@ -190,6 +190,24 @@ func (c Config) Validate() error {
 		}
 	}
 	return nil
+}
+
+// Checked is a Config that Validate accepted. A caller that picks many
+// times with one configuration (extproc's router: every request) checks it
+// once, when the configuration is loaded, and picks with Checked.Pick:
+// Pick and PickInto validate the Config they are given on every call.
+// The zero Checked refuses to pick; Check makes one.
+type Checked struct {
+	cfg Config
+	ok  bool
+}
+
+// Check validates c once for many picks.
+func (c Config) Check() (Checked, error) {
+	if err := c.Validate(); err != nil {
+		return Checked{}, err
+	}
+	return Checked{cfg: c, ok: true}, nil
 }
 
 func (k KvgateConfig) validate() error {

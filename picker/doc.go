@@ -24,6 +24,6 @@
 // term_*.go), each switchable and weighed by name; Terms.Parts holds
 // their columns.
 //
-// DecidePD decides whether a request should be split into a remote prefill
+// CheckedPD.Decide decides whether a request should be split into a remote prefill
 // and a local decode (prefill/decode disaggregation).
 package picker

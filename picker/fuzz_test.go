@@ -10,7 +10,7 @@ import (
 )
 
 // FuzzPick feeds arbitrary requests, candidates and knobs to Pick and
-// DecidePD and checks the Decision's invariants: never a panic, the primary
+// decidePD and checks the Decision's invariants: never a panic, the primary
 // and fallbacks are eligible, distinct and in range, costs are finite.
 func FuzzPick(f *testing.F) {
 	f.Add([]byte("\x00\x10\x00\x40\x01\x02\x03\x04\x05\x06\x07\x08\x09\x0a\x0b\x0c\x0d\x0e\x0f\x10\x11\x12\x13\x14\x15\x16\x17\x18\x19\x1a\x1b"))
@@ -67,7 +67,7 @@ func FuzzPick(f *testing.F) {
 		pc := DefaultPDConfig()
 		pc.Picker = cfg
 		half := len(cands) / 2
-		pd, err := DecidePD(req, cands[:half], cands[half:], pc, seeded(1))
+		pd, err := decidePD(req, cands[:half], cands[half:], pc, seeded(1))
 		if err == nil {
 			if pd.Decode.Primary < 0 || pd.Decode.Primary >= len(cands)-half {
 				t.Fatalf("P/D decode primary %d of %d", pd.Decode.Primary, len(cands)-half)

@@ -9,7 +9,7 @@ import (
 	"github.com/kvgate/kvgate/kv/kvfleet"
 )
 
-// PDConfig parameterises DecidePD. Start from DefaultPDConfig.
+// PDConfig parameterises CheckedPD.Decide (PDConfig.Check). Start from DefaultPDConfig.
 type PDConfig struct {
 	// Picker scores all three picks (aggregated, prefill, decode); its
 	// MaxInflight / MaxQueuedPrefillTokens are replaced by the prefill
@@ -87,7 +87,35 @@ type PDDecision struct {
 	GainSeconds     float64 // aggregated TTFT − prefill-worker TTFT
 }
 
-// DecidePD decides whether to split req into a remote prefill and a local
+// CheckedPD is a PDConfig that Validate accepted, with its three picks'
+// configurations checked once (see Checked). The zero CheckedPD refuses
+// to decide.
+type CheckedPD struct {
+	cfg PDConfig
+	// picker scores the aggregated and decode picks; prefill the prefill
+	// pick, under the prefill bounds.
+	picker, prefill Checked
+}
+
+// Check validates c once for many decisions.
+func (c PDConfig) Check() (CheckedPD, error) {
+	if err := c.Validate(); err != nil {
+		return CheckedPD{}, err
+	}
+	agg, err := c.Picker.Check()
+	if err != nil {
+		return CheckedPD{}, fmt.Errorf("P/D config: %w", err)
+	}
+	pc := c.Picker
+	pc.MaxInflight, pc.MaxQueuedPrefillTokens = c.MaxPrefillInflight, c.MaxPrefillQueuedTokens
+	pre, err := pc.Check()
+	if err != nil {
+		return CheckedPD{}, fmt.Errorf("P/D config: prefill bounds: %w", err)
+	}
+	return CheckedPD{cfg: c, picker: agg, prefill: pre}, nil
+}
+
+// Decide decides whether to split req into a remote prefill and a local
 // decode. It splits only when it pays:
 //
 //  1. the best aggregated (decode-pool) worker would still compute at least
@@ -99,17 +127,18 @@ type PDDecision struct {
 //     its rate, minus the same on the chosen prefill worker.
 //
 // Otherwise Decode holds the aggregated pick. The error is ErrNoEligible
-// (wrapped) when no decode worker can take the request, or a validation
-// error.
-func DecidePD(req Request, prefill, decode []Candidate, cfg PDConfig, rnd *rand.Rand) (PDDecision, error) {
+// (wrapped) when no decode worker can take the request. The configuration
+// was validated once, by PDConfig.Check.
+func (k *CheckedPD) Decide(req Request, prefill, decode []Candidate, rnd *rand.Rand) (PDDecision, error) {
 	out := PDDecision{Prefill: Decision{Primary: -1}}
-	if err := cfg.Validate(); err != nil {
-		return out, err
+	if !k.picker.ok {
+		return out, errUnchecked
 	}
+	cfg := &k.cfg
 	bs := float64(req.BlockSize)
 
 	req.Stage = StageAggregated
-	agg, err := Pick(req, decode, cfg.Picker, rnd)
+	agg, err := k.picker.Pick(req, decode, rnd)
 	if err != nil {
 		return out, fmt.Errorf("P/D: aggregated pick: %w", err)
 	}
@@ -123,10 +152,8 @@ func DecidePD(req Request, prefill, decode []Candidate, cfg PDConfig, rnd *rand.
 		return out, nil
 	}
 
-	pc := cfg.Picker
-	pc.MaxInflight, pc.MaxQueuedPrefillTokens = cfg.MaxPrefillInflight, cfg.MaxPrefillQueuedTokens
 	req.Stage = StagePrefill
-	pre, err := Pick(req, prefill, pc, rnd)
+	pre, err := k.prefill.Pick(req, prefill, rnd)
 	if errors.Is(err, ErrNoEligible) {
 		out.Reason = "aggregated: no prefill worker under its load bounds"
 		return out, nil
@@ -135,7 +162,7 @@ func DecidePD(req Request, prefill, decode []Candidate, cfg PDConfig, rnd *rand.
 		return out, fmt.Errorf("P/D: prefill pick: %w", err)
 	}
 	req.Stage = StageDecode
-	dec, err := Pick(req, decode, cfg.Picker, rnd)
+	dec, err := k.picker.Pick(req, decode, rnd)
 	if err != nil {
 		return out, fmt.Errorf("P/D: decode pick: %w", err)
 	}

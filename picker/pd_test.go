@@ -2,6 +2,7 @@ package picker
 
 import (
 	"errors"
+	"math/rand/v2"
 	"strings"
 	"testing"
 )
@@ -66,7 +67,7 @@ func TestDecidePD(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			pre, dec := pdPools(tc.prefill, tc.decode, tc.decodeDepth)
-			got, err := DecidePD(tc.req, pre, dec, DefaultPDConfig(), seeded(2))
+			got, err := decidePD(tc.req, pre, dec, DefaultPDConfig(), seeded(2))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -90,7 +91,7 @@ func TestDecidePDEstimates(t *testing.T) {
 	// 8192-token prompt, decode worker backlogged by 40000 tokens at 20000
 	// tokens/s, prefill worker idle at 40000 tokens/s.
 	pre, dec := pdPools([]Load{{PrefillTokensPerSec: 40000}}, []Load{{PrefillTokens: 40000}}, 0)
-	got, err := DecidePD(req16(512), pre, dec, DefaultPDConfig(), nil)
+	got, err := decidePD(req16(512), pre, dec, DefaultPDConfig(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,12 +113,12 @@ func TestDecidePDErrors(t *testing.T) {
 	dec[0].Worker.Unhealthy = true
 	strict := DefaultPDConfig()
 	strict.Picker.HealthyPanicThreshold = 0 // else the lone unhealthy decode worker is chosen in panic
-	if _, err := DecidePD(req16(512), pre, dec, strict, nil); !errors.Is(err, ErrNoEligible) {
+	if _, err := decidePD(req16(512), pre, dec, strict, nil); !errors.Is(err, ErrNoEligible) {
 		t.Errorf("no decode worker: err %v, want ErrNoEligible", err)
 	}
 	bad := DefaultPDConfig()
 	bad.TransferBytesPerSec = 0
-	if _, err := DecidePD(req16(512), pre, dec, bad, nil); err == nil {
+	if _, err := decidePD(req16(512), pre, dec, bad, nil); err == nil {
 		t.Error("zero bandwidth accepted")
 	}
 }
@@ -127,4 +128,32 @@ func abs(v float64) float64 {
 		return -v
 	}
 	return v
+}
+
+// decidePD checks cfg and decides: the one-call form the tests use.
+func decidePD(req Request, prefill, decode []Candidate, cfg PDConfig, rnd *rand.Rand) (PDDecision, error) {
+	k, err := cfg.Check()
+	if err != nil {
+		return PDDecision{Prefill: Decision{Primary: -1}}, err
+	}
+	return k.Decide(req, prefill, decode, rnd)
+}
+
+// Check refuses an invalid P/D configuration, and the zero CheckedPD
+// refuses to decide.
+func TestCheckedPDRefuses(t *testing.T) {
+	cfg := DefaultPDConfig()
+	cfg.MaxPrefillInflight = 0
+	if _, err := cfg.Check(); err == nil {
+		t.Error("Check accepted max prefill in-flight 0")
+	}
+	cfg = DefaultPDConfig()
+	cfg.Picker.Temperature = -1
+	if _, err := cfg.Check(); err == nil {
+		t.Error("Check accepted a picker temperature of -1")
+	}
+	var zero CheckedPD
+	if _, err := zero.Decide(req16(200), []Candidate{cand(1, depth(0), Load{})}, []Candidate{cand(2, depth(0), Load{})}, nil); err == nil {
+		t.Error("the zero CheckedPD decided")
+	}
 }

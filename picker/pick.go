@@ -1,6 +1,7 @@
 package picker
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -15,15 +16,43 @@ const MaxCandidates = 1 << 16
 // rnd breaks exact ties at Temperature 0 and samples the softmax above 0;
 // with a nil rnd the choice is deterministic (lowest index among ties, and
 // argmin instead of sampling), which suits debugging but herds.
+//
+// cfg is validated on every call; a caller that picks with one
+// configuration many times checks it once (Config.Check) and calls
+// Checked.Pick.
 func Pick(req Request, cands []Candidate, cfg Config, rnd *rand.Rand) (Decision, error) {
 	var d Decision
-	err := PickInto(&d, req, cands, cfg, rnd)
+	err := pickInto(&d, req, cands, &cfg, true, rnd)
 	return d, err
 }
 
 // PickInto is Pick writing into dst, reusing dst's slices: a caller that
 // keeps one Decision per worker goroutine picks without allocating.
 func PickInto(dst *Decision, req Request, cands []Candidate, cfg Config, rnd *rand.Rand) error {
+	return pickInto(dst, req, cands, &cfg, true, rnd)
+}
+
+// errUnchecked is the zero Checked's answer.
+var errUnchecked = errors.New("picker: configuration not checked (Config.Check makes a Checked)")
+
+// Pick is the package's Pick with a configuration validated once.
+func (k *Checked) Pick(req Request, cands []Candidate, rnd *rand.Rand) (Decision, error) {
+	var d Decision
+	err := k.PickInto(&d, req, cands, rnd)
+	return d, err
+}
+
+// PickInto is the package's PickInto with a configuration validated once.
+func (k *Checked) PickInto(dst *Decision, req Request, cands []Candidate, rnd *rand.Rand) error {
+	if !k.ok {
+		return errUnchecked
+	}
+	return pickInto(dst, req, cands, &k.cfg, false, rnd)
+}
+
+// pickInto is PickInto; validate is false for a Checked configuration.
+// The request is validated on every call: it is each request's input.
+func pickInto(dst *Decision, req Request, cands []Candidate, cfg *Config, validate bool, rnd *rand.Rand) error {
 	dst.Primary = -1
 	dst.Fallbacks = dst.Fallbacks[:0]
 	dst.Panic, dst.Healthy, dst.Hosts = false, 0, 0
@@ -38,58 +67,45 @@ func PickInto(dst *Decision, req Request, cands []Candidate, cfg Config, rnd *ra
 	if err := req.Validate(); err != nil {
 		return fmt.Errorf("picker: %w", err)
 	}
-	if err := cfg.Validate(); err != nil {
-		return err
+	if validate {
+		if err := cfg.Validate(); err != nil {
+			return err
+		}
 	}
 	if len(cands) > MaxCandidates {
 		return fmt.Errorf("picker: %d candidates, more than %d", len(cands), MaxCandidates)
 	}
 
-	dst.Panic, dst.Healthy, dst.Hosts = healthyPanic(cands, req.Stage, &cfg)
+	dst.Panic, dst.Healthy, dst.Hosts = healthyPanic(cands, req.Stage, cfg)
+	// The fleet's prefill rates are read by the kvgate policy only (the
+	// predicted TTFT, and the throughput-aware prefill term): under dynamo
+	// neither the rates nor their median are gathered.
+	kvgate := cfg.Policy == PolicyKvgate
 	eligible := 0
 	dst.rates = dst.rates[:0]
 	for i := range cands {
 		c := &cands[i]
-		if r := exclusion(c, req.Stage, &cfg, dst.Panic); r != "" {
+		if r := exclusion(c, req.Stage, cfg, dst.Panic); r != "" {
 			terms[i].Reason = r
 			continue
 		}
 		terms[i].Eligible = true
 		eligible++
-		if v := c.Load.PrefillTokensPerSec; measuredRate(v) {
+		if v := c.Load.PrefillTokensPerSec; kvgate && measuredRate(v) {
 			dst.rates = append(dst.rates, v)
 		}
 	}
 	if eligible == 0 {
 		return ErrNoEligible
 	}
-	fleet := newFleetView(dst.rates, cfg.Kvgate.DefaultPrefillTokensPerSec)
-	first := -1.0
-	for i := range cands {
-		if !terms[i].Eligible {
-			continue
-		}
-		rate := fleet.rateOf(&cands[i].Load)
-		fleet.mean += rate
-		if first < 0 {
-			first = rate
-		} else if rate != first {
-			fleet.uniform = false
+	fleet := fleetView{uniform: true}
+	if kvgate {
+		fleet = newFleetView(dst.rates, cfg.Kvgate.DefaultPrefillTokensPerSec)
+		if cfg.Kvgate.ThroughputAware {
+			fleet.meanOver(cands, terms, eligible)
 		}
 	}
-	fleet.mean /= float64(eligible)
-
-	if cap(dst.device) >= len(cands) {
-		dst.device = dst.device[:len(cands)]
-	} else {
-		dst.device = make([]float64, len(cands))
-	}
-	for i := range cands {
-		if terms[i].Eligible {
-			dst.device[i] = fillInputs(&req, &cands[i], &cfg, &fleet, &terms[i])
-		}
-	}
-	applyTerms(&termInputs{req: &req, cands: cands, terms: terms, device: dst.device, cfg: &cfg, fleet: &fleet})
+	applyTerms(&termInputs{req: &req, cands: cands, terms: terms, cfg: cfg, fleet: &fleet})
 
 	if cfg.Temperature == 0 || rnd == nil {
 		dst.Primary = argmin(terms, rnd)

@@ -14,13 +14,7 @@ func applyHerd(in *termInputs) {
 	if k.HerdWeight == 0 {
 		return
 	}
-	best := -1.0
-	for i := range terms {
-		if terms[i].Eligible && terms[i].Credit > best {
-			best = terms[i].Credit
-		}
-	}
-	floor := best - k.HerdTieBlocks
+	floor := in.bestCredit - k.HerdTieBlocks
 	n, sum := 0, 0.0
 	for i := range terms {
 		if terms[i].Eligible && terms[i].Credit >= floor {
@@ -39,7 +33,7 @@ func applyHerd(in *termInputs) {
 			continue
 		}
 		if excess := inflight(&cands[i].Load)/mean - 1; excess > 0 {
-			in.set(i, k.HerdWeight*size*excess)
+			in.set(i, TermHerd, k.HerdWeight*size*excess)
 		}
 	}
 }

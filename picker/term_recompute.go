@@ -38,6 +38,6 @@ func applyRecompute(in *termInputs) {
 		if !t.Eligible || t.Credit >= best {
 			continue
 		}
-		in.set(i, cfg.PrefillLoadScale*k.RecomputeWeight*(best-t.Credit))
+		in.set(i, TermRecompute, cfg.PrefillLoadScale*k.RecomputeWeight*(best-t.Credit))
 	}
 }

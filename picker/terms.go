@@ -7,17 +7,28 @@ import (
 
 // A candidate's cost is the sum of the terms listed here, in this order:
 // each term fills its column (Terms.Parts[id], in KV blocks, weight
-// applied) for every eligible candidate, and the column is then added to
-// the candidates' Cost. A later term may read the cost so far (the
-// recompute term breaks the holder's ties by it), so the order is part of
-// the cost; it is the order the costs were summed in before the list
-// existed, so that a replay decides bit for bit as it did.
+// applied) for every eligible candidate, and the column is added to the
+// candidate's Cost as it is set. A later term may read the cost so far
+// (the recompute term breaks the holder's ties by it), so the order is
+// part of the cost; it is the order the costs were summed in before the
+// list existed, so that a replay decides bit for bit as it did
+// (testdata/picks.golden pins it).
 //
-// Adding a term: its file in picker/ (the apply function and its doc), its
-// test, and here one TermID constant, one entry in termTable and one case
-// in applyTerm. The YAML switch (extproc.picker.terms.<name>), the
-// decision record's column and kvgate-lab replay's --term flag read this
-// table.
+// Two kinds of term, by what they read. A row term (prefill, decode,
+// requests) reads its own candidate only, so the row terms are computed
+// together in the one pass over the workers that also sets the inputs
+// they read (Credit, PrefillBlocks, TTFTSeconds): one pass for the three,
+// and each candidate's cost is still summed in the list's order. A cross
+// term (herd: the best credit in the fleet; recompute: the best-cached
+// holder and the cost so far) compares candidates and makes its own
+// passes after the row terms. Row terms come first in the list
+// (TestTermTable checks it).
+//
+// Adding a term: its file in picker/ (a row term's value function, or a
+// cross term's apply function, and its doc), its test, and here one
+// TermID constant, one entry in termTable, and its call in applyTerms.
+// The YAML switch (extproc.picker.terms.<name>), the decision record's
+// column and kvgate-lab replay's --term flag read this table.
 
 // TermID names one listed term: the index of its column in Terms.Parts.
 type TermID uint8
@@ -46,46 +57,47 @@ type Term struct {
 	FixedWeight bool
 
 	weight func(*Config) *float64 // nil with FixedWeight
+	row    bool                   // reads its own candidate only (see above)
 }
 
-// termInputs is what a term's apply function reads and writes: the
-// request, the candidates, their terms (eligibility, the shared inputs
-// Credit, PrefillBlocks and TTFTSeconds, the cost so far) and the fleet's
-// prefill rates.
+// termInputs is what the terms read and write: the request, the
+// candidates, their terms (eligibility, the shared inputs Credit,
+// PrefillBlocks and TTFTSeconds, the cost so far) and the fleet's prefill
+// rates.
 type termInputs struct {
 	req   *Request
 	cands []Candidate
 	terms []Terms
-	// device is each candidate's overlap in device memory (fillInputs).
-	device []float64
-	cfg    *Config
-	fleet  *fleetView
-	id     TermID
+	cfg   *Config
+	fleet *fleetView
+	// bestCredit is the highest Credit among the eligible candidates, from
+	// the row pass (the herd term's tie group is measured from it).
+	bestCredit float64
 }
 
-// set writes candidate i's column of the term being applied and adds it to
-// the candidate's cost at once: terms are applied in the list's order, so
-// each candidate's cost is still summed in that order, in one pass per
-// term. A term that reads the cost so far (recompute) reads it before it
-// sets anything, so it sees the earlier terms' sum only.
-func (in *termInputs) set(i int, v float64) {
+// set writes candidate i's column of term id and adds it to the
+// candidate's cost at once: terms are applied in the list's order, so
+// each candidate's cost is still summed in that order. A term that reads
+// the cost so far (recompute) reads it before it sets anything, so it
+// sees the earlier terms' sum only.
+func (in *termInputs) set(i int, id TermID, v float64) {
 	t := &in.terms[i]
-	t.Parts[in.id] = v
+	t.Parts[id] = v
 	t.Cost += v
 }
 
 // termTable is the list. Entries are indexed by their ID.
 var termTable = [NumTerms]Term{
 	TermPrefill: {
-		ID: TermPrefill, Name: "prefill", weight: func(c *Config) *float64 { return &c.PrefillLoadScale },
+		ID: TermPrefill, Name: "prefill", row: true, weight: func(c *Config) *float64 { return &c.PrefillLoadScale },
 		Computes: "prefill_load_scale × the prompt blocks not credited from cache plus the worker's queued prefill (kvgate, throughput_aware: × fleet mean rate / worker rate)",
 	},
 	TermDecode: {
-		ID: TermDecode, Name: "decode", FixedWeight: true,
+		ID: TermDecode, Name: "decode", FixedWeight: true, row: true,
 		Computes: "the KV blocks the worker would hold: its decode blocks plus this prompt's (kvgate: the expected footprint, with a charge past KV headroom)",
 	},
 	TermRequests: {
-		ID: TermRequests, Name: "requests", weight: func(c *Config) *float64 { return &c.ActiveRequestWeight },
+		ID: TermRequests, Name: "requests", row: true, weight: func(c *Config) *float64 { return &c.ActiveRequestWeight },
 		Computes: "decode_active_request_weight × the worker's in-flight requests",
 	},
 	TermHerd: {
@@ -159,33 +171,40 @@ func (c *Config) TermEnabled(id TermID) bool {
 	return !c.TermsOff[id] && (c.Policy == PolicyKvgate || !termTable[id].KvgateOnly)
 }
 
-// applyTerm runs term id's apply function. A switch, not a function in
-// the table: static calls keep the inputs on the stack, so that PickInto
-// stays allocation-free.
-func applyTerm(id TermID, in *termInputs) {
-	switch id {
-	case TermPrefill:
-		applyPrefill(in)
-	case TermDecode:
-		applyDecode(in)
-	case TermRequests:
-		applyRequests(in)
-	case TermHerd:
-		applyHerd(in)
-	case TermRecompute:
-		applyRecompute(in)
-	}
-}
-
 // applyTerms fills every enabled term's column for the eligible
-// candidates, in the list's order; set adds each column into Cost.
+// candidates, in the list's order, and adds each into Cost (set): first
+// one pass over the candidates that sets each one's inputs and its row
+// terms' columns, then each cross term's own passes. Static calls, not
+// functions in the table: the inputs stay on the stack, so that PickInto
+// stays allocation-free.
 func applyTerms(in *termInputs) {
-	for id := range NumTerms {
-		if !in.cfg.TermEnabled(id) {
+	prefill, decode, requests := newPrefillTerm(in), newDecodeTerm(in), newRequestsTerm(in)
+	in.bestCredit = -1
+	for i := range in.cands {
+		t := &in.terms[i]
+		if !t.Eligible {
 			continue
 		}
-		in.id = id
-		applyTerm(id, in)
+		c := &in.cands[i]
+		device := fillInputs(in.req, c, in.cfg, in.fleet, t)
+		if t.Credit > in.bestCredit {
+			in.bestCredit = t.Credit
+		}
+		if prefill.on {
+			in.set(i, TermPrefill, prefill.of(in, i))
+		}
+		if decode.on {
+			in.set(i, TermDecode, decode.of(c, device))
+		}
+		if requests.on {
+			in.set(i, TermRequests, requests.of(c))
+		}
+	}
+	if in.cfg.TermEnabled(TermHerd) {
+		applyHerd(in)
+	}
+	if in.cfg.TermEnabled(TermRecompute) {
+		applyRecompute(in)
 	}
 }
 

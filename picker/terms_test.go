@@ -1,6 +1,7 @@
 package picker
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -14,6 +15,18 @@ func randomPick(t *testing.T, rnd interface {
 	Int64N(int64) int64
 	Float64() float64
 }) (Config, Decision) {
+	t.Helper()
+	cfg, d, _, _ := randomPickWith(t, rnd)
+	return cfg, d
+}
+
+// randomPickWith is randomPick that also returns the request and the
+// candidates.
+func randomPickWith(t *testing.T, rnd interface {
+	IntN(int) int
+	Int64N(int64) int64
+	Float64() float64
+}) (Config, Decision, Request, []Candidate) {
 	t.Helper()
 	blocks := rnd.IntN(64)
 	req := Request{PromptTokens: blocks*16 + rnd.IntN(16), BlockSize: 16, Blocks: blocks,
@@ -51,7 +64,7 @@ func randomPick(t *testing.T, rnd interface {
 	if err != nil && err != ErrNoEligible {
 		t.Fatal(err)
 	}
-	return cfg, d
+	return cfg, d, req, cands
 }
 
 // The cost is exactly the sum of the listed terms' columns, in the list's
@@ -127,6 +140,12 @@ func TestTermTable(t *testing.T) {
 		if (term.weight == nil) != term.FixedWeight {
 			t.Errorf("term %s: a weight field iff not fixed", term.Name)
 		}
+		// Row terms are summed in the pass that sets the inputs, before
+		// any cross term (applyTerms): a row term after a cross term
+		// would change the order each cost is summed in.
+		if i > 0 && term.row && !termTable[i-1].row {
+			t.Errorf("row term %s listed after the cross term %s", term.Name, termTable[i-1].Name)
+		}
 	}
 	if _, ok := LookupTerm("credit"); ok {
 		t.Error("credit is an input, not a term")
@@ -166,5 +185,45 @@ func TestPickIntoDoesNotAllocate(t *testing.T) {
 		if n := testing.AllocsPerRun(20, func() { _ = PickInto(&d, req, cands, cfg, nil) }); n != 0 {
 			t.Errorf("%s: %v allocations per pick", policy, n)
 		}
+		k, err := cfg.Check()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := testing.AllocsPerRun(20, func() { _ = k.PickInto(&d, req, cands, nil) }); n != 0 {
+			t.Errorf("%s: %v allocations per checked pick", policy, n)
+		}
+	}
+}
+
+// A Checked configuration picks exactly as Pick does with the same
+// Config; Check refuses what Validate refuses, and the zero Checked
+// refuses to pick.
+func TestCheckedPicksAsPick(t *testing.T) {
+	rnd := seeded(29)
+	for n := range 500 {
+		cfg, want, req, cands := randomPickWith(t, rnd)
+		k, err := cfg.Check()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if k.cfg != cfg || !k.ok {
+			t.Fatalf("checked %+v (ok %v), config %+v", k.cfg, k.ok, cfg)
+		}
+		got, err := k.Pick(req, cands, nil)
+		if err != nil && err != ErrNoEligible {
+			t.Fatal(err)
+		}
+		if got.Primary != want.Primary || !slices.Equal(got.Fallbacks, want.Fallbacks) || !slices.Equal(got.Terms, want.Terms) {
+			t.Fatalf("pick %d: checked %+v, Pick %+v", n, got, want)
+		}
+	}
+	bad := DefaultConfig()
+	bad.Temperature = -1
+	if _, err := bad.Check(); err == nil || !strings.Contains(err.Error(), "temperature -1") {
+		t.Errorf("Check of temperature -1: %v", err)
+	}
+	var zero Checked
+	if _, err := zero.Pick(req16(1), benchCandidates(2), nil); err == nil || !strings.Contains(err.Error(), "not checked") {
+		t.Errorf("zero Checked picked: %v", err)
 	}
 }

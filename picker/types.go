@@ -91,7 +91,7 @@ type Load struct {
 	DecodeBlocks     int64 // KV blocks held by requests routed here (predicted)
 
 	// PrefillTokensPerSec is this worker's measured prefill rate (see
-	// ThroughputEstimator); 0 = unknown. Used by the kvgate policy and DecidePD.
+	// ThroughputEstimator); 0 = unknown. Used by the kvgate policy and CheckedPD.Decide.
 	PrefillTokensPerSec float64
 	// KVCapacityBlocks is the worker's device KV capacity in blocks
 	// (vLLM `vllm:cache_config_info{num_gpu_blocks}`); 0 = unknown.
@@ -180,9 +180,6 @@ type Decision struct {
 	Healthy, Hosts int
 
 	rates []float64 // scratch: the eligible workers' measured prefill rates
-	// device is scratch too: each candidate's overlap in device memory, from
-	// the same tierCredit walk as Terms.Credit (the decode term reads it).
-	device []float64
 }
 
 // ErrNoEligible is returned when every candidate is excluded.

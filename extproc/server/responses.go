@@ -11,7 +11,6 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/kvgate/kvgate/extproc/envoyaddr"
 	"github.com/kvgate/kvgate/extproc/openai"
 )
 
@@ -25,20 +24,20 @@ const MaxStreamedChunk = 62000
 // with parseInternetAddressAndPortNoThrow; override_host looks hosts up by
 // address string) and rejects header names or values with invalid
 // characters (ext_proc mutation_utils.cc applyHeaderMutations).
-func validateDecision(d *Decision) error {
+func validateDecision(d *Decision, eps *endpointSpellings) error {
 	if d == nil {
 		return fmt.Errorf("decider returned neither a decision nor an error")
 	}
-	if _, err := envoyaddr.Parse(d.Endpoint); err != nil {
+	if _, err := eps.canonical(d.Endpoint); err != nil {
 		return fmt.Errorf("decision endpoint: %w", err)
 	}
 	for i, f := range d.Fallbacks {
-		if _, err := envoyaddr.Parse(f); err != nil {
+		if _, err := eps.canonical(f); err != nil {
 			return fmt.Errorf("decision fallback %d: %w", i, err)
 		}
 	}
 	if d.Prefiller != "" {
-		if _, err := envoyaddr.Parse(d.Prefiller); err != nil {
+		if _, err := eps.canonical(d.Prefiller); err != nil {
 			return fmt.Errorf("decision prefiller: %w", err)
 		}
 	}

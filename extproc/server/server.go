@@ -120,6 +120,11 @@ type Server struct {
 	c       counters
 	budget  *bufferBudget
 	refused *refusalLog
+	// endpoints memoises the decider's endpoints as Envoy spells them
+	// (endpoints.go).
+	endpoints endpointSpellings
+	// clocks recycles finished streams' timers (startClocks).
+	clocks sync.Pool
 
 	mu       sync.Mutex
 	draining bool
