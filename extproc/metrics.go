@@ -126,12 +126,14 @@ func (c loadCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(mSegHits, prometheus.CounterValue, float64(s.Hits))
 	ch <- prometheus.MustNewConstMetric(mSegMiss, prometheus.CounterValue, float64(s.Misses))
 	ch <- prometheus.MustNewConstMetric(mSegBytes, prometheus.GaugeValue, float64(s.Bytes))
-	if c.r.reg.UsesEngines() {
-		es := c.r.reg.EngineRenderStats()
-		ch <- prometheus.MustNewConstMetric(mRenderCalls, prometheus.CounterValue, float64(es.Calls))
-		ch <- prometheus.MustNewConstMetric(mRenderHits, prometheus.CounterValue, float64(es.CacheHits))
-		for i, reason := range preprocess.EngineReasons {
-			ch <- prometheus.MustNewConstMetric(mRenderFallbacks, prometheus.CounterValue, float64(es.Fallbacks[i]), reason)
-		}
+	// Emitted at zero when no model is in engine mode, like every other
+	// kvgate counter: a series that appears only on the first fallback
+	// breaks rate() and absent() alerts, and the dashboards' inventory
+	// (deploy/inventory) reads each described metric's type from a sample.
+	es := c.r.reg.EngineRenderStats()
+	ch <- prometheus.MustNewConstMetric(mRenderCalls, prometheus.CounterValue, float64(es.Calls))
+	ch <- prometheus.MustNewConstMetric(mRenderHits, prometheus.CounterValue, float64(es.CacheHits))
+	for i, reason := range preprocess.EngineReasons {
+		ch <- prometheus.MustNewConstMetric(mRenderFallbacks, prometheus.CounterValue, float64(es.Fallbacks[i]), reason)
 	}
 }
