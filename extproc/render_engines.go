@@ -1,11 +1,45 @@
 package extproc
 
 import (
+	"context"
+
+	"github.com/kvgate/kvgate/extproc/enginetokenize"
+	"github.com/kvgate/kvgate/extproc/preprocess"
 	"github.com/kvgate/kvgate/kv/kvfleet"
 )
 
+// renderEngines is the fleet side of engine mode (preprocess.Engines,
+// models[].preprocess.mode): the engines that may render a model's
+// requests now, and the HTTP call to one of them.
+type renderEngines struct {
+	r      *Router
+	client *enginetokenize.Client
+}
+
+var _ preprocess.Engines = renderEngines{}
+
+// newRenderEngines dials within the call's timeout and keeps as many idle
+// connections per engine as calls may be in flight
+// (extproc.preprocess.engine).
+func newRenderEngines(r *Router, cfg preprocess.EngineConfig) renderEngines {
+	timeout, conc := cfg.Timeout.D(), cfg.MaxConcurrent
+	if timeout <= 0 {
+		timeout = preprocess.DefaultEngineTimeout
+	}
+	if conc <= 0 {
+		conc = preprocess.DefaultEngineMaxConcurrent
+	}
+	return renderEngines{r: r, client: enginetokenize.New(timeout, conc)}
+}
+
+func (e renderEngines) RenderEngines(model string) []string { return e.r.renderEnginesOf(model) }
+
+func (e renderEngines) PostTokenize(ctx context.Context, endpoint string, body []byte, limit int64) (int, []byte, error) {
+	return e.client.PostTokenize(ctx, endpoint, body, limit)
+}
+
 // renderEnginesOf lists the engines that may render a request of model in
-// engine mode (preprocess.EngineSource, models[].preprocess.mode): the
+// engine mode: the
 // pool's vLLM workers, once per HTTP endpoint, that are not draining,
 // failing their probes or ejected, in the worker set's order. The
 // preprocessor takes them in turn (round robin); each is the worker's own

@@ -106,7 +106,7 @@ func (r *Router) preprocess(ctx context.Context, req *server.Request) (*preproce
 	}
 	if r.reg.UsesEngines() {
 		// Models in engine mode are rendered by one of their engines.
-		ctx = preprocess.WithEngines(ctx, r.renderEnginesOf)
+		ctx = preprocess.WithEngines(ctx, r.renderers)
 	}
 	res, err := ep.preprocess(ctx, r.reg, req.Body)
 	if err != nil {

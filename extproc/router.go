@@ -61,6 +61,7 @@ type fleet struct {
 type Router struct {
 	cfg        extprocconfig.Config
 	reg        *preprocess.Registry
+	renderers  renderEngines // models in engine mode: who renders them, and the call (render_engines.go)
 	idx        kvindex.Index
 	load       *loadview.View
 	recent     *loadview.Recent
@@ -158,6 +159,9 @@ func NewRouter(rc RouterConfig, reg *preprocess.Registry, idx kvindex.Index, log
 		pickConfig: pc, picks: picks, pd: pdChecked, log: log,
 		metrics: newMetrics(), debug: newDecisionLog(x.DecisionsKept), now: time.Now,
 		throughput: loadview.NewThroughput(), panics: newPanicNotice(log),
+	}
+	if reg.UsesEngines() {
+		r.renderers = newRenderEngines(r, x.Preprocess.Engine)
 	}
 	if !x.Outlier.Disabled {
 		r.outlier = newOutlierDetector(x.Outlier)

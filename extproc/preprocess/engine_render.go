@@ -1,15 +1,11 @@
 package preprocess
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"sync/atomic"
 	"time"
 )
@@ -40,24 +36,43 @@ import (
 // cache. Whatever goes wrong, the request is routed on load alone, as a
 // request kvgate cannot tokenize is, with the reason counted.
 
-// EngineSource lists the HTTP endpoints (host:port) of the engines that
-// may render a base model's requests now: the extproc's healthy,
-// non-draining vLLM workers of that model.
-type EngineSource func(model string) []string
+// Engines is what engine mode needs of the fleet, per request: which
+// engines may render a base model's requests now, and the call to one of
+// them. The call is the network boundary, so it is the router's
+// (extproc/enginetokenize over HTTP; a fake in tests): this package stays
+// a pure core that links no networking (internal/importrules).
+type Engines interface {
+	// RenderEngines lists the HTTP endpoints (host:port) of the engines
+	// that may render model's requests now: the extproc's healthy,
+	// non-draining vLLM workers of that model.
+	RenderEngines(model string) []string
+	// PostTokenize sends body to endpoint's POST /tokenize and returns the
+	// HTTP status and the answer's body, read up to limit+1 bytes; err is
+	// set when no answer came (unreachable, ctx done, a broken read).
+	PostTokenize(ctx context.Context, endpoint string, body []byte, limit int64) (status int, answer []byte, err error)
+}
 
 type enginesKey struct{}
 
 // WithEngines attaches the engines that render requests of models in
 // engine mode to a request's context; the router does it per request
 // from its current worker set.
-func WithEngines(ctx context.Context, src EngineSource) context.Context {
+func WithEngines(ctx context.Context, src Engines) context.Context {
 	return context.WithValue(ctx, enginesKey{}, src)
 }
 
-func enginesFrom(ctx context.Context) EngineSource {
-	src, _ := ctx.Value(enginesKey{}).(EngineSource)
+func enginesFrom(ctx context.Context) Engines {
+	src, _ := ctx.Value(enginesKey{}).(Engines)
 	return src
 }
+
+// The HTTP statuses engine_render reads (RFC 9110); named here so that the
+// pure core need not link net/http for three numbers.
+const (
+	statusOK              = 200
+	statusTooManyRequests = 429
+	statusServerError     = 500
+)
 
 // Why an engine render fell back to routing on load alone (the reason
 // label of kvgate_extproc_engine_render_fallbacks_total; the request is
@@ -103,7 +118,6 @@ type EngineRenderStats struct {
 
 // engineRenderer makes the /tokenize calls. Safe for concurrent use.
 type engineRenderer struct {
-	client    *http.Client
 	timeout   time.Duration
 	slots     chan struct{} // one per call in flight
 	cache     *renderCache
@@ -129,20 +143,6 @@ func newEngineRenderer(cfg EngineConfig, maxTokens int) *engineRenderer {
 		entries = DefaultEngineCacheEntries
 	}
 	return &engineRenderer{
-		client: &http.Client{
-			Transport: &http.Transport{
-				// The engines are the fleet's own: no proxy from the
-				// environment, no compression to undo.
-				Proxy:               nil,
-				DialContext:         (&net.Dialer{Timeout: timeout}).DialContext,
-				MaxIdleConnsPerHost: conc,
-				IdleConnTimeout:     90 * time.Second,
-				DisableCompression:  true,
-			},
-			// An engine's answer is its own; a redirect elsewhere is not
-			// followed.
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		},
 		timeout:   timeout,
 		slots:     make(chan struct{}, conc),
 		cache:     newRenderCache(entries, cacheMaxTokens),
@@ -181,7 +181,7 @@ type tokenizeResponse struct {
 // of tokenize_body.go) and appends the ids to dst. reason is "" on
 // success, else the fallback reason (counted here). err is set only when
 // the caller cancelled ctx: nobody is left to answer.
-func (e *engineRenderer) render(ctx context.Context, engines EngineSource, model string, body []byte, dst []uint32) ([]uint32, string, error) {
+func (e *engineRenderer) render(ctx context.Context, engines Engines, model string, body []byte, dst []uint32) ([]uint32, string, error) {
 	key := sha256.Sum256(body)
 	if out, ok := e.cache.get(key, dst); ok {
 		e.hits.Add(1)
@@ -189,7 +189,7 @@ func (e *engineRenderer) render(ctx context.Context, engines EngineSource, model
 	}
 	var endpoints []string
 	if engines != nil {
-		endpoints = engines(model)
+		endpoints = engines.RenderEngines(model)
 	}
 	if len(endpoints) == 0 {
 		e.fellBack(EngineUnavailable)
@@ -205,7 +205,7 @@ func (e *engineRenderer) render(ctx context.Context, engines EngineSource, model
 		return dst, EngineOverloaded, nil
 	}
 	endpoint := endpoints[(e.next.Add(1)-1)%uint64(len(endpoints))]
-	out, reason, err := e.call(ctx, endpoint, body, dst)
+	out, reason, err := e.call(ctx, engines, endpoint, body, dst)
 	if err != nil {
 		return dst, "", err
 	}
@@ -217,34 +217,21 @@ func (e *engineRenderer) render(ctx context.Context, engines EngineSource, model
 	return out, "", nil
 }
 
-// call makes one POST /tokenize to endpoint.
-func (e *engineRenderer) call(ctx context.Context, endpoint string, body []byte, dst []uint32) ([]uint32, string, error) {
+// call makes one POST /tokenize to endpoint, within the call's timeout.
+func (e *engineRenderer) call(ctx context.Context, engines Engines, endpoint string, body []byte, dst []uint32) ([]uint32, string, error) {
 	cctx, cancel := context.WithTimeout(ctx, e.timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(cctx, http.MethodPost, "http://"+endpoint+"/tokenize", bytes.NewReader(body))
-	if err != nil {
-		return dst, EngineUnavailable, nil
-	}
-	// A fresh request: none of the client's headers (its credentials
-	// above all) reach the engine on this path.
-	req.Header.Set("Content-Type", "application/json")
 	e.calls.Add(1)
-	resp, err := e.client.Do(req)
-	if err != nil {
-		return dst, e.failed(ctx, cctx), e.cancelled(ctx)
-	}
-	defer resp.Body.Close()
+	status, raw, err := engines.PostTokenize(cctx, endpoint, body, e.maxBody)
 	switch {
-	case resp.StatusCode == http.StatusTooManyRequests:
-		return dst, EngineOverloaded, nil
-	case resp.StatusCode >= 500:
-		return dst, EngineUnavailable, nil
-	case resp.StatusCode != http.StatusOK:
-		return dst, EngineRejected, nil
-	}
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, e.maxBody+1))
-	if err != nil {
+	case err != nil:
 		return dst, e.failed(ctx, cctx), e.cancelled(ctx)
+	case status == statusTooManyRequests:
+		return dst, EngineOverloaded, nil
+	case status >= statusServerError:
+		return dst, EngineUnavailable, nil
+	case status != statusOK:
+		return dst, EngineRejected, nil
 	}
 	if int64(len(raw)) > e.maxBody {
 		return dst, EngineBadResponse, nil

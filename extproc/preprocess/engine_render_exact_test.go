@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvgate/kvgate/extproc/enginetokenize"
 	"github.com/kvgate/kvgate/extproc/preprocess"
 	"github.com/kvgate/kvgate/kv/kvfleet"
 	"github.com/kvgate/kvgate/lab/enginesim"
@@ -72,12 +73,8 @@ func TestEngineModeHashesEqualLocal(t *testing.T) {
 			if m, _, _ := remote.Lookup(model); m.Mode != preprocess.ModeEngine || m.Tokenizer != nil {
 				t.Fatalf("engine-mode model %+v loaded local files", m)
 			}
-			ctx := preprocess.WithEngines(context.Background(), func(base string) []string {
-				if base != model {
-					t.Errorf("engines asked for %q", base)
-				}
-				return []string{engine}
-			})
+			ctx := preprocess.WithEngines(context.Background(), oneEngine{model: model, endpoint: engine, t: t,
+				Client: enginetokenize.New(time.Second, preprocess.DefaultEngineMaxConcurrent)})
 			chat := `{"model":"` + model + `","messages":[{"role":"system","content":"You are a careful \"agent\" <b>."},
 				{"role":"user","content":"Weather in Paris?"},
 				{"role":"assistant","content":null,"tool_calls":[{"id":"call_9","type":"function","function":{"name":"get_weather","arguments":"{\"city\": \"Paris\", \"unit\": 1.0}"}}]},
@@ -134,4 +131,20 @@ func TestEngineModeHashesEqualLocal(t *testing.T) {
 			}
 		})
 	}
+}
+
+// oneEngine is the router's preprocess.Engines in miniature
+// (extproc/render_engines.go): one engine for one model, called over the
+// real HTTP client the router uses.
+type oneEngine struct {
+	model, endpoint string
+	t               *testing.T
+	*enginetokenize.Client
+}
+
+func (e oneEngine) RenderEngines(base string) []string {
+	if base != e.model {
+		e.t.Errorf("engines asked for %q", base)
+	}
+	return []string{e.endpoint}
 }

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvgate/kvgate/extproc/enginetokenize"
 	"github.com/kvgate/kvgate/extproc/openai"
 	"github.com/kvgate/kvgate/internal/yamlconf"
 	"github.com/kvgate/kvgate/kv/kvfleet"
@@ -63,6 +64,19 @@ func (f *fakeEngine) endpoint() string { return strings.TrimPrefix(f.URL, "http:
 
 func (f *fakeEngine) engines(string) []string { return []string{f.endpoint()} }
 
+// httpEngines is the router's Engines in miniature (extproc/render_engines.go):
+// a fixed endpoint list, and the real HTTP client the router uses.
+type httpEngines struct {
+	list func(string) []string
+	*enginetokenize.Client
+}
+
+func (e httpEngines) RenderEngines(model string) []string { return e.list(model) }
+
+func viaHTTP(list func(string) []string) Engines {
+	return httpEngines{list: list, Client: enginetokenize.New(time.Second, DefaultEngineMaxConcurrent)}
+}
+
 func tokensJSON(n int) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `{"count":%d,"max_model_len":4096,"tokens":[`, n)
@@ -85,7 +99,7 @@ func chatOf(text string) []byte {
 func TestEngineRenderSendsTokenizeChatRequest(t *testing.T) {
 	r := engineRegistry(t)
 	f := newFakeEngine(t, func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, tokensJSON(10)) })
-	res, err := r.ChatContext(WithEngines(context.Background(), f.engines), chatOf("hello"))
+	res, err := r.ChatContext(WithEngines(context.Background(), viaHTTP(f.engines)), chatOf("hello"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +160,7 @@ func TestEngineRenderFallsBackByReason(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			r := engineRegistry(t)
 			f := newFakeEngine(t, c.answer)
-			res, err := r.ChatContext(WithEngines(context.Background(), f.engines), chatOf(c.name))
+			res, err := r.ChatContext(WithEngines(context.Background(), viaHTTP(f.engines)), chatOf(c.name))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -155,7 +169,7 @@ func TestEngineRenderFallsBackByReason(t *testing.T) {
 	}
 	t.Run("no engine", func(t *testing.T) {
 		r := engineRegistry(t)
-		for _, ctx := range []context.Context{context.Background(), WithEngines(context.Background(), func(string) []string { return nil })} {
+		for _, ctx := range []context.Context{context.Background(), WithEngines(context.Background(), viaHTTP(func(string) []string { return nil }))} {
 			res, err := r.CompletionContext(ctx, []byte(`{"model":"m","prompt":"hi"}`))
 			if err != nil {
 				t.Fatal(err)
@@ -199,7 +213,7 @@ func TestEngineRenderCancelled(t *testing.T) {
 		cancel()
 		<-req.Context().Done()
 	})
-	_, err := r.ChatContext(WithEngines(ctx, f.engines), chatOf("bye"))
+	_, err := r.ChatContext(WithEngines(ctx, viaHTTP(f.engines)), chatOf("bye"))
 	if !errors.Is(err, ErrCancelled) {
 		t.Fatalf("err %v, want ErrCancelled", err)
 	}
@@ -221,7 +235,7 @@ func TestEngineRenderConcurrencyBound(t *testing.T) {
 		<-release
 		io.WriteString(w, tokensJSON(8))
 	})
-	ctx := WithEngines(context.Background(), f.engines)
+	ctx := WithEngines(context.Background(), viaHTTP(f.engines))
 	type out struct {
 		res *Result
 		err error
@@ -256,7 +270,7 @@ func TestEngineRenderConcurrencyBound(t *testing.T) {
 func TestRenderCacheBounds(t *testing.T) {
 	r := engineRegistry(t) // cache_entries 2
 	f := newFakeEngine(t, func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, tokensJSON(8)) })
-	ctx := WithEngines(context.Background(), f.engines)
+	ctx := WithEngines(context.Background(), viaHTTP(f.engines))
 	for _, text := range []string{"a", "b", "c", "c", "b"} {
 		if _, err := r.ChatContext(ctx, chatOf(text)); err != nil {
 			t.Fatal(err)
@@ -295,7 +309,7 @@ func TestRenderCacheBounds(t *testing.T) {
 func TestEngineRenderUnsupportedInputs(t *testing.T) {
 	r := engineRegistry(t)
 	f := newFakeEngine(t, func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, tokensJSON(8)) })
-	ctx := WithEngines(context.Background(), f.engines)
+	ctx := WithEngines(context.Background(), viaHTTP(f.engines))
 	res, err := r.ChatContext(ctx, []byte(`{"model":"m","messages":[{"role":"user","content":"q"}],"documents":[{"title":"t","text":"x"}]}`))
 	if err != nil {
 		t.Fatal(err)
