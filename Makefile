@@ -67,7 +67,7 @@ TESTFLAGS ?= -count=1 -ldflags=-w
 # waiting tests (compiles oversubscribe two cores, which costs little).
 TESTPAR   ?= 4
 
-.PHONY: all build run test unit race fuzz bench deadcode lint e2e kube-test soak models golden screenshots clean
+.PHONY: all build run test unit race fuzz bench deadcode lint e2e kube-test chart-test soak models golden screenshots clean
 
 all: build
 
@@ -158,12 +158,20 @@ e2e: build models kube-test
 # packages from a cold Go cache in 7.5 minutes idle (11 minutes loaded), the
 # whole target 12 minutes cold and 2 minutes warm (a fresh clone: the link
 # into .cache/kubeassets, then the tests). The packages are those with a file tagged
-# kubeapiserver; their untagged tests run again beside them.
+# kubeapiserver; their untagged tests run again beside them. deploy's chart
+# tests (tagged `helm || kubeapiserver`: the chart rendered by Helm v4's own
+# install action) run here too: Helm's install action links the typed
+# Kubernetes clientset, kustomize, oras and wazero, 643 of the 1,688
+# packages `make test` compiled with them, and the test of the chart already
+# lives with the API server's. `make chart-test` runs them alone.
 KUBE_PKGS = $(sort $(dir $(shell grep -rl --include='*_test.go' '^//go:build kubeapiserver' .)))
 kube-test: models
 	@echo "kube-test: building kube-apiserver and etcd from k8s.io/kubernetes (a cold cache compiles about 2,200 packages: 7–11 minutes, counted below)…"
 	cd lab/testkit/kubeapi/assets && GOWORK=off GO=$(GO) bash ../../../../scripts/gobuild.sh kube-test -trimpath -o /dev/null k8s.io/kubernetes/cmd/kube-apiserver ./etcd
 	$(GO) test -count=1 -timeout 30m -tags kubeapiserver $(KUBE_PKGS)
+
+chart-test:
+	$(GO) test -count=1 -tags helm ./deploy/
 
 # ≥ 1,000 requests/s through the harness and simulated engines for
 # SOAK_DURATION (default 10m): memory, goroutines, open tickets and decision

@@ -5,6 +5,10 @@ import (
 	"testing"
 )
 
+// chartDir is the Helm chart the tests read (docs_test.go untagged; the
+// rendering tests, tagged helm, render it with Helm's own install action).
+const chartDir = "helm/kvgate"
+
 // tempRoot holds files shared by the tests (the built kvgate binary); it is
 // removed when the tests end.
 var tempRoot string

@@ -1,3 +1,5 @@
+//go:build helm || kubeapiserver
+
 package deploy
 
 import (

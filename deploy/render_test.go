@@ -1,3 +1,5 @@
+//go:build helm || kubeapiserver
+
 package deploy
 
 import (
@@ -21,7 +23,6 @@ import (
 )
 
 const (
-	chartDir = "helm/kvgate"
 	// The release the tests install: with these, the chart's names equal
 	// those of the hand-written files in envoy/istio and envoy/envoy-gateway.
 	releaseName      = "kvgate"

@@ -33,7 +33,7 @@ if [ -n "$from_programs" ]; then
 	status=1
 fi
 
-"${DEADCODE[@]}" -test -tags e2e,soak ./... >"$out"
+"${DEADCODE[@]}" -test -tags e2e,soak,helm ./... >"$out"
 with_tests=$(grep -Ev '^internal/third_party/' "$out" || true)
 if [ -n "$with_tests" ]; then
 	echo "deadcode: functions nothing reaches, tests included (delete them):"

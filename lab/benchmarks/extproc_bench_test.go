@@ -20,6 +20,7 @@ import (
 	"github.com/kvgate/kvgate/kv/kvfleet"
 	"github.com/kvgate/kvgate/kv/kvindex"
 	"github.com/kvgate/kvgate/lab/envoyharness"
+	"github.com/kvgate/kvgate/lab/testkit/redistest"
 )
 
 // decisionRig is the decision-overhead bench's request path (same config,
@@ -30,6 +31,12 @@ type decisionRig struct {
 }
 
 func newDecisionRig(tb testing.TB) *decisionRig {
+	return newDecisionRigOn(tb, kvindex.NewMemory(kvindex.MemoryConfig{}))
+}
+
+// newDecisionRigOn is newDecisionRig over idx (a Redis index for the
+// shared-index rows of issue 27).
+func newDecisionRigOn(tb testing.TB, idx kvindex.Index) *decisionRig {
 	tb.Helper()
 	cfg, reg, err := decisionFleet(16)
 	if err != nil {
@@ -39,7 +46,6 @@ func newDecisionRig(tb testing.TB) *decisionRig {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	idx := kvindex.NewMemory(kvindex.MemoryConfig{})
 	router, err := extproc.NewRouter(extproc.RouterConfig{Extproc: cfg.Extproc, Workers: workers}, reg, idx, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		tb.Fatal(err)
@@ -80,7 +86,28 @@ func reportCPU(b *testing.B, start time.Duration) {
 // BenchmarkRoute is Router.Decide alone (parse → template → tokenize → hash
 // → match → pick) on the bench's prompts: what pprof should look at.
 func BenchmarkRoute(b *testing.B) {
-	d := newDecisionRig(b)
+	benchRoute(b, newDecisionRig(b))
+}
+
+// BenchmarkRouteRedisCluster is BenchmarkRoute over the Redis index on a
+// real 3-master Cluster (redis-server processes on loopback), the index the
+// decision-overhead table's redis-cluster rows use: its -cpuprofile splits
+// what a shared index adds to a decision (issue 27's Cluster rows).
+func BenchmarkRouteRedisCluster(b *testing.B) {
+	ctx := context.Background()
+	cluster, err := redistest.StartCluster(ctx, redistest.ClusterOptions{Masters: 3})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cluster.Close()
+	idx, err := kvindex.NewRedis(ctx, kvindex.RedisConfig{Client: cluster.Client()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchRoute(b, newDecisionRigOn(b, idx))
+}
+
+func benchRoute(b *testing.B, d *decisionRig) {
 	for _, size := range []string{"1k", "8k", "32k"} {
 		b.Run(size, func(b *testing.B) {
 			req := &server.Request{Method: "POST", Path: "/v1/chat/completions", Body: d.prompt[size],
