@@ -129,7 +129,7 @@ func TestMakefileTestDoesItsOwnSetup(t *testing.T) {
 			t.Errorf("Makefile: %s runs %q but depends on %v, not on models", target, strings.TrimSpace(line), deps)
 		}
 	}
-	for _, must := range []string{"unit", "run", "e2e", "kube-test", "bench", "soak", "race", "fuzz", "screenshots"} {
+	for _, must := range []string{"unit", "run", "e2e", "kube-test", "chart-test", "bench", "soak", "race", "fuzz", "screenshots"} {
 		if !checked[must] {
 			t.Errorf("Makefile: target %s was not found running tests or a binary (the rule above did not see it)", must)
 		}
