@@ -17,6 +17,7 @@ import (
 
 	"github.com/kvgate/kvgate/extproc"
 	"github.com/kvgate/kvgate/extproc/server"
+	"github.com/kvgate/kvgate/internal/yamlconf"
 	"github.com/kvgate/kvgate/kv/kvfleet"
 	"github.com/kvgate/kvgate/kv/kvindex"
 	"github.com/kvgate/kvgate/lab/envoyharness"
@@ -46,6 +47,10 @@ func newDecisionRigOn(tb testing.TB, idx kvindex.Index) *decisionRig {
 	if err != nil {
 		tb.Fatal(err)
 	}
+	// The benchmark measures a match, not the fallback past
+	// index_timeout (50 ms), which a Redis match on a loaded machine can
+	// reach: the decision would then route on load alone and fail below.
+	cfg.Extproc.IndexTimeout = yamlconf.Duration(5 * time.Second)
 	router, err := extproc.NewRouter(extproc.RouterConfig{Extproc: cfg.Extproc, Workers: workers}, reg, idx, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		tb.Fatal(err)
