@@ -22,14 +22,8 @@ var _ preprocess.Engines = renderEngines{}
 // connections per engine as calls may be in flight
 // (extproc.preprocess.engine).
 func newRenderEngines(r *Router, cfg preprocess.EngineConfig) renderEngines {
-	timeout, conc := cfg.Timeout.D(), cfg.MaxConcurrent
-	if timeout <= 0 {
-		timeout = preprocess.DefaultEngineTimeout
-	}
-	if conc <= 0 {
-		conc = preprocess.DefaultEngineMaxConcurrent
-	}
-	return renderEngines{r: r, client: enginetokenize.New(timeout, conc)}
+	cfg = cfg.Resolved()
+	return renderEngines{r: r, client: enginetokenize.New(cfg.Timeout.D(), cfg.MaxConcurrent)}
 }
 
 func (e renderEngines) RenderEngines(model string) []string { return e.r.renderEnginesOf(model) }
@@ -39,9 +33,8 @@ func (e renderEngines) PostTokenize(ctx context.Context, endpoint string, body [
 }
 
 // renderEnginesOf lists the engines that may render a request of model in
-// engine mode: the
-// pool's vLLM workers, once per HTTP endpoint, that are not draining,
-// failing their probes or ejected, in the worker set's order. The
+// engine mode: the pool's vLLM workers, once per HTTP endpoint, that are
+// not draining, failing their probes or ejected, in the worker set's order. The
 // preprocessor takes them in turn (round robin); each is the worker's own
 // endpoint, the one requests are routed to.
 func (r *Router) renderEnginesOf(model string) []string {
@@ -55,10 +48,10 @@ func (r *Router) renderEnginesOf(model string) []string {
 		if !r.health.healthy(ep) {
 			continue
 		}
-		if r.outlier != nil {
-			if ejected, _ := r.outlier.state(ep, now); ejected {
-				continue
-			}
+		// state is nil-safe (outlier detection off: never ejected), as
+		// gather reads it.
+		if ejected, _ := r.outlier.state(ep, now); ejected {
+			continue
 		}
 		out = append(out, ep)
 	}

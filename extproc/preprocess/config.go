@@ -65,6 +65,23 @@ type EngineConfig struct {
 	CacheEntries int `yaml:"cache_entries"`
 }
 
+// Resolved is cfg with its zero (or negative) bounds replaced by the
+// defaults: what the renderer (engine_render.go) and the router's HTTP
+// client (extproc/render_engines.go) both size themselves by, for a
+// configuration that did not pass through Config's defaults.
+func (cfg EngineConfig) Resolved() EngineConfig {
+	if cfg.Timeout.D() <= 0 {
+		cfg.Timeout = yamlconf.Duration(DefaultEngineTimeout)
+	}
+	if cfg.MaxConcurrent <= 0 {
+		cfg.MaxConcurrent = DefaultEngineMaxConcurrent
+	}
+	if cfg.CacheEntries <= 0 {
+		cfg.CacheEntries = DefaultEngineCacheEntries
+	}
+	return cfg
+}
+
 // Bounds and defaults of the preprocess settings. The prompt and output
 // bounds are the picker's (picker.MaxPromptTokens, picker.MaxOutputTokens),
 // far above any model, where its arithmetic stays exact.

@@ -130,22 +130,11 @@ type engineRenderer struct {
 }
 
 func newEngineRenderer(cfg EngineConfig, maxTokens int) *engineRenderer {
-	timeout := cfg.Timeout.D()
-	if timeout <= 0 {
-		timeout = DefaultEngineTimeout
-	}
-	conc := cfg.MaxConcurrent
-	if conc <= 0 {
-		conc = DefaultEngineMaxConcurrent
-	}
-	entries := cfg.CacheEntries
-	if entries <= 0 {
-		entries = DefaultEngineCacheEntries
-	}
+	cfg = cfg.Resolved()
 	return &engineRenderer{
-		timeout:   timeout,
-		slots:     make(chan struct{}, conc),
-		cache:     newRenderCache(entries, cacheMaxTokens),
+		timeout:   cfg.Timeout.D(),
+		slots:     make(chan struct{}, cfg.MaxConcurrent),
+		cache:     newRenderCache(cfg.CacheEntries, cacheMaxTokens),
 		maxTokens: maxTokens,
 		// The longest valid answer: maxTokens ids of at most 10 digits and
 		// a comma, twice over for token_strs, plus the other fields.
