@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/kvgate/kvgate/config"
 	"github.com/kvgate/kvgate/lab/envoyharness"
+	"github.com/kvgate/kvgate/lab/testkit/freeport"
 	"github.com/kvgate/kvgate/lab/testkit/poll"
 )
 
@@ -79,27 +79,17 @@ func recipeBlock(t *testing.T, md, marker string) []string {
 // loopback address's port, or redis-server's --port.
 var loopbackPort = regexp.MustCompile(`(127\.0\.0\.1:|--port )(\d+)\b`)
 
-// freePorts maps every port of texts to a distinct free one.
+// freePorts maps every port of texts to a distinct free one (freeport
+// never hands one process the same port twice).
 func freePorts(t *testing.T, texts []string) map[string]string {
 	t.Helper()
 	m := map[string]string{}
-	var held []net.Listener
-	defer func() {
-		for _, l := range held {
-			l.Close()
-		}
-	}()
 	for _, s := range texts {
 		for _, sub := range loopbackPort.FindAllStringSubmatch(s, -1) {
 			if _, ok := m[sub[2]]; ok {
 				continue
 			}
-			l, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			held = append(held, l) // held until all are picked: no duplicates
-			m[sub[2]] = strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+			m[sub[2]] = strconv.Itoa(freeport.Pick(t))
 		}
 	}
 	return m

@@ -198,3 +198,37 @@ func TestCommitSummed(t *testing.T) {
 		t.Fatalf("Get of the dropped block: %v, want ErrNotFound", err)
 	}
 }
+
+// Stats.Host.Pinned (kvgate_kvagent_pinned_blocks) counts blocks, not
+// pins: an acquired block a peer read pins again is one pinned block, and
+// the count returns to zero only when the last pin goes.
+func TestPinnedCountsBlocksUntilTheirLastPinGoes(t *testing.T) {
+	cfg := testConfig(t, "")
+	cfg.DiskBlocks = 0
+	s := openTest(t, cfg)
+	commitChain(t, s, "m", 10, 4)
+	if p := s.Stats().Host.Pinned; p != 0 {
+		t.Fatalf("pinned after commit: %d, want 0", p)
+	}
+	got, err := s.Acquire("m", []uint64{10, 11, 12})
+	if err != nil || len(got) != 3 {
+		t.Fatalf("acquire: %v, %v", got, err)
+	}
+	if p := s.Stats().Host.Pinned; p != 3 {
+		t.Fatalf("pinned after acquiring 3: %d", p)
+	}
+	if err := s.PinSlots(got[:2]); err != nil {
+		t.Fatal(err)
+	}
+	if p := s.Stats().Host.Pinned; p != 3 {
+		t.Fatalf("pinned after a second pin on 2 of them: %d, want 3 (blocks, not pins)", p)
+	}
+	s.Release(got)
+	if p := s.Stats().Host.Pinned; p != 2 {
+		t.Fatalf("pinned after the acquire's release: %d, want the 2 still read", p)
+	}
+	s.Release(got[:2])
+	if p := s.Stats().Host.Pinned; p != 0 {
+		t.Fatalf("pinned after every release: %d", p)
+	}
+}

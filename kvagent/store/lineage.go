@@ -31,6 +31,7 @@ type tierIndex struct {
 	entries  map[Key]*entry
 	children map[Key]int32 // resident children per parent key, whether or not the parent is resident
 	leaves   leafHeap
+	pinned   int // entries with pins > 0, dead ones included (they hold their slot until the last unpin)
 }
 
 func newTierIndex(t Tier, capacity int) *tierIndex {
@@ -123,6 +124,9 @@ func (t *tierIndex) touch(e *entry, now uint64) {
 }
 
 func (t *tierIndex) pin(e *entry) {
+	if e.pins == 0 {
+		t.pinned++
+	}
 	e.pins++
 	t.refresh(e)
 }
@@ -130,6 +134,9 @@ func (t *tierIndex) pin(e *entry) {
 func (t *tierIndex) unpin(e *entry) {
 	if e.pins > 0 {
 		e.pins--
+		if e.pins == 0 {
+			t.pinned--
+		}
 	}
 	if !e.dead {
 		t.refresh(e)

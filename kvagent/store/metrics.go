@@ -14,6 +14,7 @@ type TierStats struct {
 	Evictions       uint64 // kvgate_kvagent_evictions_total
 	OffloadsDropped uint64 // kvgate_kvagent_offloads_dropped_total: host: no slot; disk: queue full, no slot or write error
 	CorruptBlocks   uint64 // kvgate_kvagent_corrupt_blocks_total: checksum failures (disk: at recovery too)
+	Pinned          int    // kvgate_kvagent_pinned_blocks: blocks pinned now (host: acquired for an onboard or a peer read; disk: being read); eviction skips them
 }
 
 // Stats is a snapshot of the store's figures.
@@ -37,6 +38,7 @@ func (s *Store) Stats() Stats {
 			ts.Blocks = len(idx.entries)
 			ts.Bytes = int64(ts.Blocks) * bb
 			ts.CapacityBytes = int64(idx.capacity) * bb
+			ts.Pinned = idx.pinned
 		}
 		return ts
 	}
@@ -52,6 +54,7 @@ type collector struct {
 	s                                                    *Store
 	blocks, bytes, capacity, hits, offload, onboard      *prometheus.Desc
 	evictions, dropped, corrupt, misses, rejects, direct *prometheus.Desc
+	pinned                                               *prometheus.Desc
 }
 
 func newCollector(s *Store) *collector {
@@ -72,11 +75,12 @@ func newCollector(s *Store) *collector {
 		misses:    d("misses_total", "Blocks asked for and not resident in any tier.", nil),
 		rejects:   d("admission_rejections_total", "Blocks not admitted to disk by the frequency gate.", nil),
 		direct:    d("direct_io", "1 if the disk tier uses O_DIRECT.", nil),
+		pinned:    d("pinned_blocks", "Blocks of the tier pinned now (host: acquired for an onboard or a peer read; disk: being read): eviction skips them.", tier),
 	}
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.blocks, c.bytes, c.capacity, c.hits, c.offload, c.onboard, c.evictions, c.dropped, c.corrupt, c.misses, c.rejects, c.direct} {
+	for _, d := range []*prometheus.Desc{c.blocks, c.bytes, c.capacity, c.hits, c.offload, c.onboard, c.evictions, c.dropped, c.corrupt, c.misses, c.rejects, c.direct, c.pinned} {
 		ch <- d
 	}
 }
@@ -96,6 +100,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		g(c.blocks, float64(t.ts.Blocks))
 		g(c.bytes, float64(t.ts.Bytes))
 		g(c.capacity, float64(t.ts.CapacityBytes))
+		g(c.pinned, float64(t.ts.Pinned))
 		n(c.hits, t.ts.Hits)
 		n(c.offload, t.ts.OffloadBytes)
 		n(c.onboard, t.ts.OnboardBytes)

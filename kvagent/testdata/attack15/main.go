@@ -30,6 +30,7 @@ import (
 	"github.com/kvgate/kvgate/kvagent/connector"
 	pb "github.com/kvgate/kvgate/kvagent/connector/connectorpb"
 	"github.com/kvgate/kvgate/kvagent/transfer"
+	"github.com/kvgate/kvgate/lab/testkit/freeport"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
@@ -136,10 +137,9 @@ func check(err error) {
 }
 
 func freeAddr() string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	a, err := freeport.Addr()
 	check(err)
-	defer l.Close()
-	return l.Addr().String()
+	return a
 }
 
 func makeChain(n int, base uint64) ([]uint64, []connector.Block) {
