@@ -209,6 +209,13 @@ func (x *exchange) next(ctx context.Context) (*extprocv3.ProcessingResponse, err
 			return nil, errors.New("the picker ended the stream")
 		}
 		if r.err != nil {
+			// The stream shares the case's deadline: when it passes, the
+			// stream's own error (DeadlineExceeded) and ctx.Done() are
+			// ready together and select picks either. Either way nothing
+			// came in time, so say that, the same every run.
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("no reply from the picker: %w (the stream: %v)", ctx.Err(), r.err)
+			}
 			return nil, fmt.Errorf("the stream failed: %w", r.err)
 		}
 		return r.msg, nil
