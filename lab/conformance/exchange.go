@@ -11,6 +11,8 @@ import (
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
@@ -209,11 +211,15 @@ func (x *exchange) next(ctx context.Context) (*extprocv3.ProcessingResponse, err
 			return nil, errors.New("the picker ended the stream")
 		}
 		if r.err != nil {
-			// The stream shares the case's deadline: when it passes, the
-			// stream's own error (DeadlineExceeded) and ctx.Done() are
-			// ready together and select picks either. Either way nothing
-			// came in time, so say that, the same every run.
-			if ctx.Err() != nil {
+			// The stream shares the case's deadline. When it passes, the
+			// picker's side (which got it as grpc-timeout) may reset the
+			// stream before our own timer fires, and gRPC reports that
+			// reset as DeadlineExceeded (grpc-go http2_client.go
+			// handleRSTStream: CANCEL past the stream's deadline) while
+			// ctx.Err() is still nil; or both are ready and select picks
+			// either. Nothing came in time in every one of these, so say
+			// that, the same every run.
+			if d, ok := ctx.Deadline(); ctx.Err() != nil || status.Code(r.err) == codes.DeadlineExceeded || (ok && !time.Now().Before(d)) {
 				return nil, fmt.Errorf("no reply from the picker: %w (the stream: %v)", ctx.Err(), r.err)
 			}
 			return nil, fmt.Errorf("the stream failed: %w", r.err)

@@ -9,20 +9,28 @@
 // client, an HTTP dial of a parallel test package) may be given it as its
 // local port. CI saw exactly that: "bind: address already in use" on a
 // port freeport had just returned. Below the range only another explicit
-// bind can take it, and each pick is random over some twelve thousand
-// ports and checked by a bind, so parallel test processes rarely meet.
+// bind can take it. The other binds that can are other processes'
+// picks: `make test` runs several test binaries at once, and a test may
+// hold a picked port for seconds before it binds (TestLocalRecipe builds a
+// binary in between; CI saw "address already in use" there too). So a pick
+// is also reserved machine-wide, a file named after the port created with
+// O_EXCL under the temporary directory, and no other process is handed it
+// until the reservation is reservationTTL old.
 package freeport
 
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"math/rand/v2"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // lowest is the bottom of the range picks come from: above the
@@ -34,6 +42,11 @@ const lowest = 10000
 // redis.io/docs/latest/operate/oss_and_stack/management/scaling/), and the
 // cluster tests start nodes on freeport's ports.
 const busOffset = 10000
+
+// reservationTTL is how long a pick stays reserved against other
+// processes: longer than any test holds a port before binding it, short
+// enough that the twelve thousand ports are not used up across runs.
+const reservationTTL = 15 * time.Minute
 
 var (
 	mu     sync.Mutex
@@ -51,7 +64,7 @@ func Port() (int, error) {
 	var lastErr error
 	for i := 0; ok && i < 200; i++ {
 		p := lo + rand.IntN(hi-lo)
-		if handed[p] {
+		if handed[p] || !reserve(p) {
 			continue
 		}
 		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
@@ -71,6 +84,37 @@ func Port() (int, error) {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// reserve claims p against other processes using freeport: false when
+// another process reserved it less than reservationTTL ago. Without a
+// usable directory every port counts as reserved by no one (the bind
+// check still applies).
+func reserve(p int) bool {
+	dir := filepath.Join(os.TempDir(), "kvgate-freeport")
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		return true
+	}
+	name := filepath.Join(dir, strconv.Itoa(p))
+	for range 2 {
+		f, err := os.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o666)
+		if err == nil {
+			f.Close()
+			return true
+		}
+		if !errors.Is(err, fs.ErrExist) {
+			return true
+		}
+		st, err := os.Stat(name)
+		if err != nil || time.Since(st.ModTime()) < reservationTTL {
+			return false
+		}
+		// Stale: take it over. Two processes doing so at once could both
+		// win; they would also have to pick the same one of thousands of
+		// ports in the same instant.
+		os.Remove(name)
+	}
+	return false
 }
 
 // pickRange is [lowest, start of the ephemeral range - busOffset); not ok

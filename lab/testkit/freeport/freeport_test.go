@@ -2,8 +2,11 @@ package freeport
 
 import (
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"testing"
+	"time"
 )
 
 // Picks stay below the ephemeral range (with room for a Redis Cluster bus
@@ -28,5 +31,27 @@ func TestPortsComeFromBelowTheEphemeralRange(t *testing.T) {
 			t.Fatalf("binding a picked port: %v", err)
 		}
 		ln.Close()
+	}
+}
+
+// A reservation holds against a second claim until it is reservationTTL
+// old; a stale one is taken over.
+func TestReservationsHoldUntilStale(t *testing.T) {
+	t.Setenv("TMPDIR", t.TempDir())
+	if !reserve(12345) {
+		t.Fatal("first claim of a port refused")
+	}
+	if reserve(12345) {
+		t.Fatal("a second claim of a fresh reservation was granted")
+	}
+	old := time.Now().Add(-reservationTTL - time.Minute)
+	if err := os.Chtimes(filepath.Join(os.TempDir(), "kvgate-freeport", "12345"), old, old); err != nil {
+		t.Fatal(err)
+	}
+	if !reserve(12345) {
+		t.Fatal("a stale reservation was not taken over")
+	}
+	if reserve(12345) {
+		t.Fatal("the taken-over reservation did not hold")
 	}
 }
