@@ -56,15 +56,47 @@ import (
 // redisSegmentRunsScript: KEYS[1] a segment key, ARGV[1] the fields of the
 // blocks to read, 16 bytes each, in chain order. Returns {n1, v1, ...}: the
 // values of the leading held blocks, run-length encoded.
+//
+// A small hash (listpack encoding: hash-max-listpack-entries 128 and
+// values of at most hash-max-listpack-value 64 bytes, a block with up to
+// about four holders) answers HMGET by a linear scan per field, 64 scans
+// of a 64-field segment; its HGETALL is one pass, in insertion order,
+// which is chain order when the segment holds one chain's blocks (the
+// store script adds a chain's new fields in order; rewriting a field keeps
+// its place). So a listpack segment is read whole, and used as read when
+// its first fields are exactly the requested ones in order (with, if it
+// has fewer, the next requested field absent); anything else (another
+// branch's fields first, a hashtable-encoded segment, whose HMGET is a
+// lookup per field) takes HMGET. Both give the same values. On a loaded
+// 2-core box this took the script's server time per 64-field segment from
+// ~35-60 to ~22-35 µs (INFO commandstats; HMGET alone ~17-30 µs).
+// (OBJECT ENCODING: https://redis.io/docs/latest/commands/object-encoding/;
+// the listpack thresholds: redis.conf of Redis 7.0, "hash-max-listpack-*".)
 var redisSegmentRunsScript = redis.NewScript(`
-local f = ARGV[1]
+local key, f = KEYS[1], ARGV[1]
 local n = #f / 16
 if n ~= math.floor(n) or n < 1 or n > 64 then
   return redis.error_reply('ERR segment runs: want 1..64 fields of 16 bytes')
 end
-local fields = {}
-for i = 1, n do fields[i] = string.sub(f, 16 * i - 15, 16 * i) end
-local vals = redis.call('HMGET', KEYS[1], unpack(fields))
+local enc = redis.call('OBJECT', 'ENCODING', key)
+if not enc then return {} end
+local vals
+if enc == 'listpack' or enc == 'ziplist' then
+  local all = redis.call('HGETALL', key)
+  local m = math.min(n, #all / 2)
+  local names = {}
+  for i = 1, m do names[i] = all[2 * i - 1] end
+  if table.concat(names) == string.sub(f, 1, 16 * m) and
+      (m == n or redis.call('HEXISTS', key, string.sub(f, 16 * m + 1, 16 * m + 16)) == 0) then
+    vals = {}
+    for i = 1, m do vals[i] = all[2 * i] end
+  end
+end
+if not vals then
+  local fields = {}
+  for i = 1, n do fields[i] = string.sub(f, 16 * i - 15, 16 * i) end
+  vals = redis.call('HMGET', key, unpack(fields))
+end
 local out, prev, run = {}, false, 0
 for i = 1, n do
   local v = vals[i]

@@ -197,3 +197,87 @@ func FuzzRedisApplyRun(f *testing.F) {
 		}
 	})
 }
+
+// The script's two reads of a segment (HGETALL in insertion order for a
+// listpack-encoded hash, HMGET otherwise) answer what HMGET answers, run-
+// length encoded up to the first absent block, whatever the segment's
+// encoding and field order: the reference here is the client's own HMGET.
+func TestRedisSegmentRunsMatchHMGET(t *testing.T) {
+	startRedis(t)
+	client := redisStandalone.Client()
+	key := uniquePrefix(t) + "v2:s:{0000000000000001}"
+	t.Cleanup(func() { client.Del(tctx, key) })
+	field := func(i int) string { return string(appendHex16(nil, uint64(i)*0x9E3779B97F4A7C15+1)) }
+	ids := func(is ...int) []uint64 {
+		out := make([]uint64, len(is))
+		for j, i := range is {
+			out[j] = uint64(i)*0x9E3779B97F4A7C15 + 1
+		}
+		return out
+	}
+	seq := func(lo, hi int) []int {
+		var out []int
+		for i := lo; i < hi; i++ {
+			out = append(out, i)
+		}
+		return out
+	}
+	short := func(i int) string { return "1:0:0,2:" + strconv.Itoa(i/10%3) + ":0" }
+	long := func(i int) string { return strings.Repeat("9:1:0,", 12) + short(i) } // > 64 bytes: hashtable
+	for _, tc := range []struct {
+		name   string
+		stored []int // fields, in insertion order
+		value  func(int) string
+		query  []int
+	}{
+		{"listpack, in order, whole", seq(0, 64), short, seq(0, 64)},
+		{"listpack, in order, held prefix", seq(0, 40), short, seq(0, 64)},
+		{"listpack, more fields than asked", seq(0, 64), short, seq(0, 30)},
+		{"listpack, reversed", append(seq(32, 64), seq(0, 32)...), short, seq(0, 64)},
+		{"listpack, another branch first", append(seq(100, 110), seq(0, 20)...), short, seq(0, 20)},
+		{"listpack, gap", append(seq(0, 10), seq(11, 30)...), short, seq(0, 30)},
+		{"listpack, a field asked twice", seq(0, 2), short, []int{0, 1, 0}},
+		{"hashtable", seq(0, 64), long, seq(0, 64)},
+		{"hashtable, held prefix", seq(0, 50), long, seq(0, 64)},
+		{"absent key", nil, short, seq(0, 64)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			must(t, client.Del(tctx, key).Err())
+			for _, i := range tc.stored {
+				must(t, client.HSet(tctx, key, field(i), tc.value(i)).Err())
+			}
+			if kind, _, _ := strings.Cut(tc.name, ","); kind != "absent key" {
+				// The case is the encoding it names (Redis 7.0 defaults).
+				if enc, err := client.ObjectEncoding(tctx, key).Result(); err != nil || enc != kind {
+					t.Fatalf("segment encoding %q (%v); the case wants %q", enc, err, kind)
+				}
+			}
+			fields := make([]string, len(tc.query))
+			for j, i := range tc.query {
+				fields[j] = field(i)
+			}
+			ref, err := client.HMGet(tctx, key, fields...).Result()
+			must(t, err)
+			var want []any
+			for _, v := range ref {
+				s, ok := v.(string)
+				if !ok {
+					break
+				}
+				if n := len(want); n > 0 && want[n-1] == s {
+					want[n-2] = want[n-2].(int64) + 1
+					continue
+				}
+				want = append(want, int64(1), s)
+			}
+			reply, err := redisSegmentRunsScript.Run(tctx, client, []string{key}, string(segmentFieldsArg(nil, ids(tc.query...)))).Result()
+			must(t, err)
+			got, err := segmentRuns(reply, len(tc.query))
+			must(t, err)
+			if !equalRuns(got, want) {
+				enc, _ := client.ObjectEncoding(tctx, key).Result()
+				t.Fatalf("%s segment: runs %q; HMGET gives %q", enc, got, want)
+			}
+		})
+	}
+}
