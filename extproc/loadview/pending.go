@@ -96,10 +96,11 @@ func (p *Pending) Merge(m *kvindex.Match, chain []uint64, now time.Time) {
 		confirmed = max(confirmed, min(d[kvfleet.TierDevice], len(chain)))
 	}
 	for pos := range confirmed {
-		hs, ok := r.entries[chain[pos]]
-		if !ok {
+		slot := r.entries.find(chain[pos])
+		if slot < 0 {
 			continue
 		}
+		hs := &r.entries.slots[slot].set
 		for k := 0; k < hs.len(); {
 			if d, known := m.Lookup(hs.at(k).w); known && d[kvfleet.TierDevice] > pos {
 				hs.remove(k) // the last holder moved to k: look at k again
@@ -109,9 +110,7 @@ func (p *Pending) Merge(m *kvindex.Match, chain []uint64, now time.Time) {
 			k++
 		}
 		if hs.len() == 0 {
-			delete(r.entries, chain[pos])
-		} else {
-			r.entries[chain[pos]] = hs
+			r.entries.removeAt(slot)
 		}
 	}
 	// Workers the index knows, then pending holders of the first block the
@@ -126,7 +125,7 @@ func (p *Pending) Merge(m *kvindex.Match, chain []uint64, now time.Time) {
 			m.SetDepthsAt(i, d)
 		}
 	}
-	first := r.entries[chain[0]]
+	first := r.entries.get(chain[0])
 	for k := range first.len() {
 		h := first.at(k)
 		if h.exp <= t {
@@ -144,7 +143,7 @@ func (p *Pending) Merge(m *kvindex.Match, chain []uint64, now time.Time) {
 func (r *Recent) runLocked(w kvfleet.WorkerID, chain []uint64, from int, t int64) int {
 	d := from
 	for d < len(chain) {
-		hs := r.entries[chain[d]]
+		hs := r.entries.get(chain[d])
 		if !hs.holds(w, t) {
 			break
 		}

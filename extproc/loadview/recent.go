@@ -20,8 +20,8 @@ type Recent struct {
 	ttl     int64 // ns
 	max     int
 	seq     uint64
-	entries map[uint64]holderSet // block sequence hash → workers holding it
-	live    int                  // (hash, worker) pairs in entries
+	entries blockSets // block sequence hash → workers holding it
+	live    int       // (hash, worker) pairs in entries
 
 	// queue holds one record per Record of a pair, oldest first, as a ring.
 	// A record is current when its seq matches the holder's; refreshing a
@@ -125,7 +125,7 @@ func NewRecent(cfg RecentConfig) (*Recent, error) {
 	return &Recent{
 		ttl:     int64(cfg.TTL),
 		max:     cfg.MaxEntries,
-		entries: make(map[uint64]holderSet),
+		entries: newBlockSets(),
 	}, nil
 }
 
@@ -135,9 +135,19 @@ func (r *Recent) growLocked() {
 	n := min(max(2*len(r.queue), 1024), r.max)
 	q := make([]record, n)
 	for i := range r.size {
-		q[i] = r.queue[(r.head+i)%len(r.queue)]
+		q[i] = r.queue[r.ring(i)]
 	}
 	r.queue, r.head = q, 0
+}
+
+// ring is the queue position of the i-th record from the front (i < len):
+// a compare instead of a division per record.
+func (r *Recent) ring(i int) int {
+	p := r.head + i
+	if p >= len(r.queue) {
+		p -= len(r.queue)
+	}
+	return p
 }
 
 // Record notes that the prompt whose block sequence hashes are chain was
@@ -154,7 +164,7 @@ func (r *Recent) Record(w kvfleet.WorkerID, chain []uint64, now time.Time) {
 	r.expireLocked(t)
 	for _, h := range chain {
 		r.seq++
-		hs := r.entries[h]
+		hs := &r.entries.slots[r.entries.slot(h)].set
 		if i := hs.find(w); i >= 0 {
 			p := hs.at(i)
 			p.exp, p.seq = exp, r.seq
@@ -162,7 +172,8 @@ func (r *Recent) Record(w kvfleet.WorkerID, chain []uint64, now time.Time) {
 			hs.add(holder{w: w, exp: exp, seq: r.seq})
 			r.live++
 		}
-		r.entries[h] = hs
+		// hs points into the table: done with it before popLocked below
+		// may move slots.
 		if r.size == len(r.queue) {
 			if len(r.queue) < r.max {
 				r.growLocked()
@@ -170,7 +181,7 @@ func (r *Recent) Record(w kvfleet.WorkerID, chain []uint64, now time.Time) {
 				r.popLocked(true)
 			}
 		}
-		r.queue[(r.head+r.size)%len(r.queue)] = record{hash: h, w: w, exp: exp, seq: r.seq}
+		r.queue[r.ring(r.size)] = record{hash: h, w: w, exp: exp, seq: r.seq}
 		r.size++
 		r.recorded++
 	}
@@ -196,15 +207,17 @@ func (r *Recent) expireLocked(t int64) {
 func (r *Recent) popLocked(evict bool) {
 	rec := r.queue[r.head]
 	r.queue[r.head] = record{} // drop the worker string reference
-	r.head = (r.head + 1) % len(r.queue)
+	r.head = r.ring(1)
 	r.size--
-	hs := r.entries[rec.hash]
+	slot := r.entries.find(rec.hash)
+	if slot < 0 {
+		return
+	}
+	hs := &r.entries.slots[slot].set
 	if i := hs.find(rec.w); i >= 0 && hs.at(i).seq == rec.seq {
 		hs.remove(i)
 		if hs.len() == 0 {
-			delete(r.entries, rec.hash)
-		} else {
-			r.entries[rec.hash] = hs
+			r.entries.removeAt(slot)
 		}
 		r.live--
 		if evict {
@@ -228,7 +241,7 @@ func (r *Recent) Match(chain []uint64, now time.Time, into *kvindex.Match) {
 	defer r.mu.RUnlock()
 	var buf [16]kvfleet.WorkerID
 	alive := buf[:0]
-	first := r.entries[chain[0]]
+	first := r.entries.get(chain[0])
 	for i := range first.len() {
 		if h := first.at(i); h.exp > t {
 			alive = append(alive, h.w)
@@ -236,7 +249,7 @@ func (r *Recent) Match(chain []uint64, now time.Time, into *kvindex.Match) {
 	}
 	depth := 1
 	for ; len(alive) > 0 && depth < len(chain); depth++ {
-		hs := r.entries[chain[depth]]
+		hs := r.entries.get(chain[depth])
 		kept := alive[:0]
 		for _, w := range alive {
 			if hs.holds(w, t) {
@@ -271,7 +284,15 @@ func depthsOf(d int) kvfleet.Depths {
 func (r *Recent) ForgetWorker(w kvfleet.WorkerID) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for h := range r.entries {
+	// Keys first, then drops: a drop that empties a slot moves others.
+	var held []uint64
+	for i := range r.entries.slots {
+		s := &r.entries.slots[i]
+		if s.set.len() > 0 && s.set.find(w) >= 0 {
+			held = append(held, s.key)
+		}
+	}
+	for _, h := range held {
 		r.dropHolderLocked(h, w)
 	}
 	// Its queue records are now stale and fall out as they reach the front.
@@ -280,10 +301,11 @@ func (r *Recent) ForgetWorker(w kvfleet.WorkerID) {
 // dropHolderLocked removes w from h's holders, if it is one; the queue
 // record behind it becomes stale and falls out when it reaches the front.
 func (r *Recent) dropHolderLocked(h uint64, w kvfleet.WorkerID) {
-	hs, ok := r.entries[h]
-	if !ok {
+	slot := r.entries.find(h)
+	if slot < 0 {
 		return
 	}
+	hs := &r.entries.slots[slot].set
 	i := hs.find(w)
 	if i < 0 {
 		return
@@ -291,9 +313,7 @@ func (r *Recent) dropHolderLocked(h uint64, w kvfleet.WorkerID) {
 	hs.remove(i)
 	r.live--
 	if hs.len() == 0 {
-		delete(r.entries, h)
-	} else {
-		r.entries[h] = hs
+		r.entries.removeAt(slot)
 	}
 }
 
