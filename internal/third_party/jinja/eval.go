@@ -81,6 +81,9 @@ func (e *evaluator) execNode(n node) error {
 		return nil
 
 	case *outputNode:
+		if b, ok := nd.expression.(*binExpr); ok && b.op == "+" {
+			return e.emitAddChain(b) // kvgate fork: FORK.md item 7
+		}
 		val, err := e.evalExpr(nd.expression)
 		if err != nil {
 			return err
