@@ -27,7 +27,7 @@ func TestBlockSetsMatchesMap(t *testing.T) {
 			} else {
 				seq++
 				i := tab.slot(key)
-				tab.slots[i].set = holderSet{head: holder{w: kvfleet.WorkerID{Endpoint: "w"}, seq: seq}}
+				tab.slots[i].set = holderSet{head: holder{w: 7, seq: seq}}
 				model[key] = seq
 			}
 			if step%97 != 0 {
@@ -74,5 +74,104 @@ func TestRecentForgetWorkerAmongManyKeys(t *testing.T) {
 	m := match(r, chain, t0)
 	if m.Len() != 1 || depthOf(m, w2) != 1000 {
 		t.Fatalf("after forgetting w1: match %v", m.Map())
+	}
+}
+
+// A worker's number goes back once its last queue record leaves, and the
+// next new worker takes it: the new worker's pairs must not read as the old
+// one's, and the table holds only workers with records in the queue.
+func TestRecentReusesWorkerNumbers(t *testing.T) {
+	r := newRecent(t, 10e9, 1<<16)
+	chain := []uint64{1, 2, 3}
+	r.Record(w1, chain, t0)
+	r.Expire(t0.Add(11e9)) // w1's records leave; its number is free
+	if len(r.workers.ids) != 0 || len(r.workers.free) != 1 {
+		t.Fatalf("after w1 expired: %d numbered, %d free", len(r.workers.ids), len(r.workers.free))
+	}
+	r.Record(w2, chain[:2], t0.Add(12e9)) // takes w1's old number
+	m := match(r, chain, t0.Add(12e9))
+	if m.Len() != 1 || depthOf(m, w2) != 2 || depthOf(m, w1) != 0 {
+		t.Fatalf("after w2 took w1's number: match %v", m.Map())
+	}
+	// A thousand workers, each recording and expiring in turn: the table
+	// stays at the workers with records in the queue.
+	now := t0.Add(12e9)
+	for i := range 1000 {
+		now = now.Add(1e9)
+		r.Record(kvfleet.WorkerID{Endpoint: "10.9.0.1:8000", DPRank: i}, chain, now)
+	}
+	if n := len(r.workers.byID); n > 12 {
+		t.Fatalf("1,000 workers with a 10 s TTL, one a second: %d numbers, want at most 12", n)
+	}
+	m = match(r, chain, now)
+	last := kvfleet.WorkerID{Endpoint: "10.9.0.1:8000", DPRank: 999}
+	if m.Len() != 10 || depthOf(m, last) != 3 {
+		t.Fatalf("after the churn: match %v", m.Map())
+	}
+}
+
+// Evictions at a small bound with workers coming and going, against a
+// model that replays the same bound: every block's holders agree.
+func TestRecentEvictionAndChurnMatchModel(t *testing.T) {
+	const max = 64
+	r := newRecent(t, 1e12, max)
+	type pair struct {
+		h uint64
+		w kvfleet.WorkerID
+	}
+	var queue []pair // the model: pairs recorded and not forgotten, in record order
+	rnd := rand.New(rand.NewPCG(8, 1))
+	for step := range 5000 {
+		w := kvfleet.WorkerID{Endpoint: "10.8.0.1:8000", DPRank: rnd.IntN(40)}
+		if rnd.IntN(10) == 0 {
+			r.ForgetWorker(w)
+			kept := queue[:0]
+			for _, p := range queue {
+				if p.w != w {
+					kept = append(kept, p)
+				}
+			}
+			queue = kept
+			continue
+		}
+		chain := make([]uint64, 1+rnd.IntN(6))
+		for i := range chain {
+			chain[i] = rnd.Uint64N(50)
+		}
+		r.Record(w, chain, t0)
+		for _, h := range chain {
+			for i, p := range queue {
+				if p == (pair{h, w}) {
+					queue = append(queue[:i], queue[i+1:]...)
+					break
+				}
+			}
+			queue = append(queue, pair{h, w})
+		}
+		// The ring holds max records, stale ones included: the model does
+		// not say which pairs an eviction drops, so it checks that every
+		// pair Recent holds (its worker read back through the numbers) is
+		// one the model has, and the count against the bound.
+		held := map[pair]bool{}
+		for _, p := range queue {
+			held[p] = true
+		}
+		n := 0
+		for i := range r.entries.slots {
+			s := &r.entries.slots[i]
+			for k := range s.set.len() {
+				p := pair{s.key, r.workers.worker(s.set.at(k).w)}
+				if !held[p] {
+					t.Fatalf("step %d: Recent holds %v, which the model forgot", step, p)
+				}
+				n++
+			}
+		}
+		if n != r.Stats().Entries || n > max {
+			t.Fatalf("step %d: %d pairs in the table, stats %d, bound %d", step, n, r.Stats().Entries, max)
+		}
+		if len(r.workers.ids) > 40 {
+			t.Fatalf("step %d: %d numbered workers of 40", step, len(r.workers.ids))
+		}
 	}
 }

@@ -22,6 +22,7 @@ type Recent struct {
 	seq     uint64
 	entries blockSets // block sequence hash → workers holding it
 	live    int       // (hash, worker) pairs in entries
+	workers workerIDs // the numbers holders and records name workers by
 
 	// queue holds one record per Record of a pair, oldest first, as a ring.
 	// A record is current when its seq matches the holder's; refreshing a
@@ -33,8 +34,8 @@ type Recent struct {
 }
 
 type holder struct {
-	w   kvfleet.WorkerID
-	exp int64 // UnixNano after which the pair is forgotten
+	w   uint32 // the worker's number in Recent.workers
+	exp int64  // UnixNano after which the pair is forgotten
 	seq uint64
 }
 
@@ -66,7 +67,7 @@ func (s *holderSet) at(i int) *holder {
 }
 
 // find returns w's position, or -1.
-func (s *holderSet) find(w kvfleet.WorkerID) int {
+func (s *holderSet) find(w uint32) int {
 	for i := range s.len() {
 		if s.at(i).w == w {
 			return i
@@ -91,13 +92,12 @@ func (s *holderSet) remove(i int) {
 	}
 	last := len(s.more) - 1
 	*s.at(i) = s.more[last]
-	s.more[last] = holder{} // drop the worker string reference
 	s.more = s.more[:last]
 }
 
 type record struct {
 	hash uint64
-	w    kvfleet.WorkerID
+	w    uint32 // the worker's number in Recent.workers
 	exp  int64
 	seq  uint64
 }
@@ -126,6 +126,7 @@ func NewRecent(cfg RecentConfig) (*Recent, error) {
 		ttl:     int64(cfg.TTL),
 		max:     cfg.MaxEntries,
 		entries: newBlockSets(),
+		workers: newWorkerIDs(),
 	}, nil
 }
 
@@ -162,14 +163,21 @@ func (r *Recent) Record(w kvfleet.WorkerID, chain []uint64, now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.expireLocked(t)
+	if len(chain) == 0 {
+		return
+	}
+	id := r.workers.intern(w)
 	for _, h := range chain {
 		r.seq++
+		// This block's record is counted first: popLocked below may drop
+		// the worker's last older record, which must not free its number.
+		r.workers.ref(id)
 		hs := &r.entries.slots[r.entries.slot(h)].set
-		if i := hs.find(w); i >= 0 {
+		if i := hs.find(id); i >= 0 {
 			p := hs.at(i)
 			p.exp, p.seq = exp, r.seq
 		} else {
-			hs.add(holder{w: w, exp: exp, seq: r.seq})
+			hs.add(holder{w: id, exp: exp, seq: r.seq})
 			r.live++
 		}
 		// hs points into the table: done with it before popLocked below
@@ -181,7 +189,7 @@ func (r *Recent) Record(w kvfleet.WorkerID, chain []uint64, now time.Time) {
 				r.popLocked(true)
 			}
 		}
-		r.queue[r.ring(r.size)] = record{hash: h, w: w, exp: exp, seq: r.seq}
+		r.queue[r.ring(r.size)] = record{hash: h, w: id, exp: exp, seq: r.seq}
 		r.size++
 		r.recorded++
 	}
@@ -206,26 +214,25 @@ func (r *Recent) expireLocked(t int64) {
 // popLocked drops the oldest record, and its pair if the record is current.
 func (r *Recent) popLocked(evict bool) {
 	rec := r.queue[r.head]
-	r.queue[r.head] = record{} // drop the worker string reference
 	r.head = r.ring(1)
 	r.size--
-	slot := r.entries.find(rec.hash)
-	if slot < 0 {
-		return
-	}
-	hs := &r.entries.slots[slot].set
-	if i := hs.find(rec.w); i >= 0 && hs.at(i).seq == rec.seq {
-		hs.remove(i)
-		if hs.len() == 0 {
-			r.entries.removeAt(slot)
-		}
-		r.live--
-		if evict {
-			r.evicted++
-		} else {
-			r.expired++
+	if slot := r.entries.find(rec.hash); slot >= 0 {
+		hs := &r.entries.slots[slot].set
+		if i := hs.find(rec.w); i >= 0 && hs.at(i).seq == rec.seq {
+			hs.remove(i)
+			if hs.len() == 0 {
+				r.entries.removeAt(slot)
+			}
+			r.live--
+			if evict {
+				r.evicted++
+			} else {
+				r.expired++
+			}
 		}
 	}
+	// After the pair: its number may now go to another worker.
+	r.workers.unref(rec.w)
 }
 
 // Match fills into (emptied first) with, per worker, how many leading
@@ -239,7 +246,7 @@ func (r *Recent) Match(chain []uint64, now time.Time, into *kvindex.Match) {
 	t := now.UnixNano()
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	var buf [16]kvfleet.WorkerID
+	var buf [16]uint32
 	alive := buf[:0]
 	first := r.entries.get(chain[0])
 	for i := range first.len() {
@@ -255,18 +262,18 @@ func (r *Recent) Match(chain []uint64, now time.Time, into *kvindex.Match) {
 			if hs.holds(w, t) {
 				kept = append(kept, w)
 			} else {
-				into.Add(w, depthsOf(depth))
+				into.Add(r.workers.worker(w), depthsOf(depth))
 			}
 		}
 		alive = kept
 	}
 	for _, w := range alive {
-		into.Add(w, depthsOf(depth))
+		into.Add(r.workers.worker(w), depthsOf(depth))
 	}
 }
 
 // holds reports whether w holds the block, unexpired at t.
-func (s *holderSet) holds(w kvfleet.WorkerID, t int64) bool {
+func (s *holderSet) holds(w uint32, t int64) bool {
 	i := s.find(w)
 	return i >= 0 && s.at(i).exp > t
 }
@@ -284,23 +291,27 @@ func depthsOf(d int) kvfleet.Depths {
 func (r *Recent) ForgetWorker(w kvfleet.WorkerID) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	id, ok := r.workers.lookup(w)
+	if !ok {
+		return // no pairs: no queue record names it
+	}
 	// Keys first, then drops: a drop that empties a slot moves others.
 	var held []uint64
 	for i := range r.entries.slots {
 		s := &r.entries.slots[i]
-		if s.set.len() > 0 && s.set.find(w) >= 0 {
+		if s.set.len() > 0 && s.set.find(id) >= 0 {
 			held = append(held, s.key)
 		}
 	}
 	for _, h := range held {
-		r.dropHolderLocked(h, w)
+		r.dropHolderLocked(h, id)
 	}
 	// Its queue records are now stale and fall out as they reach the front.
 }
 
 // dropHolderLocked removes w from h's holders, if it is one; the queue
 // record behind it becomes stale and falls out when it reaches the front.
-func (r *Recent) dropHolderLocked(h uint64, w kvfleet.WorkerID) {
+func (r *Recent) dropHolderLocked(h uint64, w uint32) {
 	slot := r.entries.find(h)
 	if slot < 0 {
 		return
