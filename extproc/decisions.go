@@ -1,8 +1,10 @@
 package extproc
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"sort"
 	"strconv"
@@ -23,13 +25,14 @@ func (r *Router) record(req *server.Request, res *preprocess.Result, c choice, d
 	chosen := c.cands[c.dec.Primary]
 	depth := chosen.Depths.Max()
 	r.metrics.requests.WithLabelValues(res.Served, "routed").Inc()
-	r.metrics.picks.WithLabelValues(chosen.Worker.ID.String()).Inc()
+	chosenID := chosen.Worker.ID.String() // once for the metric and the record
+	r.metrics.picks.WithLabelValues(chosenID).Inc()
 	if len(res.Sequence) > 0 {
 		r.metrics.overlap.Observe(float64(depth) / float64(len(res.Sequence)))
 	}
 	entry := decisionEntry{
 		Time: now, RequestID: req.RequestID, Model: res.Served, Tokens: len(res.Tokens), Blocks: len(res.Sequence),
-		Chosen: chosen.Worker.ID.String(), Endpoint: d.Endpoint, Fallbacks: d.Fallbacks, Prefiller: d.Prefiller, PD: c.pdNote,
+		Chosen: chosenID, Endpoint: d.Endpoint, Fallbacks: d.Fallbacks, Prefiller: d.Prefiller, PD: c.pdNote,
 		Candidates: topCandidates(c.cands, c.dec, 4),
 		Objective:  prio.Objective, Priority: prio.Priority, PriorityFrom: prio.From,
 	}
@@ -44,6 +47,9 @@ func (r *Router) record(req *server.Request, res *preprocess.Result, c choice, d
 			d.DebugHeader = entry.header()
 		}
 		r.metrics.debugHeader.WithLabelValues(outcome).Inc()
+	}
+	if !r.log.Enabled(context.Background(), slog.LevelDebug) {
+		return // the arguments below are boxed per call even when dropped
 	}
 	r.log.Debug("routed", "request_id", req.RequestID, "model", res.Served, "worker", entry.Chosen, "tokens", entry.Tokens, "cached_blocks", depth, "blocks", entry.Blocks)
 }

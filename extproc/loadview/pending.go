@@ -96,12 +96,13 @@ func (p *Pending) Merge(m *kvindex.Match, chain []uint64, now time.Time) {
 		confirmed = max(confirmed, min(d[kvfleet.TierDevice], len(chain)))
 	}
 	for pos := range confirmed {
-		hs, ok := r.entries[chain[pos]]
-		if !ok {
+		slot := r.entries.find(chain[pos])
+		if slot < 0 {
 			continue
 		}
+		hs := &r.entries.slots[slot].set
 		for k := 0; k < hs.len(); {
-			if d, known := m.Lookup(hs.at(k).w); known && d[kvfleet.TierDevice] > pos {
+			if d, known := m.Lookup(r.workers.worker(hs.at(k).w)); known && d[kvfleet.TierDevice] > pos {
 				hs.remove(k) // the last holder moved to k: look at k again
 				r.live--
 				continue
@@ -109,9 +110,7 @@ func (p *Pending) Merge(m *kvindex.Match, chain []uint64, now time.Time) {
 			k++
 		}
 		if hs.len() == 0 {
-			delete(r.entries, chain[pos])
-		} else {
-			r.entries[chain[pos]] = hs
+			r.entries.removeAt(slot)
 		}
 	}
 	// Workers the index knows, then pending holders of the first block the
@@ -126,26 +125,31 @@ func (p *Pending) Merge(m *kvindex.Match, chain []uint64, now time.Time) {
 			m.SetDepthsAt(i, d)
 		}
 	}
-	first := r.entries[chain[0]]
+	first := r.entries.get(chain[0])
 	for k := range first.len() {
 		h := first.at(k)
 		if h.exp <= t {
 			continue
 		}
-		if _, known := m.Lookup(h.w); known {
+		w := r.workers.worker(h.w)
+		if _, known := m.Lookup(w); known {
 			continue
 		}
-		m.Add(h.w, depthsOf(r.runLocked(h.w, chain, 0, t)))
+		m.Add(w, depthsOf(r.runLocked(w, chain, 0, t)))
 	}
 }
 
 // runLocked returns the end of w's unexpired pending run in chain starting
 // at from (from itself when chain[from] is not pending for w).
 func (r *Recent) runLocked(w kvfleet.WorkerID, chain []uint64, from int, t int64) int {
+	id, ok := r.workers.lookup(w)
+	if !ok {
+		return from // no pairs
+	}
 	d := from
 	for d < len(chain) {
-		hs := r.entries[chain[d]]
-		if !hs.holds(w, t) {
+		hs := r.entries.get(chain[d])
+		if !hs.holds(id, t) {
 			break
 		}
 		d++
@@ -156,8 +160,12 @@ func (r *Recent) runLocked(w kvfleet.WorkerID, chain []uint64, from int, t int64
 // forgetLocked drops w's pairs for hashes; their queue records become
 // stale and fall out as they reach the front.
 func (r *Recent) forgetLocked(w kvfleet.WorkerID, hashes []uint64) {
+	id, ok := r.workers.lookup(w)
+	if !ok {
+		return // no pairs
+	}
 	for _, h := range hashes {
-		r.dropHolderLocked(h, w)
+		r.dropHolderLocked(h, id)
 	}
 }
 

@@ -20,8 +20,9 @@ type Recent struct {
 	ttl     int64 // ns
 	max     int
 	seq     uint64
-	entries map[uint64]holderSet // block sequence hash → workers holding it
-	live    int                  // (hash, worker) pairs in entries
+	entries blockSets // block sequence hash → workers holding it
+	live    int       // (hash, worker) pairs in entries
+	workers workerIDs // the numbers holders and records name workers by
 
 	// queue holds one record per Record of a pair, oldest first, as a ring.
 	// A record is current when its seq matches the holder's; refreshing a
@@ -33,8 +34,8 @@ type Recent struct {
 }
 
 type holder struct {
-	w   kvfleet.WorkerID
-	exp int64 // UnixNano after which the pair is forgotten
+	w   uint32 // the worker's number in Recent.workers
+	exp int64  // UnixNano after which the pair is forgotten
 	seq uint64
 }
 
@@ -66,7 +67,7 @@ func (s *holderSet) at(i int) *holder {
 }
 
 // find returns w's position, or -1.
-func (s *holderSet) find(w kvfleet.WorkerID) int {
+func (s *holderSet) find(w uint32) int {
 	for i := range s.len() {
 		if s.at(i).w == w {
 			return i
@@ -91,13 +92,12 @@ func (s *holderSet) remove(i int) {
 	}
 	last := len(s.more) - 1
 	*s.at(i) = s.more[last]
-	s.more[last] = holder{} // drop the worker string reference
 	s.more = s.more[:last]
 }
 
 type record struct {
 	hash uint64
-	w    kvfleet.WorkerID
+	w    uint32 // the worker's number in Recent.workers
 	exp  int64
 	seq  uint64
 }
@@ -125,7 +125,8 @@ func NewRecent(cfg RecentConfig) (*Recent, error) {
 	return &Recent{
 		ttl:     int64(cfg.TTL),
 		max:     cfg.MaxEntries,
-		entries: make(map[uint64]holderSet),
+		entries: newBlockSets(),
+		workers: newWorkerIDs(),
 	}, nil
 }
 
@@ -135,9 +136,19 @@ func (r *Recent) growLocked() {
 	n := min(max(2*len(r.queue), 1024), r.max)
 	q := make([]record, n)
 	for i := range r.size {
-		q[i] = r.queue[(r.head+i)%len(r.queue)]
+		q[i] = r.queue[r.ring(i)]
 	}
 	r.queue, r.head = q, 0
+}
+
+// ring is the queue position of the i-th record from the front (i < len):
+// a compare instead of a division per record.
+func (r *Recent) ring(i int) int {
+	p := r.head + i
+	if p >= len(r.queue) {
+		p -= len(r.queue)
+	}
+	return p
 }
 
 // Record notes that the prompt whose block sequence hashes are chain was
@@ -152,17 +163,25 @@ func (r *Recent) Record(w kvfleet.WorkerID, chain []uint64, now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.expireLocked(t)
+	if len(chain) == 0 {
+		return
+	}
+	id := r.workers.intern(w)
 	for _, h := range chain {
 		r.seq++
-		hs := r.entries[h]
-		if i := hs.find(w); i >= 0 {
+		// This block's record is counted first: popLocked below may drop
+		// the worker's last older record, which must not free its number.
+		r.workers.ref(id)
+		hs := &r.entries.slots[r.entries.slot(h)].set
+		if i := hs.find(id); i >= 0 {
 			p := hs.at(i)
 			p.exp, p.seq = exp, r.seq
 		} else {
-			hs.add(holder{w: w, exp: exp, seq: r.seq})
+			hs.add(holder{w: id, exp: exp, seq: r.seq})
 			r.live++
 		}
-		r.entries[h] = hs
+		// hs points into the table: done with it before popLocked below
+		// may move slots.
 		if r.size == len(r.queue) {
 			if len(r.queue) < r.max {
 				r.growLocked()
@@ -170,7 +189,7 @@ func (r *Recent) Record(w kvfleet.WorkerID, chain []uint64, now time.Time) {
 				r.popLocked(true)
 			}
 		}
-		r.queue[(r.head+r.size)%len(r.queue)] = record{hash: h, w: w, exp: exp, seq: r.seq}
+		r.queue[r.ring(r.size)] = record{hash: h, w: id, exp: exp, seq: r.seq}
 		r.size++
 		r.recorded++
 	}
@@ -195,24 +214,25 @@ func (r *Recent) expireLocked(t int64) {
 // popLocked drops the oldest record, and its pair if the record is current.
 func (r *Recent) popLocked(evict bool) {
 	rec := r.queue[r.head]
-	r.queue[r.head] = record{} // drop the worker string reference
-	r.head = (r.head + 1) % len(r.queue)
+	r.head = r.ring(1)
 	r.size--
-	hs := r.entries[rec.hash]
-	if i := hs.find(rec.w); i >= 0 && hs.at(i).seq == rec.seq {
-		hs.remove(i)
-		if hs.len() == 0 {
-			delete(r.entries, rec.hash)
-		} else {
-			r.entries[rec.hash] = hs
-		}
-		r.live--
-		if evict {
-			r.evicted++
-		} else {
-			r.expired++
+	if slot := r.entries.find(rec.hash); slot >= 0 {
+		hs := &r.entries.slots[slot].set
+		if i := hs.find(rec.w); i >= 0 && hs.at(i).seq == rec.seq {
+			hs.remove(i)
+			if hs.len() == 0 {
+				r.entries.removeAt(slot)
+			}
+			r.live--
+			if evict {
+				r.evicted++
+			} else {
+				r.expired++
+			}
 		}
 	}
+	// After the pair: its number may now go to another worker.
+	r.workers.unref(rec.w)
 }
 
 // Match fills into (emptied first) with, per worker, how many leading
@@ -226,9 +246,9 @@ func (r *Recent) Match(chain []uint64, now time.Time, into *kvindex.Match) {
 	t := now.UnixNano()
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	var buf [16]kvfleet.WorkerID
+	var buf [16]uint32
 	alive := buf[:0]
-	first := r.entries[chain[0]]
+	first := r.entries.get(chain[0])
 	for i := range first.len() {
 		if h := first.at(i); h.exp > t {
 			alive = append(alive, h.w)
@@ -236,24 +256,24 @@ func (r *Recent) Match(chain []uint64, now time.Time, into *kvindex.Match) {
 	}
 	depth := 1
 	for ; len(alive) > 0 && depth < len(chain); depth++ {
-		hs := r.entries[chain[depth]]
+		hs := r.entries.get(chain[depth])
 		kept := alive[:0]
 		for _, w := range alive {
 			if hs.holds(w, t) {
 				kept = append(kept, w)
 			} else {
-				into.Add(w, depthsOf(depth))
+				into.Add(r.workers.worker(w), depthsOf(depth))
 			}
 		}
 		alive = kept
 	}
 	for _, w := range alive {
-		into.Add(w, depthsOf(depth))
+		into.Add(r.workers.worker(w), depthsOf(depth))
 	}
 }
 
 // holds reports whether w holds the block, unexpired at t.
-func (s *holderSet) holds(w kvfleet.WorkerID, t int64) bool {
+func (s *holderSet) holds(w uint32, t int64) bool {
 	i := s.find(w)
 	return i >= 0 && s.at(i).exp > t
 }
@@ -271,19 +291,32 @@ func depthsOf(d int) kvfleet.Depths {
 func (r *Recent) ForgetWorker(w kvfleet.WorkerID) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for h := range r.entries {
-		r.dropHolderLocked(h, w)
+	id, ok := r.workers.lookup(w)
+	if !ok {
+		return // no pairs: no queue record names it
+	}
+	// Keys first, then drops: a drop that empties a slot moves others.
+	var held []uint64
+	for i := range r.entries.slots {
+		s := &r.entries.slots[i]
+		if s.set.len() > 0 && s.set.find(id) >= 0 {
+			held = append(held, s.key)
+		}
+	}
+	for _, h := range held {
+		r.dropHolderLocked(h, id)
 	}
 	// Its queue records are now stale and fall out as they reach the front.
 }
 
 // dropHolderLocked removes w from h's holders, if it is one; the queue
 // record behind it becomes stale and falls out when it reaches the front.
-func (r *Recent) dropHolderLocked(h uint64, w kvfleet.WorkerID) {
-	hs, ok := r.entries[h]
-	if !ok {
+func (r *Recent) dropHolderLocked(h uint64, w uint32) {
+	slot := r.entries.find(h)
+	if slot < 0 {
 		return
 	}
+	hs := &r.entries.slots[slot].set
 	i := hs.find(w)
 	if i < 0 {
 		return
@@ -291,9 +324,7 @@ func (r *Recent) dropHolderLocked(h uint64, w kvfleet.WorkerID) {
 	hs.remove(i)
 	r.live--
 	if hs.len() == 0 {
-		delete(r.entries, h)
-	} else {
-		r.entries[h] = hs
+		r.entries.removeAt(slot)
 	}
 }
 

@@ -63,8 +63,8 @@ func TestRecentMatchAndTTL(t *testing.T) {
 		t.Fatalf("stats %+v", s)
 	}
 	r.Expire(t0.Add(180 * time.Second))
-	if s := r.Stats(); s.Entries != 0 || len(r.entries) != 0 {
-		t.Fatalf("after all TTLs: stats %+v, %d hashes", s, len(r.entries))
+	if s := r.Stats(); s.Entries != 0 || r.entries.n != 0 {
+		t.Fatalf("after all TTLs: stats %+v, %d hashes", s, r.entries.n)
 	}
 }
 

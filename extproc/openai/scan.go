@@ -370,6 +370,12 @@ func (s *scanner) readString() (string, *Error) {
 			default:
 				return "", s.syntaxAt(escStart, "invalid escape '\\%c'", e)
 			}
+			// The plain run after an escape, in the same step: a prompt's
+			// text has an escaped newline every ~20 bytes (issue 27 item 3).
+			n, runASCII := plainRun(b[s.pos:])
+			ascii = ascii && runASCII
+			out = append(out, b[s.pos:s.pos+n]...)
+			s.pos += n
 		default:
 			// A run of plain bytes up to the next escape or the closing
 			// quote, copied at once.

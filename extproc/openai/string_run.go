@@ -1,6 +1,9 @@
 package openai
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+	"math/bits"
+)
 
 // SWAR ("SIMD within a register") constants for plainRun: each is one byte
 // value repeated in all eight lanes of a uint64.
@@ -23,6 +26,13 @@ const (
 // may be a stop byte (a lane holding 0x80 or more never is, hence &^ w);
 // the exact position is then found bytewise, so false positives from borrow
 // propagation cost only a short rescan, never a wrong answer.
+//
+// The first flagged lane needs no rescan, though: a borrow runs only from a
+// lane that is a true stop towards higher lanes, so the lowest flagged lane
+// (the first byte in memory, the word being little-endian) is always a true
+// stop. Its position is the mask's trailing zeros / 8, which ends a short
+// run (the ~20 bytes between a prompt's escaped newlines) without a
+// bytewise loop (issue 27 item 3).
 func plainRun(b []byte) (n int, ascii bool) {
 	var high uint64
 	for ; n+8 <= len(b); n += 8 {
@@ -30,8 +40,11 @@ func plainRun(b []byte) (n int, ascii bool) {
 		q := w ^ lanesQuot
 		k := w ^ lanesBack
 		stop := ((q - lanes01) &^ q) | ((k - lanes01) &^ k) | (w - lanes20)
-		if stop&^w&lanes80 != 0 {
-			break
+		if m := stop &^ w & lanes80; m != 0 {
+			lane := bits.TrailingZeros64(m) / 8
+			// Only the bytes before the stop count towards ASCII-ness.
+			high |= w & (1<<(8*lane) - 1)
+			return n + lane, high&lanes80 == 0
 		}
 		high |= w
 	}

@@ -45,6 +45,26 @@ func TestPlainRunMatchesBytewise(t *testing.T) {
 	}
 }
 
+// Several stop bytes in one word, and bytes one above a stop ('#' after
+// '"', ']' after '\\', 0x20 and 0x21 after a control byte) whose borrow
+// could flag a lane falsely: random words over such an alphabet stop where
+// the bytewise scan does.
+func TestPlainRunMatchesBytewiseOnDenseWords(t *testing.T) {
+	alphabet := []byte{'"', '#', '\\', ']', 0x00, 0x01, 0x1f, 0x20, 0x21, 0x7f, 0x80, 0xc3, 0xff, 'a'}
+	rnd := rand.New(rand.NewPCG(27, 3))
+	for range 200000 {
+		b := make([]byte, rnd.IntN(20))
+		for i := range b {
+			b[i] = alphabet[rnd.IntN(len(alphabet))]
+		}
+		gotN, gotASCII := plainRun(b)
+		wantN, wantASCII := plainRunBytewise(b)
+		if gotN != wantN || gotASCII != wantASCII {
+			t.Fatalf("%q: got (%d, %v), want (%d, %v)", b, gotN, gotASCII, wantN, wantASCII)
+		}
+	}
+}
+
 // Strings with escapes between plain runs decode as encoding/json does.
 func TestReadStringRunsAroundEscapes(t *testing.T) {
 	for in, want := range map[string]string{

@@ -29,11 +29,51 @@ type addedMatcher struct {
 	// a table look-up per byte of a 30 KB prompt.
 	only  int
 	nodes []trieNode
+	// edges holds every node's children, each node's as one run sorted by
+	// byte: find scans a run (a handful of bytes) where a map[byte]int32
+	// per node hashed every byte of every candidate (issue 27 item 3).
+	edges []trieEdge
 }
 
 type trieNode struct {
-	children map[byte]int32
-	token    int32 // index into Tokenizer.added, -1 if no token ends here
+	children map[byte]int32 // while building; nil once the edges are laid out
+	// edgeStart, edgeEnd delimit the node's run in addedMatcher.edges.
+	edgeStart, edgeEnd int32
+	token              int32 // index into Tokenizer.added, -1 if no token ends here
+}
+
+type trieEdge struct {
+	b     byte
+	child int32
+}
+
+// child returns n's child on byte b.
+func (m *addedMatcher) child(n int32, b byte) (int32, bool) {
+	nd := &m.nodes[n]
+	for _, e := range m.edges[nd.edgeStart:nd.edgeEnd] {
+		if e.b == b {
+			return e.child, true
+		}
+		if e.b > b {
+			break
+		}
+	}
+	return 0, false
+}
+
+// layOutEdges moves the build-time child maps into edges.
+func (m *addedMatcher) layOutEdges() {
+	for i := range m.nodes {
+		nd := &m.nodes[i]
+		nd.edgeStart = int32(len(m.edges))
+		for b := range 256 {
+			if c, ok := nd.children[byte(b)]; ok {
+				m.edges = append(m.edges, trieEdge{b: byte(b), child: c})
+			}
+		}
+		nd.edgeEnd = int32(len(m.edges))
+		nd.children = nil
+	}
 }
 
 func newAddedMatcher(tokens []AddedToken, include func(AddedToken) bool, content func(AddedToken) string) *addedMatcher {
@@ -69,6 +109,7 @@ func newAddedMatcher(tokens []AddedToken, include func(AddedToken) bool, content
 	if empty {
 		return nil
 	}
+	m.layOutEdges()
 	m.only = -1
 	for c := range m.first {
 		if m.first[c] {
@@ -96,7 +137,7 @@ func (m *addedMatcher) find(s string, from int) (start, end int, token int32, ok
 		}
 		n, best, bestEnd := int32(0), int32(-1), 0
 		for j := i; j < len(s); j++ {
-			child, found := m.nodes[n].children[s[j]]
+			child, found := m.child(n, s[j])
 			if !found {
 				break
 			}

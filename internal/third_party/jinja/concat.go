@@ -13,6 +13,46 @@ import "strings"
 // operand evaluation has the same order and errors, and '+' itself has no
 // side effects (kvgate fork, FORK.md item 7).
 func (e *evaluator) evalAddChain(n *binExpr) (Value, error) {
+	var pieces [8]string
+	acc, tail, size, err := e.foldAddChain(n, pieces[:0])
+	if err != nil || len(tail) == 0 {
+		return acc, err
+	}
+	var out strings.Builder
+	out.Grow(size)
+	for _, s := range tail {
+		out.WriteString(s)
+	}
+	return NewString(out.String()), nil
+}
+
+// emitAddChain is {{ chain }}: the same fold, but a string tail is written
+// to the output piece by piece instead of joined into a string first and
+// then copied again. A ~8k-token Qwen3 prompt's messages were each copied
+// twice, half of a render's bytes allocated (BENCHMARKS.md, issue 27 item
+// 3). Every operand is evaluated before anything is written, as before, so
+// an operand's error leaves the output as the joined path would.
+func (e *evaluator) emitAddChain(n *binExpr) error {
+	var pieces [8]string
+	acc, tail, _, err := e.foldAddChain(n, pieces[:0])
+	if err != nil {
+		return err
+	}
+	if len(tail) == 0 {
+		e.emit(printValue(acc))
+		return nil
+	}
+	for _, s := range tail {
+		e.emit(s)
+	}
+	return nil
+}
+
+// foldAddChain evaluates the chain's operands left to right and folds them
+// with addValues until the running value becomes a string; from there on it
+// returns the pieces to concatenate (appended to tail) and their total size
+// instead. With no string, the result is acc and tail is empty.
+func (e *evaluator) foldAddChain(n *binExpr, tail []string) (acc Value, _ []string, size int, _ error) {
 	var operands [8]expr
 	ops := operands[:0]
 	for x := expr(n); ; {
@@ -27,15 +67,12 @@ func (e *evaluator) evalAddChain(n *binExpr) (Value, error) {
 	// ops holds the chain right to left: ops[len-1] is the leftmost operand.
 	acc, err := e.evalExpr(ops[len(ops)-1])
 	if err != nil {
-		return Undefined(), err
+		return Undefined(), nil, 0, err
 	}
-	var pieces [8]string
-	tail := pieces[:0]
-	size := 0
 	for i := len(ops) - 2; i >= 0; i-- {
 		v, err := e.evalExpr(ops[i])
 		if err != nil {
-			return Undefined(), err
+			return Undefined(), nil, 0, err
 		}
 		switch {
 		case len(tail) > 0:
@@ -52,13 +89,5 @@ func (e *evaluator) evalAddChain(n *binExpr) (Value, error) {
 			acc = addValues(acc, v)
 		}
 	}
-	if len(tail) == 0 {
-		return acc, nil
-	}
-	var out strings.Builder
-	out.Grow(size)
-	for _, s := range tail {
-		out.WriteString(s)
-	}
-	return NewString(out.String()), nil
+	return acc, tail, size, nil
 }

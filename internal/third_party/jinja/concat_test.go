@@ -23,6 +23,10 @@ func TestAddChainEqualsPairwiseFold(t *testing.T) {
 		`{{ (1 + 2) * 2 + 1 }}`:                       "7",
 		`{% set x = 'a' + 'b' %}{{ x + x + x }}`:      "ababab",
 		`{{ true + 1 + 'x' }}`:                        "2x",
+		// More pieces than the fold's inline array, emitted and joined.
+		`{{ 1 + 'b' + 'c' + 'd' + 'e' + 'f' + 'g' + 'h' + 'i' + 'j' }}`:                "1bcdefghij",
+		`{% set x = 1 + 'b' + 'c' + 'd' + 'e' + 'f' + 'g' + 'h' + 'i' + 'j' %}{{ x }}`: "1bcdefghij",
+		`{{ 1 + 2 }}{{ [1] + [2] }}{{ none + 'x' }}`:                                   "3[1, 2]x",
 	} {
 		tmpl, err := jinja.Compile(src)
 		if err != nil {

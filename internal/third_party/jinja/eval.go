@@ -81,6 +81,9 @@ func (e *evaluator) execNode(n node) error {
 		return nil
 
 	case *outputNode:
+		if b, ok := nd.expression.(*binExpr); ok && b.op == "+" {
+			return e.emitAddChain(b) // kvgate fork: FORK.md item 7
+		}
 		val, err := e.evalExpr(nd.expression)
 		if err != nil {
 			return err
@@ -136,6 +139,10 @@ func (e *evaluator) execIf(n *ifNode) error {
 	}
 	return nil
 }
+
+// loopDictKeys is the number of keys execFor's loop dict gets: length,
+// cycle, index, index0, revindex, revindex0, first, last, previtem, nextitem.
+const loopDictKeys = 10
 
 func (e *evaluator) execFor(n *forNode) error {
 	iterVal, err := e.evalExpr(n.iter)
@@ -196,8 +203,10 @@ func (e *evaluator) execFor(n *forNode) error {
 
 	// Pre-allocate the loop dict and child scope once, then reuse them
 	// across iterations to avoid per-iteration allocations.
-	loop := NewDict()
-	ld := loop.AsDict()
+	// Sized for its loopDictKeys keys (kvgate fork): an unsized map started as one
+	// 8-slot group and was rebuilt as a table at the ninth key, every loop.
+	ld := &Dict{Keys: make([]string, 0, 1), Data: make(map[string]Value, loopDictKeys)}
+	loop := Value{kind: KindDict, v: ld}
 	ld.Set("length", NewInt(total))
 
 	child := newScope(e.scope)
