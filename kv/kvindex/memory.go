@@ -111,11 +111,13 @@ func NewMemory(cfg MemoryConfig) *Memory {
 
 // shardOf spreads hashes over shards by Fibonacci hashing, so that
 // non-random hashes (tests, sequential ids) spread as well as XXH3 output.
-func (m *Memory) shardOf(h uint64) *memShard {
+func (m *Memory) shardOf(h uint64) *memShard { return &m.shards[m.shardIndex(h)] }
+
+func (m *Memory) shardIndex(h uint64) int {
 	if m.shardBits == 0 {
-		return &m.shards[0]
+		return 0
 	}
-	return &m.shards[(h*0x9E3779B97F4A7C15)>>(64-m.shardBits)]
+	return int((h * 0x9E3779B97F4A7C15) >> (64 - m.shardBits))
 }
 
 // Store implements Index.
@@ -249,6 +251,7 @@ type matchScratch struct {
 	states []matchState // one per holder of chain[0], sorted by worker
 	live   []matchLive  // sorted by worker
 	dense  denseScratch // the dense walk's (memory_dense.go)
+	window chainWindow  // the blocks being walked (memory_window.go)
 }
 
 // Match implements Index.
@@ -265,22 +268,22 @@ func (m *Memory) Match(_ context.Context, chain []uint64, into *Match) error {
 	}
 	sc := m.scratch.Get().(*matchScratch)
 	defer m.scratch.Put(sc)
+	win := &sc.window
+	win.open(m, chain)
+	defer win.close()
 
-	s := m.shardOf(chain[0])
-	s.mu.RLock()
-	slot, ok := s.index.get(chain[0])
-	if !ok {
-		s.mu.RUnlock()
+	b := win.at(0)
+	if b == nil {
 		return nil
 	}
-	b := &s.blocks[slot]
 	b.touch()
-	// Loaded while chain[0]'s shard is read-locked: RemoveWorker drops a
-	// worker's entries under this lock before its slot can be reused, so
-	// every holder seen here is named by this snapshot.
+	// Loaded while chain[0]'s shard is read-locked (the window holds it):
+	// RemoveWorker drops a worker's entries under this lock before its
+	// slot can be reused, so every holder seen here is named by this
+	// snapshot.
 	names := *m.workers.names.Load()
 	if denseWalk(len(b.holders), len(names)) {
-		m.matchDense(sc, chain, b, s, names, into)
+		m.matchDense(sc, chain, b, names, into)
 		return nil
 	}
 	sc.states = sc.states[:0]
@@ -289,7 +292,6 @@ func (m *Memory) Match(_ context.Context, chain []uint64, into *Match) error {
 		sc.live = append(sc.live, matchLive{worker: h.worker, slowest: h.fastestTier(), state: int32(len(sc.states))})
 		sc.states = append(sc.states, matchState{worker: h.worker})
 	}
-	s.mu.RUnlock()
 	m.mergeWalk(sc, chain, 1)
 	sc.results(names, into)
 	return nil
@@ -297,20 +299,16 @@ func (m *Memory) Match(_ context.Context, chain []uint64, into *Match) error {
 
 // mergeWalk extends sc.live from block depth on (every live worker holds
 // the blocks before it) until the chain ends or no worker extends, and
-// finishes the workers still live.
+// finishes the workers still live. It reads the blocks through
+// sc.window (memory_window.go), which the caller opened on chain.
 func (m *Memory) mergeWalk(sc *matchScratch, chain []uint64, depth int32) {
 	for ; int(depth) < len(chain) && len(sc.live) > 0; depth++ {
-		s := m.shardOf(chain[depth])
-		s.mu.RLock()
-		slot, ok := s.index.get(chain[depth])
-		if !ok {
-			s.mu.RUnlock()
+		b := sc.window.at(int(depth))
+		if b == nil {
 			break
 		}
-		b := &s.blocks[slot]
 		b.touch()
 		sc.extend(b.holders, depth)
-		s.mu.RUnlock()
 	}
 	for _, l := range sc.live {
 		sc.finish(l, depth)

@@ -107,10 +107,10 @@ type denseScratch struct {
 	onFly   holderBits
 }
 
-// matchDense walks chain from its first block b (in shard s, which the
-// caller read-locked; matchDense unlocks it) with per-tier bitsets.
+// matchDense walks chain from its first block b (read through
+// sc.window, which the caller opened on chain) with per-tier bitsets.
 // The result is appended to into.
-func (m *Memory) matchDense(sc *matchScratch, chain []uint64, b *block, s *memShard, names []workerName, into *Match) {
+func (m *Memory) matchDense(sc *matchScratch, chain []uint64, b *block, names []workerName, into *Match) {
 	d := &sc.dense
 	words := (len(names) + 63) / 64
 	for t := range d.alive {
@@ -134,7 +134,6 @@ func (m *Memory) matchDense(sc *matchScratch, chain []uint64, b *block, s *memSh
 		copy(d.alive[t], d.alive[kvfleet.NumTiers-1])
 	}
 	d.advance(b0, 0)
-	s.mu.RUnlock()
 
 	end := int32(len(chain))
 	switched := false
@@ -148,18 +147,13 @@ func (m *Memory) matchDense(sc *matchScratch, chain []uint64, b *block, s *memSh
 			switched = true
 			break
 		}
-		s := m.shardOf(chain[depth])
-		s.mu.RLock()
-		slot, ok := s.index.get(chain[depth])
 		var live bool
-		if ok {
-			blk := &s.blocks[slot]
+		if blk := sc.window.at(depth); blk != nil {
 			blk.touch()
 			live = d.advance(blk.bitsOf(words, &d.onFly), int32(depth))
 		} else {
 			live = d.advance(&holderBits{}, int32(depth))
 		}
-		s.mu.RUnlock()
 		if !live {
 			end = int32(depth)
 			break
