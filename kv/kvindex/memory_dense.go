@@ -44,26 +44,30 @@ func denseWalk(holders, slots int) bool {
 	return holders >= denseMinHolders && slots <= denseMinDensity*holders
 }
 
-// holderBits is a block's holders as bitsets: bit w of tiers[t] is set
-// when worker slot w holds the block on tier t or a faster one.
+// holderBits is a block's holders as bitsets: bit w of tier(t) is set
+// when worker slot w holds the block on tier t or a faster one. The tiers
+// share one array, tier after tier, so a block's bitsets are one
+// allocation on adjacent cache lines (one dependent load from the block,
+// not one per tier).
 type holderBits struct {
 	words int
-	tiers [kvfleet.NumTiers][]uint64
+	all   []uint64 // NumTiers × words
 }
 
-// fill sets h from holders (sorted by worker), reusing h's slices.
+// tier is tier t's bitset.
+func (h *holderBits) tier(t int) []uint64 { return h.all[t*h.words : (t+1)*h.words] }
+
+// fill sets h from holders (sorted by worker), reusing h's array.
 func (h *holderBits) fill(holders []holder, words int) {
 	h.words = words
-	for t := range h.tiers {
-		h.tiers[t] = clearWords(h.tiers[t], words)
-	}
+	h.all = clearWords(h.all, int(kvfleet.NumTiers)*words)
 	for _, x := range holders {
-		if int(x.worker) >= words*64 {
+		if int(x.worker()) >= words*64 {
 			break // sorted: the rest are beyond the walk's slots too
 		}
-		k, bit := x.worker/64, uint64(1)<<(x.worker%64)
+		k, bit := int(x.worker()/64), uint64(1)<<(x.worker()%64)
 		for t := int(x.fastestTier()); t < int(kvfleet.NumTiers); t++ {
-			h.tiers[t][k] |= bit
+			h.all[t*words+k] |= bit
 		}
 	}
 }
@@ -91,7 +95,7 @@ func (b *block) bitsOf(words int, scratch *holderBits) *holderBits {
 		return c
 	}
 	c := new(holderBits)
-	last := int(b.holders[len(b.holders)-1].worker)
+	last := int(b.holders[len(b.holders)-1].worker())
 	c.fill(b.holders, max(words, last/64+1))
 	b.bits.Store(c)
 	return c
@@ -100,9 +104,11 @@ func (b *block) bitsOf(words int, scratch *holderBits) *holderBits {
 // denseScratch is the dense walk's reusable state.
 type denseScratch struct {
 	alive [kvfleet.NumTiers][]uint64
-	// dropped[t][w] is the depth at which slot w stopped matching on
-	// tier t; read only for slots whose alive bit is clear at the end.
-	dropped [kvfleet.NumTiers][]int32
+	// dropped[w][t] is the depth at which slot w stopped matching on
+	// tier t; read only for slots whose alive bit is clear, or after
+	// settle. One slot's depths share a line: the result pass reads them
+	// together.
+	dropped [][kvfleet.NumTiers]int32
 	first   []uint32 // holders of the first block
 	onFly   holderBits
 }
@@ -115,21 +121,21 @@ func (m *Memory) matchDense(sc *matchScratch, chain []uint64, b *block, names []
 	words := (len(names) + 63) / 64
 	for t := range d.alive {
 		d.alive[t] = clearWords(d.alive[t], words)
-		if cap(d.dropped[t]) < words*64 {
-			d.dropped[t] = make([]int32, words*64)
-		}
-		d.dropped[t] = d.dropped[t][:words*64]
 	}
+	if cap(d.dropped) < words*64 {
+		d.dropped = make([][kvfleet.NumTiers]int32, words*64)
+	}
+	d.dropped = d.dropped[:words*64]
 	d.first = d.first[:0]
 	for _, h := range b.holders {
-		if int(h.worker) < len(names) {
-			d.first = append(d.first, h.worker)
+		if int(h.worker()) < len(names) {
+			d.first = append(d.first, h.worker())
 		}
 	}
 	// Every holder starts alive on every tier; block 0 itself then drops
 	// those that hold it only on slower tiers (depth 0 there).
 	b0 := b.bitsOf(words, &d.onFly)
-	copy(d.alive[kvfleet.NumTiers-1], b0.tiers[kvfleet.NumTiers-1][:words])
+	copy(d.alive[kvfleet.NumTiers-1], b0.tier(int(kvfleet.NumTiers)-1))
 	for t := range kvfleet.NumTiers - 1 {
 		copy(d.alive[t], d.alive[kvfleet.NumTiers-1])
 	}
@@ -160,20 +166,19 @@ func (m *Memory) matchDense(sc *matchScratch, chain []uint64, b *block, names []
 		}
 	}
 
+	if !switched {
+		d.settle(end)
+	}
 	for _, w := range d.first {
-		k, bit := w/64, uint64(1)<<(w%64)
-		if !names[w].live || switched && d.alive[kvfleet.NumTiers-1][k]&bit != 0 {
+		if !names[w].live || switched && d.alive[kvfleet.NumTiers-1][w/64]&(1<<(w%64)) != 0 {
 			continue // gone, or still matching when the merge walk took over
 		}
-		var dep kvfleet.Depths
-		for t := range dep {
-			if d.alive[t][k]&bit != 0 {
-				dep[t] = int(end)
-			} else {
-				dep[t] = int(d.dropped[t][w])
+		dw := &d.dropped[w]
+		if dw[kvfleet.NumTiers-1] > 0 {
+			var dep kvfleet.Depths
+			for t := range dep {
+				dep[t] = int(dw[t])
 			}
-		}
-		if dep.Max() > 0 {
 			into.Add(names[w].id, dep)
 		}
 	}
@@ -188,6 +193,19 @@ func (m *Memory) matchDense(sc *matchScratch, chain []uint64, b *block, names []
 // are not cached (holderBits.fill, a quarter of the dense walk's profile
 // at 512 workers); the merge walk costs a search per live worker.
 const denseToMerge = 32
+
+// settle records end as the depth, on each tier, of every slot still
+// alive there when the walk ended (at the chain's end or at a block no
+// slot holds), so that every slot's depths are then in dropped.
+func (d *denseScratch) settle(end int32) {
+	for t := range d.alive {
+		for k, a := range d.alive[t] {
+			for ; a != 0; a &= a - 1 {
+				d.dropped[k*64+bits.TrailingZeros64(a)][t] = end
+			}
+		}
+	}
+}
 
 // aliveCount is how many slots still match on some tier.
 func (d *denseScratch) aliveCount() int {
@@ -216,7 +234,7 @@ func (d *denseScratch) toMerge(sc *matchScratch) {
 					slowest = uint8(t)
 					break
 				}
-				st.depths[t] = d.dropped[t][w]
+				st.depths[t] = d.dropped[w][t]
 			}
 			sc.live = append(sc.live, matchLive{worker: w, slowest: slowest, state: int32(len(sc.states))})
 			sc.states = append(sc.states, st)
@@ -230,7 +248,7 @@ func (d *denseScratch) toMerge(sc *matchScratch) {
 // set holds every other's).
 func (d *denseScratch) advance(h *holderBits, depth int32) bool {
 	for t := range d.alive {
-		alive, held := d.alive[t], h.tiers[t]
+		alive, held := d.alive[t], h.tier(t)
 		for k, a := range alive {
 			var hw uint64
 			if k < h.words {
@@ -242,7 +260,7 @@ func (d *denseScratch) advance(h *holderBits, depth int32) bool {
 			}
 			alive[k] = a & hw
 			for gone != 0 {
-				d.dropped[t][k*64+bits.TrailingZeros64(gone)] = depth
+				d.dropped[k*64+bits.TrailingZeros64(gone)][t] = depth
 				gone &= gone - 1
 			}
 		}

@@ -35,9 +35,11 @@ import "math/bits"
 
 const (
 	matchWindowMin = 8
-	// matchWindowMax: one segment (SegmentBlocks). A writer of a shard the
-	// run covers waits, at most, for the walk over this many blocks.
-	matchWindowMax = SegmentBlocks
+	// matchWindowMax: four segments (SegmentBlocks), 4,096 tokens at block
+	// size 16. A writer of a shard the run covers waits, at most, for the
+	// walk over this many blocks; a longer run locks each shard once for
+	// more blocks (at 64 shards a 64-block run already takes ~40 of them).
+	matchWindowMax = 4 * SegmentBlocks
 )
 
 // chainWindow is one run of a chain's positions, [from, end), with its
@@ -133,13 +135,30 @@ func (w *chainWindow) resolve(from int) {
 		w.blocks = append(w.blocks, &s.blocks[slot])
 	}
 	w.found = len(w.blocks)
-	// Pass 2: every block's holder list, whose first line the walk reads
-	// first (independent loads; the sum only keeps them).
+	// Pass 2: what the walk will read of each block (independent loads;
+	// the sum only keeps them): a short holder list whole, one load per
+	// cache line; for a long one, the holder bitsets the dense walk reads
+	// when they are cached (memory_dense.go).
 	var sink uint32
 	for _, b := range w.blocks {
-		if len(b.holders) > 0 {
-			sink += b.holders[0].worker
+		hs := b.holders
+		if len(hs) < holderBitsMin {
+			for j := 0; j < len(hs); j += holdersPerLine {
+				sink += uint32(hs[j])
+			}
+			continue
+		}
+		if c := b.bits.Load(); c != nil {
+			for j := 0; j < len(c.all); j += wordsPerLine {
+				sink += uint32(c.all[j])
+			}
 		}
 	}
 	w.sink = sink
 }
+
+// holdersPerLine: holder entries (4 bytes) per 64-byte cache line.
+const holdersPerLine = 16
+
+// wordsPerLine: bitset words per cache line.
+const wordsPerLine = 8
