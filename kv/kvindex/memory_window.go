@@ -28,10 +28,19 @@ import "math/bits"
 // dropAll, Stats). So no cycle of waits can form even though a pending
 // writer blocks new readers of its shard (sync.RWMutex).
 //
-// Runs grow from matchWindowMin positions, doubling up to matchWindowMax,
-// so a chain whose first blocks nobody holds (the common unknown prompt)
-// locks a few shards, not a whole window's. The walk ends at the first
-// position no worker holds, so a run stops resolving there.
+// Runs grow with the walk, from matchWindowMin positions up to
+// matchWindowMax (a run is as long as the part of the chain already
+// walked), so a chain whose first blocks nobody holds (the common unknown
+// prompt) locks a few shards, not a whole window's. The walk ends at the
+// first position no worker holds, so a run stops resolving there; but it
+// has locked its shards by then, and a walk also ends where its last
+// worker drops out, which the run cannot see. So each run after the first
+// is preceded by a run of one position: where a walk ends at a run's
+// edge (a shared system prompt, then conversations nobody else holds),
+// the next run costs one lock, not up to matchWindowMax. When the index
+// fits in the cache the lock operations, not the misses, are most of a
+// walk's cost; at 8 workers a walk that took ~40 locks for its last one
+// or two blocks was 1.3–1.6× slower than one lock per block.
 
 const (
 	matchWindowMin = 8
@@ -56,6 +65,8 @@ type chainWindow struct {
 	// lockedShards is a bitset over shard indices: the read locks held.
 	lockedShards []uint64
 	locked       bool
+	// probed: the last run was the one-position run before a longer one.
+	probed bool
 	// sink keeps the prefetching loads of resolve from being dropped.
 	sink uint32
 }
@@ -64,6 +75,7 @@ type chainWindow struct {
 func (w *chainWindow) open(m *Memory, chain []uint64) {
 	w.m, w.chain = m, chain
 	w.from, w.end, w.found = 0, 0, 0
+	w.probed = true // the first run is not preceded by a one-position run
 	if n := (len(m.shards) + 63) / 64; len(w.lockedShards) != n {
 		w.lockedShards = make([]uint64, n)
 	}
@@ -111,6 +123,10 @@ func (w *chainWindow) unlock() {
 // blocks up to the first one nobody holds.
 func (w *chainWindow) resolve(from int) {
 	size := min(matchWindowMax, max(matchWindowMin, from))
+	if !w.probed {
+		size = 1
+	}
+	w.probed = !w.probed
 	w.from, w.end = from, min(len(w.chain), from+size)
 	m := w.m
 	run := w.chain[from:w.end]
