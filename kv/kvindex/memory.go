@@ -39,8 +39,11 @@ const (
 // Layout: workers are interned to small integers; blocks are partitioned by
 // hash into shards, each behind its own RWMutex, so writers for different
 // workers and concurrent matches rarely meet. A block's holders are a slice
-// of (worker, tier mask) sorted by worker, because most blocks have a few
-// holders and Match walks them in step with its own sorted worker list.
+// of (worker, tier mask) sorted by worker, packed in 32 bits each (holder),
+// because most blocks have a few holders and Match walks them in step with
+// its own sorted worker list. Match reads a chain's blocks in runs, each
+// run's shards read-locked together (memory_window.go), so that the cache
+// misses of consecutive blocks overlap.
 //
 // Each shard also keeps, per worker, the list of block slots that worker
 // holds in the shard (each holder entry knows its position, so removal is a
