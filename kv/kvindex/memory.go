@@ -305,13 +305,18 @@ func (m *Memory) Match(_ context.Context, chain []uint64, into *Match) error {
 // finishes the workers still live. It reads the blocks through
 // sc.window (memory_window.go), which the caller opened on chain.
 func (m *Memory) mergeWalk(sc *matchScratch, chain []uint64, depth int32) {
-	for ; int(depth) < len(chain) && len(sc.live) > 0; depth++ {
-		b := sc.window.at(int(depth))
-		if b == nil {
-			break
+	for int(depth) < len(chain) && len(sc.live) > 0 {
+		for _, b := range sc.window.run(int(depth)) {
+			b.touch()
+			sc.extend(b.holders, depth)
+			depth++
+			if len(sc.live) == 0 {
+				break
+			}
 		}
-		b.touch()
-		sc.extend(b.holders, depth)
+		if int(depth) < sc.window.end {
+			break // a block nobody holds, or no worker left
+		}
 	}
 	for _, l := range sc.live {
 		sc.finish(l, depth)

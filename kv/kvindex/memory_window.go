@@ -86,6 +86,15 @@ func (w *chainWindow) open(m *Memory, chain []uint64) {
 // (depth >= the last run's start); moving past the current run releases
 // its locks and resolves the next one.
 func (w *chainWindow) at(depth int) *block {
+	// The walk's common case, kept small enough to inline.
+	if i := depth - w.from; i < w.found {
+		return w.blocks[i]
+	}
+	return w.next(depth)
+}
+
+// next is at's slow path: a position past the current run, or its end.
+func (w *chainWindow) next(depth int) *block {
 	if depth >= w.end {
 		if depth >= len(w.chain) {
 			return nil
@@ -97,6 +106,21 @@ func (w *chainWindow) at(depth int) *block {
 		return w.blocks[i]
 	}
 	return nil
+}
+
+// run returns the blocks from position depth to the end of its run, or
+// to the block before the first one nobody holds: as at, for a walk that
+// reads them in a loop (mergeWalk). depth follows the same rules as at's.
+// Fewer than end-depth blocks means the walk ends after them.
+func (w *chainWindow) run(depth int) []*block {
+	if depth >= w.end {
+		if depth >= len(w.chain) {
+			return nil
+		}
+		w.unlock()
+		w.resolve(depth)
+	}
+	return w.blocks[min(depth-w.from, w.found):w.found]
 }
 
 // close releases the read locks still held; the walk reads no block after.
