@@ -39,8 +39,11 @@ const (
 // Layout: workers are interned to small integers; blocks are partitioned by
 // hash into shards, each behind its own RWMutex, so writers for different
 // workers and concurrent matches rarely meet. A block's holders are a slice
-// of (worker, tier mask) sorted by worker, because most blocks have a few
-// holders and Match walks them in step with its own sorted worker list.
+// of (worker, tier mask) sorted by worker, packed in 32 bits each (holder),
+// because most blocks have a few holders and Match walks them in step with
+// its own sorted worker list. Match reads a chain's blocks in runs, each
+// run's shards read-locked together (memory_window.go), so that the cache
+// misses of consecutive blocks overlap.
 //
 // Each shard also keeps, per worker, the list of block slots that worker
 // holds in the shard (each holder entry knows its position, so removal is a
@@ -111,11 +114,13 @@ func NewMemory(cfg MemoryConfig) *Memory {
 
 // shardOf spreads hashes over shards by Fibonacci hashing, so that
 // non-random hashes (tests, sequential ids) spread as well as XXH3 output.
-func (m *Memory) shardOf(h uint64) *memShard {
+func (m *Memory) shardOf(h uint64) *memShard { return &m.shards[m.shardIndex(h)] }
+
+func (m *Memory) shardIndex(h uint64) int {
 	if m.shardBits == 0 {
-		return &m.shards[0]
+		return 0
 	}
-	return &m.shards[(h*0x9E3779B97F4A7C15)>>(64-m.shardBits)]
+	return int((h * 0x9E3779B97F4A7C15) >> (64 - m.shardBits))
 }
 
 // Store implements Index.
@@ -249,6 +254,7 @@ type matchScratch struct {
 	states []matchState // one per holder of chain[0], sorted by worker
 	live   []matchLive  // sorted by worker
 	dense  denseScratch // the dense walk's (memory_dense.go)
+	window chainWindow  // the blocks being walked (memory_window.go)
 }
 
 // Match implements Index.
@@ -265,31 +271,30 @@ func (m *Memory) Match(_ context.Context, chain []uint64, into *Match) error {
 	}
 	sc := m.scratch.Get().(*matchScratch)
 	defer m.scratch.Put(sc)
+	win := &sc.window
+	win.open(m, chain)
+	defer win.close()
 
-	s := m.shardOf(chain[0])
-	s.mu.RLock()
-	slot, ok := s.index.get(chain[0])
-	if !ok {
-		s.mu.RUnlock()
+	b := win.at(0)
+	if b == nil {
 		return nil
 	}
-	b := &s.blocks[slot]
 	b.touch()
-	// Loaded while chain[0]'s shard is read-locked: RemoveWorker drops a
-	// worker's entries under this lock before its slot can be reused, so
-	// every holder seen here is named by this snapshot.
+	// Loaded while chain[0]'s shard is read-locked (the window holds it):
+	// RemoveWorker drops a worker's entries under this lock before its
+	// slot can be reused, so every holder seen here is named by this
+	// snapshot.
 	names := *m.workers.names.Load()
 	if denseWalk(len(b.holders), len(names)) {
-		m.matchDense(sc, chain, b, s, names, into)
+		m.matchDense(sc, chain, b, names, into)
 		return nil
 	}
 	sc.states = sc.states[:0]
 	sc.live = sc.live[:0]
 	for _, h := range b.holders {
-		sc.live = append(sc.live, matchLive{worker: h.worker, slowest: h.fastestTier(), state: int32(len(sc.states))})
-		sc.states = append(sc.states, matchState{worker: h.worker})
+		sc.live = append(sc.live, matchLive{worker: h.worker(), slowest: h.fastestTier(), state: int32(len(sc.states))})
+		sc.states = append(sc.states, matchState{worker: h.worker()})
 	}
-	s.mu.RUnlock()
 	m.mergeWalk(sc, chain, 1)
 	sc.results(names, into)
 	return nil
@@ -297,20 +302,21 @@ func (m *Memory) Match(_ context.Context, chain []uint64, into *Match) error {
 
 // mergeWalk extends sc.live from block depth on (every live worker holds
 // the blocks before it) until the chain ends or no worker extends, and
-// finishes the workers still live.
+// finishes the workers still live. It reads the blocks through
+// sc.window (memory_window.go), which the caller opened on chain.
 func (m *Memory) mergeWalk(sc *matchScratch, chain []uint64, depth int32) {
-	for ; int(depth) < len(chain) && len(sc.live) > 0; depth++ {
-		s := m.shardOf(chain[depth])
-		s.mu.RLock()
-		slot, ok := s.index.get(chain[depth])
-		if !ok {
-			s.mu.RUnlock()
-			break
+	for int(depth) < len(chain) && len(sc.live) > 0 {
+		for _, b := range sc.window.run(int(depth)) {
+			b.touch()
+			sc.extend(b.holders, depth)
+			depth++
+			if len(sc.live) == 0 {
+				break
+			}
 		}
-		b := &s.blocks[slot]
-		b.touch()
-		sc.extend(b.holders, depth)
-		s.mu.RUnlock()
+		if int(depth) < sc.window.end {
+			break // a block nobody holds, or no worker left
+		}
 	}
 	for _, l := range sc.live {
 		sc.finish(l, depth)
@@ -366,10 +372,10 @@ func (sc *matchScratch) extend(holders []holder, depth int32) {
 	}
 	j := 0
 	for _, l := range sc.live {
-		for j < len(holders) && holders[j].worker < l.worker {
+		for j < len(holders) && holders[j].worker() < l.worker {
 			j++
 		}
-		if j < len(holders) && holders[j].worker == l.worker {
+		if j < len(holders) && holders[j].worker() == l.worker {
 			kept = append(kept, sc.step(l, holders[j], depth))
 		} else {
 			sc.finish(l, depth)
@@ -392,16 +398,28 @@ func (sc *matchScratch) step(l matchLive, h holder, depth int32) matchLive {
 	return l
 }
 
-// holder is one worker's copies of a block: bit t of tiers set when the
-// worker holds the block on Tier t. pos is where the block's slot sits in
-// the shard's list for that worker (memShard.byWorker).
-type holder struct {
-	worker uint32
-	tiers  uint8
-	pos    int32
-}
+// holder is one worker's copies of a block, packed in 32 bits: the
+// worker's slot above, and below, in the low 8 bits, its tier mask (bit t
+// set when the worker holds the block on Tier t). Packed, a block's
+// holders are a third of the 12-byte entries they were (a 16-holder list
+// is one cache line, not three), and Match reads them for every block of
+// a chain. Where each block's slot sits in its holder's slot list
+// (memShard.byWorker), which only writers need, is block.pos.
+type holder uint32
 
-func (h holder) fastestTier() uint8 { return uint8(bits.TrailingZeros8(h.tiers)) }
+// Slot numbers stay below maxMemoryWorkers, which must fit the 24 bits
+// above the tier mask (a larger bound overflows this constant: a compile
+// error), and the mask holds every tier.
+const (
+	_ = uint32((maxMemoryWorkers - 1) << 8)
+	_ = uint8(1<<kvfleet.NumTiers - 1)
+)
+
+func newHolder(w uint32, tiers uint8) holder { return holder(w<<8 | uint32(tiers)) }
+
+func (h holder) worker() uint32     { return uint32(h) >> 8 }
+func (h holder) tiers() uint8       { return uint8(h) }
+func (h holder) fastestTier() uint8 { return uint8(bits.TrailingZeros8(h.tiers())) }
 
 func findHolder(hs []holder, w uint32) (int, bool) {
 	// Binary search by hand: slices.BinarySearchFunc's callback showed in
@@ -409,19 +427,22 @@ func findHolder(hs []holder, w uint32) (int, bool) {
 	lo, hi := 0, len(hs)
 	for lo < hi {
 		mid := int(uint(lo+hi) >> 1)
-		if hs[mid].worker < w {
+		if hs[mid].worker() < w {
 			lo = mid + 1
 		} else {
 			hi = mid
 		}
 	}
-	return lo, lo < len(hs) && hs[lo].worker == w
+	return lo, lo < len(hs) && hs[lo].worker() == w
 }
 
 // block is one slot of a shard's CLOCK ring.
 type block struct {
 	hash    uint64
 	holders []holder // sorted by worker; empty iff the slot is free
+	// pos[i] is where this block's slot sits in the shard's slot list for
+	// holders[i]'s worker (memShard.byWorker), so removal is a swap.
+	pos []int32
 	// referenced is the CLOCK bit. Match sets it under the read lock, hence
 	// atomic; it is only written when clear, so hot blocks stay read-shared.
 	referenced uint32
@@ -464,7 +485,7 @@ func (s *memShard) store(w uint32, bit uint8, h uint64) {
 	slot, ok := s.index.get(h)
 	if ok {
 		b := &s.blocks[slot]
-		if i, found := findHolder(b.holders, w); found && b.holders[i].tiers&bit != 0 {
+		if i, found := findHolder(b.holders, w); found && b.holders[i].tiers()&bit != 0 {
 			b.touch()
 			return
 		}
@@ -483,14 +504,15 @@ func (s *memShard) store(w uint32, bit uint8, h uint64) {
 	i, found := findHolder(b.holders, w)
 	b.changed()
 	if found {
-		b.holders[i].tiers |= bit
+		b.holders[i] |= holder(bit)
 	} else {
 		if int(w) >= len(s.byWorker) {
 			s.byWorker = append(s.byWorker, make([][]int32, int(w)+1-len(s.byWorker))...)
 		}
 		pos := int32(len(s.byWorker[w]))
 		s.byWorker[w] = append(s.byWorker[w], slot)
-		b.holders = slices.Insert(b.holders, i, holder{worker: w, tiers: bit, pos: pos})
+		b.holders = slices.Insert(b.holders, i, newHolder(w, bit))
+		b.pos = slices.Insert(b.pos, i, pos)
 	}
 	s.entries++
 }
@@ -502,17 +524,18 @@ func (s *memShard) remove(w uint32, bit uint8, h uint64) {
 	}
 	b := &s.blocks[slot]
 	i, found := findHolder(b.holders, w)
-	if !found || b.holders[i].tiers&bit == 0 {
+	if !found || b.holders[i].tiers()&bit == 0 {
 		return
 	}
 	s.entries--
 	b.changed()
-	b.holders[i].tiers &^= bit
-	if b.holders[i].tiers != 0 {
+	b.holders[i] &^= holder(bit)
+	if b.holders[i].tiers() != 0 {
 		return
 	}
-	s.unlist(w, b.holders[i].pos)
+	s.unlist(w, b.pos[i])
 	b.holders = slices.Delete(b.holders, i, i+1)
+	b.pos = slices.Delete(b.pos, i, i+1)
 	if len(b.holders) == 0 {
 		s.freeBlock(slot)
 	}
@@ -526,9 +549,9 @@ func (s *memShard) unlist(w uint32, pos int32) {
 	if int(pos) != last {
 		moved := list[last]
 		list[pos] = moved
-		hs := s.blocks[moved].holders
-		if j, ok := findHolder(hs, w); ok {
-			hs[j].pos = pos
+		mb := &s.blocks[moved]
+		if j, ok := findHolder(mb.holders, w); ok {
+			mb.pos[j] = pos
 		}
 	}
 	s.byWorker[w] = list[:last]
@@ -544,9 +567,10 @@ func (s *memShard) dropWorker(w uint32) {
 		if !found {
 			continue
 		}
-		s.entries -= int64(bits.OnesCount8(b.holders[i].tiers))
+		s.entries -= int64(bits.OnesCount8(b.holders[i].tiers()))
 		b.changed()
 		b.holders = slices.Delete(b.holders, i, i+1)
+		b.pos = slices.Delete(b.pos, i, i+1)
 		if len(b.holders) == 0 {
 			s.freeBlock(slot)
 		}
@@ -575,9 +599,9 @@ func (s *memShard) freeBlock(slot int32) {
 	b.changed()
 	s.index.del(b.hash)
 	if cap(b.holders) > 8 {
-		b.holders = nil
+		b.holders, b.pos = nil, nil
 	} else {
-		b.holders = b.holders[:0]
+		b.holders, b.pos = b.holders[:0], b.pos[:0]
 	}
 	b.referenced = 0
 	s.free = append(s.free, slot)
@@ -602,9 +626,9 @@ func (s *memShard) evictOne() {
 			atomic.StoreUint32(&b.referenced, 0)
 			continue
 		}
-		for _, h := range b.holders {
-			s.entries -= int64(bits.OnesCount8(h.tiers))
-			s.unlist(h.worker, h.pos)
+		for i, h := range b.holders {
+			s.entries -= int64(bits.OnesCount8(h.tiers()))
+			s.unlist(h.worker(), b.pos[i])
 		}
 		s.freeBlock(int32(slot))
 		s.evictions++

@@ -44,26 +44,30 @@ func denseWalk(holders, slots int) bool {
 	return holders >= denseMinHolders && slots <= denseMinDensity*holders
 }
 
-// holderBits is a block's holders as bitsets: bit w of tiers[t] is set
-// when worker slot w holds the block on tier t or a faster one.
+// holderBits is a block's holders as bitsets: bit w of tier(t) is set
+// when worker slot w holds the block on tier t or a faster one. The tiers
+// share one array, tier after tier, so a block's bitsets are one
+// allocation on adjacent cache lines (one dependent load from the block,
+// not one per tier).
 type holderBits struct {
 	words int
-	tiers [kvfleet.NumTiers][]uint64
+	all   []uint64 // NumTiers × words
 }
 
-// fill sets h from holders (sorted by worker), reusing h's slices.
+// tier is tier t's bitset.
+func (h *holderBits) tier(t int) []uint64 { return h.all[t*h.words : (t+1)*h.words] }
+
+// fill sets h from holders (sorted by worker), reusing h's array.
 func (h *holderBits) fill(holders []holder, words int) {
 	h.words = words
-	for t := range h.tiers {
-		h.tiers[t] = clearWords(h.tiers[t], words)
-	}
+	h.all = clearWords(h.all, int(kvfleet.NumTiers)*words)
 	for _, x := range holders {
-		if int(x.worker) >= words*64 {
+		if int(x.worker()) >= words*64 {
 			break // sorted: the rest are beyond the walk's slots too
 		}
-		k, bit := x.worker/64, uint64(1)<<(x.worker%64)
+		k, bit := int(x.worker()/64), uint64(1)<<(x.worker()%64)
 		for t := int(x.fastestTier()); t < int(kvfleet.NumTiers); t++ {
-			h.tiers[t][k] |= bit
+			h.all[t*words+k] |= bit
 		}
 	}
 }
@@ -91,7 +95,7 @@ func (b *block) bitsOf(words int, scratch *holderBits) *holderBits {
 		return c
 	}
 	c := new(holderBits)
-	last := int(b.holders[len(b.holders)-1].worker)
+	last := int(b.holders[len(b.holders)-1].worker())
 	c.fill(b.holders, max(words, last/64+1))
 	b.bits.Store(c)
 	return c
@@ -100,41 +104,42 @@ func (b *block) bitsOf(words int, scratch *holderBits) *holderBits {
 // denseScratch is the dense walk's reusable state.
 type denseScratch struct {
 	alive [kvfleet.NumTiers][]uint64
-	// dropped[t][w] is the depth at which slot w stopped matching on
-	// tier t; read only for slots whose alive bit is clear at the end.
-	dropped [kvfleet.NumTiers][]int32
+	// dropped[w][t] is the depth at which slot w stopped matching on
+	// tier t; read only for slots whose alive bit is clear, or after
+	// settle. One slot's depths share a line: the result pass reads them
+	// together.
+	dropped [][kvfleet.NumTiers]int32
 	first   []uint32 // holders of the first block
 	onFly   holderBits
 }
 
-// matchDense walks chain from its first block b (in shard s, which the
-// caller read-locked; matchDense unlocks it) with per-tier bitsets.
+// matchDense walks chain from its first block b (read through
+// sc.window, which the caller opened on chain) with per-tier bitsets.
 // The result is appended to into.
-func (m *Memory) matchDense(sc *matchScratch, chain []uint64, b *block, s *memShard, names []workerName, into *Match) {
+func (m *Memory) matchDense(sc *matchScratch, chain []uint64, b *block, names []workerName, into *Match) {
 	d := &sc.dense
 	words := (len(names) + 63) / 64
 	for t := range d.alive {
 		d.alive[t] = clearWords(d.alive[t], words)
-		if cap(d.dropped[t]) < words*64 {
-			d.dropped[t] = make([]int32, words*64)
-		}
-		d.dropped[t] = d.dropped[t][:words*64]
 	}
+	if cap(d.dropped) < words*64 {
+		d.dropped = make([][kvfleet.NumTiers]int32, words*64)
+	}
+	d.dropped = d.dropped[:words*64]
 	d.first = d.first[:0]
 	for _, h := range b.holders {
-		if int(h.worker) < len(names) {
-			d.first = append(d.first, h.worker)
+		if int(h.worker()) < len(names) {
+			d.first = append(d.first, h.worker())
 		}
 	}
 	// Every holder starts alive on every tier; block 0 itself then drops
 	// those that hold it only on slower tiers (depth 0 there).
 	b0 := b.bitsOf(words, &d.onFly)
-	copy(d.alive[kvfleet.NumTiers-1], b0.tiers[kvfleet.NumTiers-1][:words])
+	copy(d.alive[kvfleet.NumTiers-1], b0.tier(int(kvfleet.NumTiers)-1))
 	for t := range kvfleet.NumTiers - 1 {
 		copy(d.alive[t], d.alive[kvfleet.NumTiers-1])
 	}
 	d.advance(b0, 0)
-	s.mu.RUnlock()
 
 	end := int32(len(chain))
 	switched := false
@@ -148,38 +153,32 @@ func (m *Memory) matchDense(sc *matchScratch, chain []uint64, b *block, s *memSh
 			switched = true
 			break
 		}
-		s := m.shardOf(chain[depth])
-		s.mu.RLock()
-		slot, ok := s.index.get(chain[depth])
 		var live bool
-		if ok {
-			blk := &s.blocks[slot]
+		if blk := sc.window.at(depth); blk != nil {
 			blk.touch()
 			live = d.advance(blk.bitsOf(words, &d.onFly), int32(depth))
 		} else {
 			live = d.advance(&holderBits{}, int32(depth))
 		}
-		s.mu.RUnlock()
 		if !live {
 			end = int32(depth)
 			break
 		}
 	}
 
+	if !switched {
+		d.settle(end)
+	}
 	for _, w := range d.first {
-		k, bit := w/64, uint64(1)<<(w%64)
-		if !names[w].live || switched && d.alive[kvfleet.NumTiers-1][k]&bit != 0 {
+		if !names[w].live || switched && d.alive[kvfleet.NumTiers-1][w/64]&(1<<(w%64)) != 0 {
 			continue // gone, or still matching when the merge walk took over
 		}
-		var dep kvfleet.Depths
-		for t := range dep {
-			if d.alive[t][k]&bit != 0 {
-				dep[t] = int(end)
-			} else {
-				dep[t] = int(d.dropped[t][w])
+		dw := &d.dropped[w]
+		if dw[kvfleet.NumTiers-1] > 0 {
+			var dep kvfleet.Depths
+			for t := range dep {
+				dep[t] = int(dw[t])
 			}
-		}
-		if dep.Max() > 0 {
 			into.Add(names[w].id, dep)
 		}
 	}
@@ -194,6 +193,19 @@ func (m *Memory) matchDense(sc *matchScratch, chain []uint64, b *block, s *memSh
 // are not cached (holderBits.fill, a quarter of the dense walk's profile
 // at 512 workers); the merge walk costs a search per live worker.
 const denseToMerge = 32
+
+// settle records end as the depth, on each tier, of every slot still
+// alive there when the walk ended (at the chain's end or at a block no
+// slot holds), so that every slot's depths are then in dropped.
+func (d *denseScratch) settle(end int32) {
+	for t := range d.alive {
+		for k, a := range d.alive[t] {
+			for ; a != 0; a &= a - 1 {
+				d.dropped[k*64+bits.TrailingZeros64(a)][t] = end
+			}
+		}
+	}
+}
 
 // aliveCount is how many slots still match on some tier.
 func (d *denseScratch) aliveCount() int {
@@ -222,7 +234,7 @@ func (d *denseScratch) toMerge(sc *matchScratch) {
 					slowest = uint8(t)
 					break
 				}
-				st.depths[t] = d.dropped[t][w]
+				st.depths[t] = d.dropped[w][t]
 			}
 			sc.live = append(sc.live, matchLive{worker: w, slowest: slowest, state: int32(len(sc.states))})
 			sc.states = append(sc.states, st)
@@ -236,7 +248,7 @@ func (d *denseScratch) toMerge(sc *matchScratch) {
 // set holds every other's).
 func (d *denseScratch) advance(h *holderBits, depth int32) bool {
 	for t := range d.alive {
-		alive, held := d.alive[t], h.tiers[t]
+		alive, held := d.alive[t], h.tier(t)
 		for k, a := range alive {
 			var hw uint64
 			if k < h.words {
@@ -248,7 +260,7 @@ func (d *denseScratch) advance(h *holderBits, depth int32) bool {
 			}
 			alive[k] = a & hw
 			for gone != 0 {
-				d.dropped[t][k*64+bits.TrailingZeros64(gone)] = depth
+				d.dropped[k*64+bits.TrailingZeros64(gone)][t] = depth
 				gone &= gone - 1
 			}
 		}
