@@ -7,6 +7,7 @@ import (
 	"log"
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/go-zeromq/zmq4"
 
@@ -119,20 +120,20 @@ func TestListenerRefusesPeersOutsideTheAllowList(t *testing.T) {
 }
 
 // dialForger is a raw PUB socket connected to addr from the local IP from
-// (through the Publisher's From transport), sending whatever frames the
+// (through the Publisher's watched transport), sending whatever frames the
 // test gives it.
 func dialForger(t *testing.T, from, addr string) zmq4.Socket {
 	t.Helper()
-	if err := registerFromTransport(); err != nil {
+	if err := registerWatchedTransports(); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), dialFromKey{}, netip.MustParseAddr(from)))
+	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), redialKey{}, newRedialer(netip.MustParseAddr(from))))
 	sock := zmq4.NewPub(ctx, zmq4.WithLogger(log.New(io.Discard, "", 0)))
 	t.Cleanup(func() {
 		cancel()
 		sock.Close()
 	})
-	if err := sock.Dial(fromTCP + "://" + addr); err != nil {
+	if err := sock.Dial(watchedTCP + "://" + addr); err != nil {
 		t.Fatal(err)
 	}
 	return sock
@@ -206,3 +207,53 @@ type tcpAddr netip.AddrPort
 
 func (a tcpAddr) Network() string { return "tcp" }
 func (a tcpAddr) String() string  { return netip.AddrPort(a).String() }
+
+// A connecting Publisher whose connection the listener cuts (a topic it may
+// not publish under) dials again each time, and still closes. The dialling
+// is the Publisher's own since zmq4's automatic reconnect could deadlock
+// (publisher_redial.go: a send failing before the reader saw the end, with
+// the reaper removing the old connection at that moment; an indexer test
+// hung on it once). That interleaving is too rare to force here; this test
+// holds the replacement to what the old path did: redial after every cut,
+// close cleanly, deliver nothing forged.
+func TestConnectingPublisherRedialsAfterEachCutAndCloses(t *testing.T) {
+	l := startListener(t)
+	const topic = "kv@victim@qwen3"
+	rec := newRecorder()
+	runSubscriber(t, Config{Listener: l, Topic: topic, Publishers: []netip.Prefix{netip.MustParsePrefix("127.0.0.2/32")}}, rec)
+	forger, err := NewPublisher(PublisherConfig{Endpoint: "tcp://" + l.Addr().String(), Connect: true, From: "127.0.0.3", Topic: topic})
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := false
+	t.Cleanup(func() {
+		if !closed {
+			forger.Close()
+		}
+	})
+	// Each refusal cuts the connection; five of them need four redials.
+	// Bursts, so that sends meet the cut connection (the failing send is
+	// what ran zmq4's redial under the writer's lock).
+	poll.True(t, "five batches refused, each on a new connection", hangGuard, func() bool {
+		for range 64 {
+			if _, err := forger.Publish([]byte("forged")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return l.Stats().ForeignTopic >= 5
+	})
+	done := make(chan error, 1)
+	go func() { done <- forger.Close() }()
+	select {
+	case err := <-done:
+		closed = true
+		if err != nil {
+			t.Fatalf("close: %v", err)
+		}
+	case <-time.After(hangGuard):
+		t.Fatalf("Close of a publisher whose connections were cut did not return within %v", hangGuard)
+	}
+	if got := rec.snapshot(); len(got) != 0 {
+		t.Fatalf("forged batches delivered to the victim's subscriber: %+v", got)
+	}
+}

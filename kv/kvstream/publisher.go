@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/go-zeromq/zmq4"
-	"github.com/go-zeromq/zmq4/transport"
 )
 
 // PublisherConfig configures a Publisher.
@@ -60,6 +59,7 @@ type Publisher struct {
 	router zmq4.Socket // nil without a replay endpoint
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	redial *redialer // Connect mode only
 
 	mu      sync.Mutex
 	closed  bool
@@ -83,25 +83,32 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 		cfg.Logger = slog.Default()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	var from netip.Addr
 	if cfg.From != "" {
-		from, err := netip.ParseAddr(cfg.From)
+		a, err := netip.ParseAddr(cfg.From)
 		if err != nil || !cfg.Connect || !strings.HasPrefix(cfg.Endpoint, "tcp://") {
 			cancel()
 			return nil, fmt.Errorf("kvstream publisher: From %q: want an IP address, with Connect to a tcp:// endpoint", cfg.From)
 		}
-		if err := registerFromTransport(); err != nil {
-			cancel()
-			return nil, fmt.Errorf("kvstream publisher: %w", err)
-		}
-		ctx = context.WithValue(ctx, dialFromKey{}, from)
+		from = a
 	}
 	p := &Publisher{cfg: cfg, log: cfg.Logger.With("endpoint", cfg.Endpoint), cancel: cancel}
 	logOpt := zmq4.WithLogger(slog.NewLogLogger(p.log.Handler(), slog.LevelDebug))
 	opts := []zmq4.Option{logOpt}
 	if cfg.Connect {
 		// libzmq connects in the background and reconnects a connecting
-		// PUB; zmq4 dials synchronously, so dialLoop does that here.
-		opts = append(opts, zmq4.WithDialerMaxRetries(0), zmq4.WithAutomaticReconnect(true))
+		// PUB; zmq4 dials synchronously, so dialLoop does both here,
+		// through the watched transports (publisher_redial.go). Not
+		// zmq4's WithAutomaticReconnect: it redials from inside the PUB's
+		// send while holding the writer's lock, and a redial that succeeds
+		// then waits for that same lock forever (publisher_redial.go).
+		if err := registerWatchedTransports(); err != nil {
+			cancel()
+			return nil, fmt.Errorf("kvstream publisher: %w", err)
+		}
+		p.redial = newRedialer(from)
+		ctx = context.WithValue(ctx, redialKey{}, p.redial)
+		opts = append(opts, zmq4.WithDialerMaxRetries(0))
 	}
 	p.pub = zmq4.NewPub(ctx, opts...)
 	if cfg.Connect {
@@ -137,16 +144,27 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 // Publisher closes. Batches published before then are dropped, as a
 // libzmq PUB without peers drops them; replay recovers them.
 func (p *Publisher) dialLoop(ctx context.Context) {
-	ep := p.cfg.Endpoint
-	if p.cfg.From != "" {
-		ep = fromTCP + strings.TrimPrefix(ep, "tcp")
-	}
+	ep := watchedEndpoint(p.cfg.Endpoint)
 	for {
+		p.redial.reset()
 		err := p.pub.Dial(ep)
-		if err == nil || ctx.Err() != nil {
+		if ctx.Err() != nil {
 			return
 		}
-		p.log.Debug("kv event publisher: connect failed; retrying", "err", err)
+		if err == nil {
+			// Connected: wait for the connection to end, then dial again.
+			select {
+			case <-ctx.Done():
+				return
+			case <-p.redial.lost:
+				p.log.Debug("kv event publisher: connection lost; reconnecting")
+			}
+		} else {
+			// A handshake that failed leaves its connection open in
+			// zmq4 (Open does not close it): close it here.
+			p.redial.dropCurrent()
+			p.log.Debug("kv event publisher: connect failed; retrying", "err", err)
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -154,34 +172,6 @@ func (p *Publisher) dialLoop(ctx context.Context) {
 		}
 	}
 }
-
-// fromTCP is the transport of a Publisher with From: TCP dialed from the
-// address in the socket's context (zmq4 hands Transport.Dial the socket's
-// context and its net.Dialer, socket.Dial).
-const fromTCP = "kvstream-from-tcp"
-
-type dialFromKey struct{}
-
-var registerFromTransport = sync.OnceValue(func() error {
-	if err := zmq4.RegisterTransport(fromTCP, fromTransport{inner: transport.New("tcp")}); err != nil {
-		return fmt.Errorf("register %s transport: %w", fromTCP, err)
-	}
-	return nil
-})
-
-type fromTransport struct{ inner transport.Transport }
-
-func (t fromTransport) Dial(ctx context.Context, _ transport.Dialer, addr string) (net.Conn, error) {
-	from, _ := ctx.Value(dialFromKey{}).(netip.Addr)
-	d := net.Dialer{LocalAddr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(from, 0))}
-	return d.DialContext(ctx, "tcp", addr)
-}
-
-func (t fromTransport) Listen(ctx context.Context, addr string) (net.Listener, error) {
-	return nil, fmt.Errorf("%s: dial only", fromTCP)
-}
-
-func (t fromTransport) Addr(ep string) (string, error) { return t.inner.Addr(ep) }
 
 // Addr is the bound PUB address (useful with port 0); with Connect, the
 // address dialed (nil if it is not a tcp host:port).
