@@ -18,6 +18,10 @@
 // keeps its turn) and earliest deadline first inside a flow (GIE's EDF
 // ordering, pkg/epp/flowcontrol/framework/plugins/policies/intraflow/
 // dispatch/edf), arrival breaking ties.
+//
+// When a bound is full, an arrival may push out a waiting request
+// (AddPushingOut, pushout.go): the heaviest flow's newest one, so that a
+// noisy tenant is shed before a quiet one.
 package flowcontrol
 
 import (
@@ -95,6 +99,9 @@ type Queue struct {
 	count  int
 	bytes  int64
 	seq    uint64
+	// weights is each flow key's waiting items, all bands together: how
+	// heavy a tenant is when the queue must push one out.
+	weights map[string]int
 }
 
 // New returns an empty queue with the given bounds.
@@ -102,7 +109,7 @@ func New(b Bounds) (*Queue, error) {
 	if err := b.Validate(); err != nil {
 		return nil, err
 	}
-	return &Queue{bounds: b}, nil
+	return &Queue{bounds: b, weights: map[string]int{}}, nil
 }
 
 // Len is the number of waiting items; Bytes their bytes.
@@ -163,6 +170,7 @@ func (q *Queue) Add(it *Item) error {
 	i, _ := slices.BinarySearchFunc(f.items, it, byDeadline)
 	f.items = slices.Insert(f.items, i, it)
 	it.flow, it.queued = f, true
+	q.weights[it.Flow]++
 	b.count++
 	b.bytes += it.Bytes
 	q.count++
@@ -223,6 +231,9 @@ func (q *Queue) Remove(it *Item) bool {
 	i := slices.Index(f.items, it)
 	f.items = slices.Delete(f.items, i, i+1)
 	it.queued, it.flow = false, nil
+	if q.weights[it.Flow]--; q.weights[it.Flow] == 0 {
+		delete(q.weights, it.Flow)
+	}
 	b.count--
 	b.bytes -= it.Bytes
 	q.count--
