@@ -348,7 +348,7 @@ func flowCount(r *Router, outcome string) float64 {
 }
 
 // A client's TTFT budget (x-slo-ttft-ms, llm-d's SLO header) bounds its
-// wait to the budget's share (deadline_queue_share 0.25): a request whose
+// wait to the budget's share (deadline_queue_share 0.75): a request whose
 // share passes while the pool is saturated is refused then, never
 // dispatched after it; once the queue has a drain rate, a request whose
 // queue ahead cannot drain within its share is refused at arrival; a
@@ -374,7 +374,7 @@ func TestFlowDeadlineHeader(t *testing.T) {
 	}
 
 	// A budget of 200 ms while the pool stays saturated: refused at its
-	// 50 ms share, and not dispatched when the pool frees.
+	// 150 ms share, and not dispatched when the pool frees.
 	holder, rerr := decideWith(t, r.router, 0, nil)
 	if rerr != nil {
 		t.Fatal(rerr.Status)
@@ -385,7 +385,7 @@ func TestFlowDeadlineHeader(t *testing.T) {
 		t.Fatal(err)
 	}
 	reason, _ := envoyharness.Get(x.Local.Headers, "x-kvgate-shed-reason")
-	if x.Local == nil || x.Local.Status != http.StatusTooManyRequests || !strings.HasPrefix(reason, "could not start within 50ms, its share") {
+	if x.Local == nil || x.Local.Status != http.StatusTooManyRequests || !strings.HasPrefix(reason, "could not start within 150ms, its share") {
 		t.Fatalf("a 200 ms budget on a saturated pool: %+v reason %q", x.Local, reason)
 	}
 	if retry, _ := envoyharness.Get(x.Local.Headers, "retry-after"); retry != "1" {
@@ -400,20 +400,21 @@ func TestFlowDeadlineHeader(t *testing.T) {
 		t.Errorf("dispatched %v after its deadline, want 0", got)
 	}
 
-	// The drain rate: one request waits at least 300 ms for the pool.
+	// The drain rate: one request waits at least 400 ms for the pool.
 	holder, rerr = decideWith(t, r.router, 1, nil)
 	if rerr != nil {
 		t.Fatal(rerr.Status)
 	}
 	first := startHeld(t, r, context.Background(), chatBody("qwen3", "The first to wait."), 1)
-	time.Sleep(300 * time.Millisecond)
+	time.Sleep(400 * time.Millisecond)
 	holder.Ticket.Finish(server.OutcomeOK)
 	res := <-first
 	if res.err != nil || res.x.Forward == nil {
 		t.Fatalf("the first waiting request was not routed: %v %+v", res.err, res.x)
 	}
 	// It is in flight; one more waits without a budget; a 400 ms budget
-	// (100 ms share) behind it cannot be met at ≥ 300 ms per dispatch.
+	// (300 ms share) behind it cannot be met at ≥ 400 ms per dispatch (two
+	// dispatches: ≥ 800 ms).
 	ctx, cancel := context.WithCancel(context.Background())
 	second := startHeld(t, r, ctx, chatBody("qwen3", "The second to wait."), 1)
 	unreachable := flowCount(r.router, flowShedUnreachable)

@@ -234,9 +234,10 @@ func (g *flowGate) pump(model string, p *gatePool) {
 	if head == nil || !g.room(model, head.Priority) {
 		return
 	}
-	p.q.Pop()
-	p.drain.Dispatched(g.now(), p.q.Len())
-	w := head.Value.(*waiter)
+	now := g.now()
+	it := p.q.PopAt(now) // head's band and flow; adaptive LIFO inside it
+	p.drain.Dispatched(now, p.q.Len())
+	w := it.Value.(*waiter)
 	g.left(w, flowDispatched)
 	p.inTransit = true
 	close(w.ready)

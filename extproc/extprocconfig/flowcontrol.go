@@ -13,10 +13,11 @@ import (
 // instead of refusing them (extproc/flowcontrol; the extproc's flow gate):
 // the ext_proc stream holds its answer until a worker has room, and the
 // request is answered 429 with Retry-After only when it could not start
-// within MaxWait or the queue's bounds are full. Waiting requests leave by
-// priority band (the InferenceObjective's priority, or
-// admission.priority_header), then round robin across tenants (Tenant),
-// then earliest deadline.
+// within its wait limit (DeadlineHeader, MaxWait) or the queue's bounds
+// are full. Waiting requests leave by priority band (the
+// InferenceObjective's priority, or admission.priority_header), then round
+// robin across tenants (Tenant), then earliest deadline — newest first
+// while the tenant's queue is backed up (adaptive LIFO).
 //
 // Holding needs an Envoy that does not time the ext_proc answer:
 // envoy/envoy.yaml's FULL_DUPLEX_STREAMED mode runs no message timer. With
@@ -43,10 +44,14 @@ type FlowControl struct {
 	DeadlineHeader string `yaml:"deadline_header"`
 	// DeadlineQueueShare is the share of a request's TTFT budget it may
 	// spend in kvgate's queue; the rest is left for the engine's own queue
-	// (bounded by Saturation) and the prefill. Default 0.25: with a 2 s
-	// budget, 500 ms, the wait that held goodput past saturation in the
-	// issue-26 replays (BENCHMARKS.md, "Proposed flow-control
-	// configuration").
+	// (bounded by Saturation) and the prefill. Default 0.75: with a 2 s
+	// budget, 1.5 s. Under a standing backlog the queue serves a flow's
+	// newest requests first (flowcontrol.Queue.PopAt, adaptive LIFO), so
+	// what is dispatched then has most of its budget left whatever the
+	// share; the share bounds how late a request can still be dispatched
+	// in a short burst (FIFO). In the issue-26 replays (8 workers, five
+	// workloads, three seeds) 0.75 kept the most goodput past saturation
+	// of 0.25, 0.5, 0.75 and 1; with FIFO alone, 0.25 (BENCHMARKS.md).
 	DeadlineQueueShare float64 `yaml:"deadline_queue_share"`
 	// MaxRequests and MaxBytes bound the waiting requests of one pool,
 	// bands together (bytes: their bodies). A request that would cross
@@ -108,7 +113,7 @@ const (
 	DefaultFlowMaxEngineWaiting       = 2
 	DefaultFlowMaxKVUsage             = 0.8
 	DefaultFlowDeadlineHeader         = "x-slo-ttft-ms"
-	DefaultFlowDeadlineQueueShare     = 0.25
+	DefaultFlowDeadlineQueueShare     = 0.75
 	// FlowDeadlineNone as deadline_header reads no deadline header.
 	FlowDeadlineNone = "none"
 	// MaxFlowDeadlineMs bounds a deadline header's value: an hour.

@@ -14,7 +14,7 @@ func TestFlowControlDefaultsAndRanges(t *testing.T) {
 	f := x.FlowControl
 	if f.Disabled || f.MaxWait.D() != DefaultFlowMaxWait || f.MaxRequests != DefaultFlowMaxRequests || f.MaxBytes != DefaultBufferBudgetBytes/2 ||
 		f.Saturation.MaxEngineWaiting != 2 || f.Saturation.MaxQueuedPrefillTokens != 16384 || f.Saturation.MaxKVUsage != 0.8 || f.Saturation.MaxInflight != 0 ||
-		f.DeadlineHeader != "x-slo-ttft-ms" || f.DeadlineQueueShare != 0.25 {
+		f.DeadlineHeader != "x-slo-ttft-ms" || f.DeadlineQueueShare != 0.75 {
 		t.Fatalf("flow_control defaults: %+v", f)
 	}
 	for name, tc := range map[string]struct {
@@ -76,7 +76,7 @@ func TestWaitLimit(t *testing.T) {
 	var x Config
 	x.ApplyDefaults()
 	f := x.FlowControl
-	for budget, want := range map[time.Duration]time.Duration{0: 10 * time.Second, 2 * time.Second: 500 * time.Millisecond, time.Hour: 10 * time.Second} {
+	for budget, want := range map[time.Duration]time.Duration{0: 10 * time.Second, 2 * time.Second: 1500 * time.Millisecond, time.Hour: 10 * time.Second} {
 		if got := f.WaitLimit(budget); got != want {
 			t.Errorf("WaitLimit(%v) = %v, want %v", budget, got, want)
 		}

@@ -54,9 +54,12 @@ func (d *DrainRate) Dispatched(now time.Time, remaining int) {
 func (d *DrainRate) Emptied() { d.marked = false }
 
 // Wait is the expected wait of an item with ahead items before it, and
-// false when there is no estimate yet.
+// false when there is no estimate: none seen yet, or nothing ahead (the
+// head's wait is the time until some worker has room, which depends on
+// what the workers run now — one long prefill may end in a moment — not
+// on the rate at which a backlog drains; it waits for its limit).
 func (d *DrainRate) Wait(ahead int) (time.Duration, bool) {
-	if !d.have {
+	if !d.have || ahead < 1 {
 		return 0, false
 	}
 	return time.Duration(ahead+1) * d.interval, true

@@ -14,7 +14,7 @@ func TestDrainRate(t *testing.T) {
 		t.Fatal("an estimate before any dispatch")
 	}
 	d.Dispatched(t0, 0) // the fast path's first: nothing was waiting
-	if _, ok := d.Wait(0); ok {
+	if _, ok := d.Wait(1); ok {
 		t.Fatal("an estimate from a dispatch nobody waited for")
 	}
 	d.Queued(t0.Add(time.Hour)) // an idle hour, then one waits 100 ms
@@ -24,14 +24,17 @@ func TestDrainRate(t *testing.T) {
 		t.Fatalf("after one 100 ms interval: Wait(2) = %v %v, want 300ms", w, ok)
 	}
 	d.Dispatched(t0.Add(time.Hour+900*time.Millisecond), 0) // an 800 ms interval
-	if w, _ := d.Wait(0); w != 100*time.Millisecond+(700*time.Millisecond)/8 {
-		t.Fatalf("mean after 100 and 800 ms: %v, want 187.5ms", w)
+	if w, _ := d.Wait(1); w != 2*(100*time.Millisecond+(700*time.Millisecond)/8) {
+		t.Fatalf("mean after 100 and 800 ms: %v, want 2 × 187.5ms", w)
+	}
+	if _, ok := d.Wait(0); ok {
+		t.Fatal("an estimate for the head of the queue")
 	}
 	d.Queued(t0.Add(2 * time.Hour))
 	d.Emptied() // it left by its deadline: the next arrival's gap starts anew
 	d.Queued(t0.Add(3 * time.Hour))
 	d.Dispatched(t0.Add(3*time.Hour+187500*time.Microsecond), 0)
-	if w, _ := d.Wait(0); w != 187500*time.Microsecond {
-		t.Fatalf("mean %v, want unchanged 187.5ms", w)
+	if w, _ := d.Wait(1); w != 375*time.Millisecond {
+		t.Fatalf("Wait(1) %v, want unchanged 2 × 187.5ms", w)
 	}
 }

@@ -17,7 +17,8 @@
 // the flows by their head requests, so a tenant with many early requests
 // keeps its turn) and earliest deadline first inside a flow (GIE's EDF
 // ordering, pkg/epp/flowcontrol/framework/plugins/policies/intraflow/
-// dispatch/edf), arrival breaking ties.
+// dispatch/edf), arrival breaking ties — except while the flow is backed
+// up (PopAt: adaptive LIFO, its newest first).
 //
 // When a bound is full, an arrival may push out a waiting request
 // (AddPushingOut, pushout.go): the heaviest flow's newest one, so that a
@@ -215,6 +216,39 @@ func (q *Queue) Pop() *Item {
 		return nil
 	}
 	b := it.flow.band
+	b.next = (b.next%len(b.ring) + 1) % len(b.ring)
+	q.Remove(it)
+	return it
+}
+
+// PopAt is Pop at time now with adaptive LIFO inside the flow: when the
+// flow's earliest-deadline item has spent more than half of its wait (its
+// Deadline − Arrived) in the queue, the queue is not keeping up, and the
+// flow's newest item leaves instead. Under a standing backlog the requests
+// dispatched are then the fresh ones, with most of their client's budget
+// left to reach a first token, and the stale ones run out their wait in
+// the queue and are refused there, before any prefill is spent on them;
+// with FIFO every request dispatched under a backlog would have waited
+// almost its whole limit, and many would be abandoned in the engine,
+// their prefill wasted. This is Facebook's adaptive LIFO (B. Maurer, "Fail
+// at Scale", ACM Queue 13(8), 2015: LIFO while a queue is backed up, FIFO
+// otherwise); the half-wait threshold keeps short bursts in arrival order.
+func (q *Queue) PopAt(now time.Time) *Item {
+	it := q.Peek()
+	if it == nil {
+		return nil
+	}
+	f := it.flow
+	if limit := it.Deadline.Sub(it.Arrived); limit > 0 && now.Sub(it.Arrived) > limit/2 {
+		newest := f.items[0]
+		for _, x := range f.items[1:] {
+			if x.Arrived.After(newest.Arrived) || (x.Arrived.Equal(newest.Arrived) && x.seq > newest.seq) {
+				newest = x
+			}
+		}
+		it = newest
+	}
+	b := f.band
 	b.next = (b.next%len(b.ring) + 1) % len(b.ring)
 	q.Remove(it)
 	return it

@@ -13,7 +13,13 @@ import (
 // (Load.HaveEngine); kvgate's own accounting always applies.
 type Saturation struct {
 	// MaxQueuedPrefillTokens: prompt tokens kvgate routed to the worker
-	// and not yet prefilled (Load.PrefillTokens).
+	// and not yet prefilled (Load.PrefillTokens). With the engine's
+	// metrics it saturates the worker only while the engine also has a
+	// request waiting (Load.Waiting > 0): a worker prefilling one prompt
+	// longer than the bound, with nothing queued behind it, has room for
+	// the next request, which would otherwise wait for a prompt that is
+	// already being served (a 20k-token conversation turn would saturate
+	// a worker on its own).
 	MaxQueuedPrefillTokens int64
 	// MaxInflight: requests kvgate routed to the worker and not finished
 	// (Load.InflightRequests).
@@ -44,7 +50,7 @@ func (s Saturation) Validate() error {
 // WorkerSaturated reports whether a worker with load l has no room.
 func (s Saturation) WorkerSaturated(l picker.Load) bool {
 	switch {
-	case s.MaxQueuedPrefillTokens > 0 && l.PrefillTokens >= s.MaxQueuedPrefillTokens:
+	case s.MaxQueuedPrefillTokens > 0 && l.PrefillTokens >= s.MaxQueuedPrefillTokens && (!l.HaveEngine || l.Waiting > 0):
 		return true
 	case s.MaxInflight > 0 && l.InflightRequests >= s.MaxInflight:
 		return true

@@ -148,7 +148,7 @@ func (s *simulation) pumpFlow(at time.Duration) error {
 		s.flow.drain.Emptied()
 	}
 	for s.flow.q.Len() > 0 && !s.saturated() {
-		it := s.flow.q.Pop()
+		it := s.flow.q.PopAt(epoch.Add(at))
 		s.flow.drain.Dispatched(epoch.Add(at), s.flow.q.Len())
 		i := it.Value.(int)
 		s.flow.items[i] = nil
