@@ -50,8 +50,8 @@ type FlowControl struct {
 	// what is dispatched then has most of its budget left whatever the
 	// share; the share bounds how late a request can still be dispatched
 	// in a short burst (FIFO). In the issue-26 replays (8 workers, five
-	// workloads, three seeds) 0.75 kept the most goodput past saturation
-	// of 0.25, 0.5, 0.75 and 1; with FIFO alone, 0.25 (BENCHMARKS.md).
+	// workloads, three seeds) 0.75 kept the most goodput at 2× and 3× of
+	// capacity of 0.5, 0.75 and 1, and more than FIFO with 0.25 or 0.5.
 	DeadlineQueueShare float64 `yaml:"deadline_queue_share"`
 	// MaxRequests and MaxBytes bound the waiting requests of one pool,
 	// bands together (bytes: their bodies). A request that would cross
