@@ -62,17 +62,16 @@ func (r *Router) flowLimitOf(req *server.Request, res *preprocess.Result) (flowL
 		if v, ok := req.Headers[fc.DeadlineHeader]; ok {
 			budget, err := extprocconfig.DeadlineOf(v)
 			if err != nil {
-				r.flow.metrics.deadlines.WithLabelValues(deadlineInvalid).Inc()
+				r.flow.metrics.deadlineFrom[deadlineInvalid].Inc()
 				r.metrics.requests.WithLabelValues(res.Served, "bad_request").Inc()
 				return flowLimit{}, routeError(req.Path, http.StatusBadRequest, "header "+fc.DeadlineHeader+": "+err.Error(), "invalid_request_error", "invalid_deadline")
 			}
-			r.flow.metrics.deadlines.WithLabelValues(deadlineFromHeader).Inc()
-			wait := fc.WaitLimit(budget)
-			return flowLimit{wait: wait, why: fmt.Sprintf("%v, its share (flow_control.deadline_queue_share %g, at most max_wait) of the %s budget %v", wait, fc.DeadlineQueueShare, fc.DeadlineHeader, budget)}, nil
+			r.flow.metrics.deadlineFrom[deadlineFromHeader].Inc()
+			return flowLimit{wait: fc.WaitLimit(budget), budget: budget}, nil
 		}
 	}
-	r.flow.metrics.deadlines.WithLabelValues(deadlineFromMaxWait).Inc()
-	return flowLimit{wait: fc.MaxWait.D(), why: "flow_control.max_wait (" + fc.MaxWait.D().String() + ")"}, nil
+	r.flow.metrics.deadlineFrom[deadlineFromMaxWait].Inc()
+	return flowLimit{wait: fc.MaxWait.D()}, nil
 }
 
 // poolHasRoom is flow control's saturation judgement for pool model and a

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"hash/fnv"
 	"strconv"
 	"strings"
@@ -77,10 +78,20 @@ const (
 	deadlineInvalid     = "invalid"
 )
 
-// flowLimit is how long a request may wait, and why (for its 429).
+// flowLimit is how long a request may wait: its share of the TTFT budget
+// its client stated (budget > 0), else max_wait.
 type flowLimit struct {
-	wait time.Duration
-	why  string // "flow_control.max_wait (10s)", "… of its x-slo-ttft-ms budget"
+	wait   time.Duration
+	budget time.Duration
+}
+
+// why says where the limit came from, for a refused request's reason
+// (formatted only when refusing).
+func (g *flowGate) why(l flowLimit) string {
+	if l.budget <= 0 {
+		return "flow_control.max_wait (" + l.wait.String() + ")"
+	}
+	return fmt.Sprintf("%v, its share (flow_control.deadline_queue_share %g, at most max_wait) of the %s budget %v", l.wait, g.cfg.DeadlineQueueShare, g.cfg.DeadlineHeader, l.budget)
 }
 
 func newFlowGate(cfg extprocconfig.FlowControl, room func(string, int) bool, m *flowMetrics, now func() time.Time) *flowGate {
@@ -127,7 +138,7 @@ func (g *flowGate) enter(ctx context.Context, model string, prio int, flowKey st
 	if est, ok := p.drain.Wait(p.q.Ahead(prio, flowKey)); ok && est > limit.wait {
 		g.mu.Unlock()
 		g.metrics.requests.WithLabelValues(w.band, flowShedUnreachable).Inc()
-		return flowWait{shed: "could not start within " + limit.why + ": about " + est.Round(time.Millisecond).String() + " of requests wait ahead", done: noop}
+		return flowWait{shed: "could not start within " + g.why(limit) + ": about " + est.Round(time.Millisecond).String() + " of requests wait ahead", done: noop}
 	}
 	it := &flowcontrol.Item{Priority: prio, Flow: flowKey, Bytes: bytes, Deadline: now.Add(limit.wait), Arrived: now, Value: w}
 	pushed, err := p.q.AddPushingOut(it)
@@ -167,7 +178,7 @@ func (g *flowGate) enter(ctx context.Context, model string, prio int, flowKey st
 		return flowWait{waited: true, done: g.doneFunc(model, p)}
 	case <-timer.C:
 		if g.leave(p, it, w, flowShedDeadline) {
-			return flowWait{shed: "could not start within " + limit.why, done: noop}
+			return flowWait{shed: "could not start within " + g.why(limit), done: noop}
 		}
 	case <-ctx.Done():
 		if g.leave(p, it, w, flowCancelled) {

@@ -31,6 +31,9 @@ type flowMetrics struct {
 	wait        *prometheus.HistogramVec
 	requests    *prometheus.CounterVec
 	deadlines   *prometheus.CounterVec
+	// deadlineFrom holds deadlines' three children, counted on every
+	// request's decision: no label lookup on that path.
+	deadlineFrom map[string]prometheus.Counter
 }
 
 func newFlowMetrics() *flowMetrics {
@@ -46,8 +49,9 @@ func newFlowMetrics() *flowMetrics {
 		deadlines: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvgate_flow_deadlines_total",
 			Help: "Requests that met flow control, by where their wait limit came from: header (a TTFT budget in extproc.flow_control.deadline_header), max_wait (none given), invalid (a malformed budget, answered 400)."}, []string{"source"}),
 	}
+	m.deadlineFrom = map[string]prometheus.Counter{}
 	for _, s := range []string{deadlineFromHeader, deadlineFromMaxWait, deadlineInvalid} {
-		m.deadlines.WithLabelValues(s)
+		m.deadlineFrom[s] = m.deadlines.WithLabelValues(s)
 	}
 	return m
 }
