@@ -155,6 +155,10 @@ func TestSaturation(t *testing.T) {
 		{picker.Load{HaveEngine: true, Waiting: 5}, true},
 		{picker.Load{HaveEngine: true, KVUsage: 0.8}, true},
 		{picker.Load{HaveEngine: true, Waiting: 4, KVUsage: 0.79}, false},
+		// With engine metrics, queued prefill saturates only with a request
+		// waiting behind it: one long prompt in prefill leaves room.
+		{picker.Load{HaveEngine: true, PrefillTokens: 20000}, false},
+		{picker.Load{HaveEngine: true, PrefillTokens: 20000, Waiting: 1}, true},
 	} {
 		if got := s.WorkerSaturated(c.load); got != c.want {
 			t.Errorf("%+v: saturated %v, want %v", c.load, got, c.want)
