@@ -159,6 +159,9 @@ func TestSaturation(t *testing.T) {
 		// waiting behind it: one long prompt in prefill leaves room.
 		{picker.Load{HaveEngine: true, PrefillTokens: 20000}, false},
 		{picker.Load{HaveEngine: true, PrefillTokens: 20000, Waiting: 1}, true},
+		{picker.Load{HaveEngine: true, PrefillTokens: 20000, InflightRequests: 1, Running: 1}, false},
+		// Routed since the engine's last scrape: more in flight than it runs.
+		{picker.Load{HaveEngine: true, PrefillTokens: 20000, InflightRequests: 2, Running: 1}, true},
 	} {
 		if got := s.WorkerSaturated(c.load); got != c.want {
 			t.Errorf("%+v: saturated %v, want %v", c.load, got, c.want)

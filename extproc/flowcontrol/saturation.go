@@ -14,12 +14,12 @@ import (
 type Saturation struct {
 	// MaxQueuedPrefillTokens: prompt tokens kvgate routed to the worker
 	// and not yet prefilled (Load.PrefillTokens). With the engine's
-	// metrics it saturates the worker only while the engine also has a
-	// request waiting (Load.Waiting > 0): a worker prefilling one prompt
-	// longer than the bound, with nothing queued behind it, has room for
-	// the next request, which would otherwise wait for a prompt that is
-	// already being served (a 20k-token conversation turn would saturate
-	// a worker on its own).
+	// metrics it saturates the worker only while a request waits there
+	// (queuedBehind): a worker prefilling one prompt longer than the
+	// bound, with nothing queued behind it, has room for the next request,
+	// which would otherwise wait for a prompt that is already being
+	// served (a 20k-token conversation turn would saturate a worker on
+	// its own).
 	MaxQueuedPrefillTokens int64
 	// MaxInflight: requests kvgate routed to the worker and not finished
 	// (Load.InflightRequests).
@@ -50,7 +50,7 @@ func (s Saturation) Validate() error {
 // WorkerSaturated reports whether a worker with load l has no room.
 func (s Saturation) WorkerSaturated(l picker.Load) bool {
 	switch {
-	case s.MaxQueuedPrefillTokens > 0 && l.PrefillTokens >= s.MaxQueuedPrefillTokens && (!l.HaveEngine || l.Waiting > 0):
+	case s.MaxQueuedPrefillTokens > 0 && l.PrefillTokens >= s.MaxQueuedPrefillTokens && (!l.HaveEngine || queuedBehind(l)):
 		return true
 	case s.MaxInflight > 0 && l.InflightRequests >= s.MaxInflight:
 		return true
@@ -62,6 +62,16 @@ func (s Saturation) WorkerSaturated(l picker.Load) bool {
 		return true
 	}
 	return false
+}
+
+// queuedBehind reports whether a request waits on the worker: the engine
+// says so (vllm:num_requests_waiting), or kvgate has more requests in
+// flight there than the engine last reported running — requests routed
+// since its last metrics scrape, which the scrape has not seen yet (a
+// request in prefill counts as running in vLLM, so with fresh metrics
+// and no other router the two agree).
+func queuedBehind(l picker.Load) bool {
+	return l.Waiting > 0 || l.InflightRequests > l.Running
 }
 
 // AllSaturated reports whether every candidate that could serve a request
