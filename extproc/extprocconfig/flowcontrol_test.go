@@ -14,7 +14,7 @@ func TestFlowControlDefaultsAndRanges(t *testing.T) {
 	f := x.FlowControl
 	if f.Disabled || f.MaxWait.D() != DefaultFlowMaxWait || f.MaxRequests != DefaultFlowMaxRequests || f.MaxBytes != DefaultBufferBudgetBytes/2 ||
 		f.Saturation.MaxEngineWaiting != 2 || f.Saturation.MaxQueuedPrefillTokens != 16384 || f.Saturation.MaxKVUsage != 0.8 || f.Saturation.MaxInflight != 0 ||
-		f.DeadlineHeader != "x-slo-ttft-ms" || f.DeadlineQueueShare != 0.75 {
+		f.DeadlineHeader != "x-slo-ttft-ms" || f.DeadlineQueueShare != 0.75 || f.Saturation.PoolFraction != 1 {
 		t.Fatalf("flow_control defaults: %+v", f)
 	}
 	for name, tc := range map[string]struct {
@@ -33,6 +33,7 @@ func TestFlowControlDefaultsAndRanges(t *testing.T) {
 		"deadline hdr": {func(f *FlowControl) { f.DeadlineHeader = "X-SLO" }, `gw.flow_control.deadline_header: "X-SLO"`},
 		"queue share":  {func(f *FlowControl) { f.DeadlineQueueShare = 1.5 }, "gw.flow_control.deadline_queue_share: 1.5 outside (0, 1]"},
 		"share < 0":    {func(f *FlowControl) { f.DeadlineQueueShare = -0.1 }, "gw.flow_control.deadline_queue_share: -0.1"},
+		"pool frac":    {func(f *FlowControl) { f.Saturation.PoolFraction = 2 }, "gw.flow_control.saturation.pool_fraction: 2 outside (0, 1]"},
 	} {
 		var x Config
 		x.ApplyDefaults()

@@ -183,6 +183,16 @@ func TestSaturation(t *testing.T) {
 	if !s.AllSaturated(pd, false) || s.AllSaturated(pd, true) {
 		t.Error("an idle prefill worker counts as room only with disaggregation on")
 	}
+	half := Saturation{MaxInflight: 4, PoolFraction: 0.5}
+	idle := picker.Candidate{}
+	busy := picker.Candidate{Load: full}
+	if half.AllSaturated([]picker.Candidate{busy, idle, idle}, false) || !half.AllSaturated([]picker.Candidate{busy, idle}, false) ||
+		!half.AllSaturated([]picker.Candidate{busy, busy, idle}, false) {
+		t.Error("pool fraction 0.5: saturated from half of the usable workers")
+	}
+	if (Saturation{PoolFraction: 1.5}).Validate() == nil {
+		t.Error("pool fraction over 1 accepted")
+	}
 	if (Saturation{MaxKVUsage: 1.5}).Validate() == nil {
 		t.Error("KV usage over 1 accepted")
 	}

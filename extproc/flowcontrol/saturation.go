@@ -34,6 +34,17 @@ type Saturation struct {
 	// (vllm:kv_cache_usage_perc; Load.KVUsage). GIE uses 0.8
 	// (DefaultKVCacheUtilThreshold, same files).
 	MaxKVUsage float64
+	// PoolFraction is the share of a pool's usable workers that must be
+	// saturated for the pool to have no room; 0 or 1 = every one. GIE's
+	// utilization detector likewise judges the pool by an aggregate, the
+	// mean of its pods' scores (gateway-api-inference-extension at
+	// 8f87162a, pkg/epp/saturationdetector/framework/plugins/
+	// utilizationdetector/detector.go). Below 1, requests wait while some
+	// workers still have room: past saturation the picker sends most of
+	// them to saturated prefix holders anyway, so holding them keeps the
+	// waiting in kvgate's queue (issue 26), at the price of capacity in
+	// bursts.
+	PoolFraction float64
 }
 
 // Validate reports a bound out of range.
@@ -43,6 +54,8 @@ func (s Saturation) Validate() error {
 		return fmt.Errorf("flowcontrol: saturation bounds must be >= 0 (0 = off)")
 	case s.MaxKVUsage < 0 || s.MaxKVUsage > 1:
 		return fmt.Errorf("flowcontrol: max KV usage %g outside [0, 1]", s.MaxKVUsage)
+	case !(s.PoolFraction >= 0 && s.PoolFraction <= 1):
+		return fmt.Errorf("flowcontrol: pool fraction %g outside [0, 1]", s.PoolFraction)
 	}
 	return nil
 }
@@ -75,14 +88,14 @@ func queuedBehind(l picker.Load) bool {
 }
 
 // AllSaturated reports whether every candidate that could serve a request
-// is saturated. Candidates the picker would not choose (unhealthy,
+// is saturated (with PoolFraction below 1: that share of them). Candidates the picker would not choose (unhealthy,
 // draining, ejected) do not count, nor prefill-only workers unless
 // withPrefill (disaggregation is on: a prefill worker with room takes the
 // prompt off the decode workers' queues); with none left it reports
 // false, so the picker answers (no eligible worker) instead of the request
 // waiting for a worker that may never come.
 func (s Saturation) AllSaturated(cands []picker.Candidate, withPrefill bool) bool {
-	usable := 0
+	usable, room := 0, 0
 	for _, c := range cands {
 		w := c.Worker
 		if w.Unhealthy || w.Draining || w.Ejected || (w.Role == picker.RolePrefill && !withPrefill) {
@@ -90,8 +103,17 @@ func (s Saturation) AllSaturated(cands []picker.Candidate, withPrefill bool) boo
 		}
 		usable++
 		if !s.WorkerSaturated(c.Load) {
-			return false
+			if s.PoolFraction == 0 || s.PoolFraction == 1 {
+				return false
+			}
+			room++
 		}
 	}
-	return usable > 0
+	if usable == 0 {
+		return false
+	}
+	if s.PoolFraction == 0 || s.PoolFraction == 1 {
+		return true
+	}
+	return float64(usable-room) >= s.PoolFraction*float64(usable)
 }

@@ -68,7 +68,7 @@ func newFlowState(n int, opt *Options) (*flowState, error) {
 	s := fc.Saturation
 	return &flowState{
 		q:      q,
-		sat:    flowcontrol.Saturation{MaxQueuedPrefillTokens: s.MaxQueuedPrefillTokens, MaxInflight: s.MaxInflight, MaxEngineWaiting: s.MaxEngineWaiting, MaxKVUsage: s.MaxKVUsage},
+		sat:    flowcontrol.Saturation{MaxQueuedPrefillTokens: s.MaxQueuedPrefillTokens, MaxInflight: s.MaxInflight, MaxEngineWaiting: s.MaxEngineWaiting, MaxKVUsage: s.MaxKVUsage, PoolFraction: s.PoolFraction},
 		wait:   fc.WaitLimit(budget),
 		waited: make([]time.Duration, n),
 		items:  make([]*flowcontrol.Item, n),
