@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/kvgate/kvgate/extproc/extprocconfig"
 	"github.com/kvgate/kvgate/extproc/preprocess"
 	"github.com/kvgate/kvgate/extproc/server"
 	"github.com/kvgate/kvgate/picker"
@@ -33,8 +34,12 @@ func (r *Router) admit(req *server.Request, res *preprocess.Result, cands []pick
 // reports whether the request waited (its load view is then stale) and
 // the function to call once it has booked.
 func (r *Router) admitFlow(ctx context.Context, req *server.Request, res *preprocess.Result, p *pool, cands []picker.Candidate, prio requestPriority) (bool, func(), *server.RouteError) {
+	limit, rerr := r.flowLimitOf(req, res)
+	if rerr != nil {
+		return false, noop, rerr
+	}
 	roomNow := r.shedReason(cands, prio) == "" && !r.saturation.AllSaturated(cands, r.cfg.PD.Enabled && p.hasPD)
-	fw := r.flow.enter(ctx, res.Model.Name, prio.Priority, flowKeyOf(r.cfg.FlowControl.Tenant, req, res), int64(len(req.Body)), roomNow)
+	fw := r.flow.enter(ctx, res.Model.Name, prio.Priority, flowKeyOf(r.cfg.FlowControl.Tenant, req, res), int64(len(req.Body)), roomNow, limit)
 	switch {
 	case fw.cancelled:
 		r.metrics.requests.WithLabelValues(res.Served, "client_cancel").Inc()
@@ -43,6 +48,30 @@ func (r *Router) admitFlow(ctx context.Context, req *server.Request, res *prepro
 		return false, fw.done, r.shed(req, res, prio, fw.shed, r.cfg.FlowControl.RetryAfter.D().Seconds())
 	}
 	return fw.waited, fw.done, nil
+}
+
+// flowLimitOf is how long the request may wait for room: a share of the
+// TTFT budget its client states in extproc.flow_control.deadline_header
+// (x-slo-ttft-ms, as llm-d's SLO-deadline ordering reads it), else
+// max_wait. A malformed budget is answered 400: a client that states a
+// deadline wants it kept, and silently waiting max_wait instead would
+// keep it waiting past it.
+func (r *Router) flowLimitOf(req *server.Request, res *preprocess.Result) (flowLimit, *server.RouteError) {
+	fc := &r.cfg.FlowControl
+	if fc.ReadsDeadline() {
+		if v, ok := req.Headers[fc.DeadlineHeader]; ok {
+			budget, err := extprocconfig.DeadlineOf(v)
+			if err != nil {
+				r.flow.metrics.deadlineFrom[deadlineInvalid].Inc()
+				r.metrics.requests.WithLabelValues(res.Served, "bad_request").Inc()
+				return flowLimit{}, routeError(req.Path, http.StatusBadRequest, "header "+fc.DeadlineHeader+": "+err.Error(), "invalid_request_error", "invalid_deadline")
+			}
+			r.flow.metrics.deadlineFrom[deadlineFromHeader].Inc()
+			return flowLimit{wait: fc.WaitLimit(budget), budget: budget}, nil
+		}
+	}
+	r.flow.metrics.deadlineFrom[deadlineFromMaxWait].Inc()
+	return flowLimit{wait: fc.MaxWait.D()}, nil
 }
 
 // poolHasRoom is flow control's saturation judgement for pool model and a

@@ -341,3 +341,143 @@ func (g *flowGate) queued(model string) int {
 	}
 	return 0
 }
+
+// flowCount reads kvgate_flow_requests_total for band standard.
+func flowCount(r *Router, outcome string) float64 {
+	return testutil.ToFloat64(r.metrics.flow.requests.WithLabelValues("standard", outcome))
+}
+
+// A client's TTFT budget (x-slo-ttft-ms, llm-d's SLO header) bounds its
+// wait to the budget's share (deadline_queue_share 0.75): a request whose
+// share passes while the pool is saturated is refused then, never
+// dispatched after it; once the queue has a drain rate, a request whose
+// queue ahead cannot drain within its share is refused at arrival; a
+// malformed budget is a 400. Steps in order on one rig: the drain rate is
+// the pool's history.
+func TestFlowDeadlineHeader(t *testing.T) {
+	r := flowRig(t, nil)
+	body := chatBody("qwen3", "A question with a deadline.")
+
+	// A malformed budget: 400 in OpenAI's shape, counted.
+	invalid := r.router.metrics.flow.deadlines.WithLabelValues(deadlineInvalid)
+	before := testutil.ToFloat64(invalid)
+	x, err := r.harness.Start(context.Background(), post(body, envoyharness.Header{Name: "x-slo-ttft-ms", Value: "soon"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if x.Local == nil || x.Local.Status != http.StatusBadRequest || !strings.Contains(string(x.Local.Body), "invalid_request_error") ||
+		!strings.Contains(string(x.Local.Body), `x-slo-ttft-ms: TTFT budget \"soon\": want whole milliseconds in [1, 3600000]`) {
+		t.Fatalf("malformed budget: %+v %+v", x.Local, x.Forward)
+	}
+	if got := testutil.ToFloat64(invalid) - before; got != 1 {
+		t.Errorf("invalid deadlines counted %v, want 1", got)
+	}
+
+	// A budget of 200 ms while the pool stays saturated: refused at its
+	// 150 ms share, and not dispatched when the pool frees.
+	holder, rerr := decideWith(t, r.router, 0, nil)
+	if rerr != nil {
+		t.Fatal(rerr.Status)
+	}
+	shedBefore, dispBefore := flowCount(r.router, flowShedDeadline), flowCount(r.router, flowDispatched)
+	x, err = r.harness.Start(context.Background(), post(body, envoyharness.Header{Name: "x-slo-ttft-ms", Value: "200"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reason, _ := envoyharness.Get(x.Local.Headers, "x-kvgate-shed-reason")
+	if x.Local == nil || x.Local.Status != http.StatusTooManyRequests || !strings.HasPrefix(reason, "could not start within 150ms, its share") {
+		t.Fatalf("a 200 ms budget on a saturated pool: %+v reason %q", x.Local, reason)
+	}
+	if retry, _ := envoyharness.Get(x.Local.Headers, "retry-after"); retry != "1" {
+		t.Errorf("retry-after %q, want 1", retry)
+	}
+	waitQueued(t, r.router, 0)
+	holder.Ticket.Finish(server.OutcomeOK)
+	if got := flowCount(r.router, flowShedDeadline) - shedBefore; got != 1 {
+		t.Errorf("shed_deadline %v, want 1", got)
+	}
+	if got := flowCount(r.router, flowDispatched) - dispBefore; got != 0 {
+		t.Errorf("dispatched %v after its deadline, want 0", got)
+	}
+
+	// The drain rate: one request waits at least 400 ms for the pool.
+	holder, rerr = decideWith(t, r.router, 1, nil)
+	if rerr != nil {
+		t.Fatal(rerr.Status)
+	}
+	first := startHeld(t, r, context.Background(), chatBody("qwen3", "The first to wait."), 1)
+	time.Sleep(400 * time.Millisecond)
+	holder.Ticket.Finish(server.OutcomeOK)
+	res := <-first
+	if res.err != nil || res.x.Forward == nil {
+		t.Fatalf("the first waiting request was not routed: %v %+v", res.err, res.x)
+	}
+	// It is in flight; one more waits without a budget; a 400 ms budget
+	// (300 ms share) behind it cannot be met at ≥ 400 ms per dispatch (two
+	// dispatches: ≥ 800 ms).
+	ctx, cancel := context.WithCancel(context.Background())
+	second := startHeld(t, r, ctx, chatBody("qwen3", "The second to wait."), 1)
+	unreachable := flowCount(r.router, flowShedUnreachable)
+	x, err = r.harness.Start(context.Background(), post(body, envoyharness.Header{Name: "x-slo-ttft-ms", Value: "400"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reason, _ = envoyharness.Get(x.Local.Headers, "x-kvgate-shed-reason")
+	if x.Local == nil || x.Local.Status != http.StatusTooManyRequests || !strings.Contains(reason, "of requests wait ahead") {
+		t.Fatalf("an unreachable budget: %+v reason %q", x.Local, reason)
+	}
+	if got := flowCount(r.router, flowShedUnreachable) - unreachable; got != 1 {
+		t.Errorf("shed_deadline_unreachable %v, want 1", got)
+	}
+	if n := r.router.flow.queued("qwen3"); n != 1 {
+		t.Errorf("%d waiting after the refusal at arrival, want 1 (it never queued)", n)
+	}
+	cancel()
+	<-second
+	waitQueued(t, r.router, 0)
+	res.x.Cancel()
+	<-res.x.Done()
+	poll.Until(t, "the dispatched request's ticket to close", 10*time.Second, func() error {
+		if st := r.router.Load().Stats(); st.Open != 0 {
+			return fmt.Errorf("%d open", st.Open)
+		}
+		return nil
+	})
+}
+
+// A full queue (max_requests 2, both the noisy tenant's) makes room for a
+// quiet tenant's request by pushing out the noisy tenant's newest, which
+// is answered 429 at once; the quiet one then takes its turn.
+func TestFlowPushOutAcrossTenants(t *testing.T) {
+	r := flowRig(t, func(c *config.Config) { c.Extproc.FlowControl.MaxRequests = 2 })
+	holder, rerr := decideWith(t, r.router, 0, nil)
+	if rerr != nil {
+		t.Fatal(rerr.Status)
+	}
+	pushedBefore := flowCount(r.router, flowShedPushedOut)
+	out := make(chan decideResult, 3)
+	for i, q := range []struct{ name, tenant string }{{"n1", "noisy"}, {"n2", "noisy"}, {"q1", "quiet"}} {
+		h := map[string]string{"content-type": "application/json", "x-tenant": q.tenant}
+		body := chatBody("qwen3", "Request "+q.name+" of "+q.tenant+" asks for room.")
+		go func() {
+			d, rerr := r.router.Decide(context.Background(), &server.Request{Method: "POST", Path: "/v1/chat/completions", Body: body, Headers: h, RequestID: q.name})
+			out <- decideResult{q.name, d, rerr}
+		}()
+		if i < 2 {
+			waitQueued(t, r.router, i+1)
+		}
+	}
+	pushed := <-out
+	if pushed.name != "n2" || pushed.rerr == nil || pushed.rerr.Status != http.StatusTooManyRequests ||
+		pushed.rerr.Headers["x-kvgate-shed-reason"] != "pushed out of the full flow-control queue by a request of a lighter tenant or a higher band" {
+		t.Fatalf("first answer %s: %+v", pushed.name, pushed.rerr)
+	}
+	if got := flowCount(r.router, flowShedPushedOut) - pushedBefore; got != 1 {
+		t.Errorf("shed_pushed_out %v, want 1", got)
+	}
+	waitQueued(t, r.router, 2)
+	if got, want := fmt.Sprint(dispatchOrder(t, holder, out, 2)), "[n1 q1]"; got != want {
+		t.Fatalf("dispatch order %s, want %s", got, want)
+	}
+	waitQueued(t, r.router, 0)
+}

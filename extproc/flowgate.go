@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"hash/fnv"
 	"strconv"
 	"strings"
@@ -48,8 +49,9 @@ type flowGate struct {
 // gatePool is one pool's waiting room.
 type gatePool struct {
 	q         *flowcontrol.Queue
-	inTransit bool // a request let go has not booked yet
-	watching  bool // the recheck goroutine runs
+	drain     flowcontrol.DrainRate // how fast q empties: early refusals
+	inTransit bool                  // a request let go has not booked yet
+	watching  bool                  // the recheck goroutine runs
 }
 
 // waiter is a queued request's side of its flowcontrol.Item.
@@ -59,14 +61,38 @@ type waiter struct {
 	band   string
 	bucket string
 	since  time.Time
+	// pushedOut is set, before ready is closed, when a heavier flow's
+	// request was pushed out of a full queue: it is refused, not routed.
+	pushedOut string
 }
 
 // Outcomes of a request that waited (kvgate_flow_requests_total).
 const (
-	flowDispatched   = "dispatched"
-	flowShedDeadline = "shed_deadline"
-	flowCancelled    = "cancelled"
+	flowDispatched      = "dispatched"
+	flowShedDeadline    = "shed_deadline"
+	flowShedUnreachable = "shed_deadline_unreachable"
+	flowShedPushedOut   = "shed_pushed_out"
+	flowCancelled       = "cancelled"
+	deadlineFromHeader  = "header"
+	deadlineFromMaxWait = "max_wait"
+	deadlineInvalid     = "invalid"
 )
+
+// flowLimit is how long a request may wait: its share of the TTFT budget
+// its client stated (budget > 0), else max_wait.
+type flowLimit struct {
+	wait   time.Duration
+	budget time.Duration
+}
+
+// why says where the limit came from, for a refused request's reason
+// (formatted only when refusing).
+func (g *flowGate) why(l flowLimit) string {
+	if l.budget <= 0 {
+		return "flow_control.max_wait (" + l.wait.String() + ")"
+	}
+	return fmt.Sprintf("%v, its share (flow_control.deadline_queue_share %g, at most max_wait) of the %s budget %v", l.wait, g.cfg.DeadlineQueueShare, g.cfg.DeadlineHeader, l.budget)
+}
 
 func newFlowGate(cfg extprocconfig.FlowControl, room func(string, int) bool, m *flowMetrics, now func() time.Time) *flowGate {
 	return &flowGate{cfg: cfg, room: room, metrics: m, now: now, pools: map[string]*gatePool{}}
@@ -88,7 +114,14 @@ func noop() {}
 // it already gathered, so the common case costs no second gather);
 // otherwise it queues the request and blocks until it is dispatched, its
 // deadline passes, or ctx ends.
-func (g *flowGate) enter(ctx context.Context, model string, prio int, flowKey string, bytes int64, roomNow bool) flowWait {
+//
+// A request that must queue is refused at once when the requests ahead of
+// it (flowcontrol.Queue.Ahead) cannot drain within its wait limit at the
+// pool's recent dispatch rate (flowcontrol.DrainRate): its 429 comes
+// before it holds a place. When the queue's bounds are full it may push
+// out a heavier flow's newest request (flowcontrol.AddPushingOut), which
+// is refused in its place.
+func (g *flowGate) enter(ctx context.Context, model string, prio int, flowKey string, bytes int64, roomNow bool, limit flowLimit) flowWait {
 	now := g.now()
 	g.mu.Lock()
 	p := g.pools[model]
@@ -102,8 +135,14 @@ func (g *flowGate) enter(ctx context.Context, model string, prio int, flowKey st
 		return flowWait{done: noop}
 	}
 	w := &waiter{ready: make(chan struct{}), prio: prio, band: bandLabel(prio), bucket: tenantBucket(flowKey), since: now}
-	it := &flowcontrol.Item{Priority: prio, Flow: flowKey, Bytes: bytes, Deadline: now.Add(g.cfg.MaxWait.D()), Arrived: now, Value: w}
-	if err := p.q.Add(it); err != nil {
+	if est, ok := p.drain.Wait(p.q.Ahead(prio, flowKey)); ok && est > limit.wait {
+		g.mu.Unlock()
+		g.metrics.requests.WithLabelValues(w.band, flowShedUnreachable).Inc()
+		return flowWait{shed: "could not start within " + g.why(limit) + ": about " + est.Round(time.Millisecond).String() + " of requests wait ahead", done: noop}
+	}
+	it := &flowcontrol.Item{Priority: prio, Flow: flowKey, Bytes: bytes, Deadline: now.Add(limit.wait), Arrived: now, Value: w}
+	pushed, err := p.q.AddPushingOut(it)
+	if err != nil {
 		g.mu.Unlock()
 		reason := "queue_full"
 		if f, ok := err.(*flowcontrol.ErrFull); ok {
@@ -112,6 +151,13 @@ func (g *flowGate) enter(ctx context.Context, model string, prio int, flowKey st
 		g.metrics.requests.WithLabelValues(w.band, reason).Inc()
 		return flowWait{shed: "flow-control queue full (" + strings.TrimPrefix(reason, "shed_") + ")", done: noop}
 	}
+	for _, v := range pushed {
+		pw := v.Value.(*waiter)
+		pw.pushedOut = "pushed out of the full flow-control queue by a request of a lighter tenant or a higher band"
+		g.left(pw, flowShedPushedOut)
+		close(pw.ready)
+	}
+	p.drain.Queued(now)
 	g.waiting.Add(1)
 	g.metrics.depth.WithLabelValues(w.band).Inc()
 	g.metrics.tenantDepth.WithLabelValues(w.bucket).Inc()
@@ -126,18 +172,26 @@ func (g *flowGate) enter(ctx context.Context, model string, prio int, flowKey st
 	defer timer.Stop()
 	select {
 	case <-w.ready:
+		if w.pushedOut != "" {
+			return flowWait{shed: w.pushedOut, done: noop}
+		}
 		return flowWait{waited: true, done: g.doneFunc(model, p)}
 	case <-timer.C:
 		if g.leave(p, it, w, flowShedDeadline) {
-			return flowWait{shed: "could not start within flow_control.max_wait (" + g.cfg.MaxWait.D().String() + ")", done: noop}
+			return flowWait{shed: "could not start within " + g.why(limit), done: noop}
 		}
 	case <-ctx.Done():
 		if g.leave(p, it, w, flowCancelled) {
 			return flowWait{cancelled: true, done: noop}
 		}
-		// Dispatched as it left: hand the turn on.
-		g.doneFunc(model, p)()
+		if w.pushedOut == "" {
+			// Dispatched as it left: hand the turn on.
+			g.doneFunc(model, p)()
+		}
 		return flowWait{cancelled: true, done: noop}
+	}
+	if w.pushedOut != "" {
+		return flowWait{shed: w.pushedOut, done: noop}
 	}
 	// Dispatched just as the deadline passed: it goes on.
 	return flowWait{waited: true, done: g.doneFunc(model, p)}
@@ -150,6 +204,9 @@ func (g *flowGate) leave(p *gatePool, it *flowcontrol.Item, w *waiter, outcome s
 	defer g.mu.Unlock()
 	if !p.q.Remove(it) {
 		return false
+	}
+	if p.q.Len() == 0 {
+		p.drain.Emptied()
 	}
 	g.left(w, outcome)
 	return true
@@ -188,8 +245,10 @@ func (g *flowGate) pump(model string, p *gatePool) {
 	if head == nil || !g.room(model, head.Priority) {
 		return
 	}
-	p.q.Pop()
-	w := head.Value.(*waiter)
+	now := g.now()
+	it := p.q.PopAt(now) // head's band and flow; adaptive LIFO inside it
+	p.drain.Dispatched(now, p.q.Len())
+	w := it.Value.(*waiter)
 	g.left(w, flowDispatched)
 	p.inTransit = true
 	close(w.ready)

@@ -30,10 +30,14 @@ type flowMetrics struct {
 	tenantDepth *prometheus.GaugeVec
 	wait        *prometheus.HistogramVec
 	requests    *prometheus.CounterVec
+	deadlines   *prometheus.CounterVec
+	// deadlineFrom holds deadlines' three children, counted on every
+	// request's decision: no label lookup on that path.
+	deadlineFrom map[string]prometheus.Counter
 }
 
 func newFlowMetrics() *flowMetrics {
-	return &flowMetrics{
+	m := &flowMetrics{
 		depth: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "kvgate_flow_queue_depth",
 			Help: "Requests waiting for room in a saturated pool, by priority band (high > 0, standard = 0, sheddable < 0)."}, []string{"band"}),
 		tenantDepth: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "kvgate_flow_tenant_queue_depth",
@@ -41,8 +45,15 @@ func newFlowMetrics() *flowMetrics {
 		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "kvgate_flow_queue_wait_seconds",
 			Help: "Time requests spent waiting for room, by band, whatever ended the wait.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}, []string{"band"}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvgate_flow_requests_total",
-			Help: "Requests that met flow control's queue, by band and outcome: dispatched, cancelled (the client left), shed_deadline (could not start within max_wait), shed_max_requests, shed_max_bytes (the queue's bounds)."}, []string{"band", "outcome"}),
+			Help: "Requests that met flow control's queue, by band and outcome: dispatched, cancelled (the client left), shed_deadline (could not start within its wait limit), shed_deadline_unreachable (refused at arrival: the queue ahead could not drain within its wait limit), shed_pushed_out (pushed out of a full queue by a lighter tenant's or higher band's request), shed_max_requests, shed_max_bytes (the queue's bounds)."}, []string{"band", "outcome"}),
+		deadlines: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvgate_flow_deadlines_total",
+			Help: "Requests that met flow control, by where their wait limit came from: header (a TTFT budget in extproc.flow_control.deadline_header), max_wait (none given), invalid (a malformed budget, answered 400)."}, []string{"source"}),
 	}
+	m.deadlineFrom = map[string]prometheus.Counter{}
+	for _, s := range []string{deadlineFromHeader, deadlineFromMaxWait, deadlineInvalid} {
+		m.deadlineFrom[s] = m.deadlines.WithLabelValues(s)
+	}
+	return m
 }
 
 func newMetrics() *metrics {
@@ -78,7 +89,7 @@ func newMetrics() *metrics {
 // Register adds the router's metrics, and its load view as gauges, to reg.
 func (r *Router) Register(reg prometheus.Registerer) error {
 	m := r.metrics
-	cs := []prometheus.Collector{m.requests, m.picks, m.pd, m.finished, m.overlap, m.ttfb, m.decision, m.indexErrors, m.fallbacksUsed, m.approximate, m.debugHeader, m.shedByClass, m.flow.depth, m.flow.tenantDepth, m.flow.wait, m.flow.requests, r.panics.counter, loadCollector{r}}
+	cs := []prometheus.Collector{m.requests, m.picks, m.pd, m.finished, m.overlap, m.ttfb, m.decision, m.indexErrors, m.fallbacksUsed, m.approximate, m.debugHeader, m.shedByClass, m.flow.depth, m.flow.tenantDepth, m.flow.wait, m.flow.requests, m.flow.deadlines, r.panics.counter, loadCollector{r}}
 	for _, s := range r.signals {
 		cs = append(cs, s.collectors...)
 	}

@@ -62,6 +62,10 @@ func runReplay(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	flowInflight := fs.Int("flow-max-inflight", 0, "kvgate-flow: saturation bound on requests kvgate routed to a worker and not finished (0: extproc's default, off)")
 	flowMaxWait := fs.Duration("flow-max-wait", 0, "kvgate-flow: how long a request may wait in the queue before a 429 (0: extproc's default)")
 	flowWaiting := fs.Int("flow-max-engine-waiting", 0, "kvgate-flow: saturation bound on the engine's waiting requests (0: extproc's default)")
+	flowDeadline := fs.String("flow-deadline-header", "", "kvgate-flow: the extproc's flow_control.deadline_header; with --abandon-after the clients send their patience there as a TTFT budget (\"\": extproc's default, x-slo-ttft-ms; none: they send none, every request waits up to max_wait)")
+	flowShare := fs.Float64("flow-deadline-queue-share", 0, "kvgate-flow: share of a request's TTFT budget it may wait in the queue (0: extproc's default)")
+	flowRequests := fs.Int("flow-max-requests", 0, "kvgate-flow: bound on the requests waiting in the queue (0: extproc's default)")
+	flowPoolFraction := fs.Float64("flow-pool-fraction", 0, "kvgate-flow: share of the workers that must be saturated for requests to wait (0: extproc's default, 1 = every one)")
 	tolerance := fs.Float64("sweep-tolerance", 0.05, "with --sweep: stop bisecting when the bracket's hi/lo is within 1+this")
 	var terms termFlags
 	fs.Var(&terms, "term", "switch one of the kvgate policies' picker terms (repeatable): NAME=off, NAME=on or NAME=WEIGHT, NAME one of "+
@@ -87,9 +91,9 @@ func runReplay(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		Seed: *seed, HostBlocks: *hostBlocks, HostToGPUGBps: *hostGBps,
 		GoodputSLA: *ttftSLA, AbandonAfter: *abandonAfter, FlowSteer: *flowSteer,
 	}
-	if *flowPrefill != 0 || *flowWaiting != 0 || *flowMaxWait != 0 || *flowInflight != 0 {
-		opt.Flow = &extprocconfig.FlowControl{MaxWait: yamlconf.Duration(*flowMaxWait),
-			Saturation: extprocconfig.FlowSaturation{MaxQueuedPrefillTokens: *flowPrefill, MaxEngineWaiting: *flowWaiting, MaxInflight: *flowInflight}}
+	if *flowPrefill != 0 || *flowWaiting != 0 || *flowMaxWait != 0 || *flowInflight != 0 || *flowDeadline != "" || *flowShare != 0 || *flowRequests != 0 || *flowPoolFraction != 0 {
+		opt.Flow = &extprocconfig.FlowControl{MaxWait: yamlconf.Duration(*flowMaxWait), DeadlineHeader: *flowDeadline, DeadlineQueueShare: *flowShare, MaxRequests: *flowRequests,
+			Saturation: extprocconfig.FlowSaturation{MaxQueuedPrefillTokens: *flowPrefill, MaxEngineWaiting: *flowWaiting, MaxInflight: *flowInflight, PoolFraction: *flowPoolFraction}}
 	}
 	for _, p := range strings.Split(*policies, ",") {
 		if p = strings.TrimSpace(p); p != "" {

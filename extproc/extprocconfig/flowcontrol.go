@@ -2,6 +2,7 @@ package extprocconfig
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -12,10 +13,11 @@ import (
 // instead of refusing them (extproc/flowcontrol; the extproc's flow gate):
 // the ext_proc stream holds its answer until a worker has room, and the
 // request is answered 429 with Retry-After only when it could not start
-// within MaxWait or the queue's bounds are full. Waiting requests leave by
-// priority band (the InferenceObjective's priority, or
-// admission.priority_header), then round robin across tenants (Tenant),
-// then earliest deadline.
+// within its wait limit (DeadlineHeader, MaxWait) or the queue's bounds
+// are full. Waiting requests leave by priority band (the
+// InferenceObjective's priority, or admission.priority_header), then round
+// robin across tenants (Tenant), then earliest deadline — newest first
+// while the tenant's queue is backed up (adaptive LIFO).
 //
 // Holding needs an Envoy that does not time the ext_proc answer:
 // envoy/envoy.yaml's FULL_DUPLEX_STREAMED mode runs no message timer. With
@@ -24,8 +26,33 @@ import (
 type FlowControl struct {
 	// Disabled: refuse at the admission bounds as before (429 at once).
 	Disabled bool `yaml:"disabled"`
-	// MaxWait is how long a request may wait for room; past it, 429.
+	// MaxWait is how long a request without a deadline (DeadlineHeader)
+	// may wait for room; past it, 429. It also caps the wait of a request
+	// with one.
 	MaxWait yamlconf.Duration `yaml:"max_wait"`
+	// DeadlineHeader names the request header in which a client states its
+	// time-to-first-token budget, in whole milliseconds. The default is the
+	// one llm-d's and GIE's flow control read, x-slo-ttft-ms (its
+	// SLO-deadline ordering: Deadline = ReceivedTimestamp + x-slo-ttft-ms,
+	// llm-d/llm-d-inference-scheduler at 12cb9eea,
+	// pkg/epp/framework/plugins/flowcontrol/ordering/slodeadline/README.md;
+	// the SLO-aware scorer reads the same header). "none" reads no header.
+	// A request with a budget B waits at most B × DeadlineQueueShare (and
+	// at most MaxWait) and is refused at once when the queue ahead of it
+	// cannot drain in that time; a value that is not an integer in
+	// [1, 3600000] is answered 400 (invalid_request_error).
+	DeadlineHeader string `yaml:"deadline_header"`
+	// DeadlineQueueShare is the share of a request's TTFT budget it may
+	// spend in kvgate's queue; the rest is left for the engine's own queue
+	// (bounded by Saturation) and the prefill. Default 0.75: with a 2 s
+	// budget, 1.5 s. Under a standing backlog the queue serves a flow's
+	// newest requests first (flowcontrol.Queue.PopAt, adaptive LIFO), so
+	// what is dispatched then has most of its budget left whatever the
+	// share; the share bounds how late a request can still be dispatched
+	// in a short burst (FIFO). In the issue-26 replays (8 workers, five
+	// workloads, three seeds) 0.75 kept the most goodput at 2× and 3× of
+	// capacity of 0.5, 0.75 and 1, and more than FIFO with 0.25 or 0.5.
+	DeadlineQueueShare float64 `yaml:"deadline_queue_share"`
 	// MaxRequests and MaxBytes bound the waiting requests of one pool,
 	// bands together (bytes: their bodies). A request that would cross
 	// either is refused at once.
@@ -53,19 +80,29 @@ type FlowControl struct {
 // admission bound.
 type FlowSaturation struct {
 	// MaxQueuedPrefillTokens: prompt tokens kvgate routed to the worker and
-	// not yet prefilled. The default, 65536, is several seconds of prefill
-	// for an 8B model on one H100, past any interactive TTFT.
+	// not yet prefilled. The default, 16384, is about a second of prefill
+	// for an 8B model on one H100: past it a request waits in kvgate's
+	// queue, where band and tenant order apply and a request its client
+	// abandons costs nothing, rather than in the engine's FCFS queue
+	// (issue 26; 65536 before, several seconds of prefill).
 	MaxQueuedPrefillTokens int64 `yaml:"max_queued_prefill_tokens"`
 	// MaxInflight: requests kvgate routed to the worker and not finished;
 	// 0 (default) = off. Set it to the engines' max_num_seqs to hold
 	// requests in kvgate rather than in the engine's waiting queue.
 	MaxInflight int `yaml:"max_inflight"`
 	// MaxEngineWaiting and MaxKVUsage are the engine's own waiting queue and
-	// KV-cache usage (engine_metrics); GIE's saturation detector defaults,
-	// 5 and 0.8 (gateway-api-inference-extension at 9ca8b513,
-	// pkg/epp/saturationdetector/config.go).
+	// KV-cache usage (engine_metrics). MaxKVUsage is GIE's saturation
+	// detector default, 0.8 (gateway-api-inference-extension at 9ca8b513,
+	// pkg/epp/saturationdetector/config.go); MaxEngineWaiting is 2, not
+	// GIE's 5, for the reason MaxQueuedPrefillTokens is short (issue 26).
 	MaxEngineWaiting int     `yaml:"max_engine_waiting"`
 	MaxKVUsage       float64 `yaml:"max_kv_usage"`
+	// PoolFraction is the share of the pool's usable workers that must be
+	// saturated for requests to wait (flowcontrol.Saturation.PoolFraction);
+	// default 1, every one. 0.5 held more goodput past 2× capacity in the
+	// issue-26 replays but cost SLA capacity on bursty workloads (bands,
+	// agent), so it is not the default.
+	PoolFraction float64 `yaml:"pool_fraction"`
 }
 
 // Defaults for FlowControl.
@@ -78,10 +115,45 @@ const (
 	DefaultFlowMaxBytes               = DefaultBufferBudgetBytes / 2
 	DefaultFlowRetryAfter             = time.Second
 	DefaultFlowRecheck                = 250 * time.Millisecond
-	DefaultFlowMaxQueuedPrefillTokens = 65536
-	DefaultFlowMaxEngineWaiting       = 5
+	DefaultFlowMaxQueuedPrefillTokens = 16384
+	DefaultFlowMaxEngineWaiting       = 2
 	DefaultFlowMaxKVUsage             = 0.8
+	DefaultFlowDeadlineHeader         = "x-slo-ttft-ms"
+	DefaultFlowDeadlineQueueShare     = 0.75
+	// FlowDeadlineNone as deadline_header reads no deadline header.
+	FlowDeadlineNone = "none"
+	// MaxFlowDeadlineMs bounds a deadline header's value: an hour.
+	MaxFlowDeadlineMs = 3_600_000
 )
+
+// DeadlineOf parses a deadline header's value: whole milliseconds in
+// [1, MaxFlowDeadlineMs], surrounding spaces allowed.
+func DeadlineOf(v string) (time.Duration, error) {
+	v = strings.TrimSpace(v)
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 1 || n > MaxFlowDeadlineMs {
+		if len(v) > 32 {
+			v = v[:32] + "…"
+		}
+		return 0, fmt.Errorf("TTFT budget %q: want whole milliseconds in [1, %d]", v, MaxFlowDeadlineMs)
+	}
+	return time.Duration(n) * time.Millisecond, nil
+}
+
+// WaitLimit is how long a request may wait in the queue: with a TTFT
+// budget (> 0) its DeadlineQueueShare, at most MaxWait; without one
+// MaxWait.
+func (f *FlowControl) WaitLimit(budget time.Duration) time.Duration {
+	if budget <= 0 {
+		return f.MaxWait.D()
+	}
+	return min(time.Duration(float64(budget)*f.DeadlineQueueShare), f.MaxWait.D())
+}
+
+// ReadsDeadline reports whether a deadline header is read.
+func (f *FlowControl) ReadsDeadline() bool {
+	return f.DeadlineHeader != "" && f.DeadlineHeader != FlowDeadlineNone
+}
 
 // The values of extproc.flow_control.tenant besides "" and "header:<name>".
 const (
@@ -94,6 +166,12 @@ const (
 func (f *FlowControl) applyDefaults() {
 	if f.MaxWait == 0 {
 		f.MaxWait = yamlconf.Duration(DefaultFlowMaxWait)
+	}
+	if f.DeadlineHeader == "" {
+		f.DeadlineHeader = DefaultFlowDeadlineHeader
+	}
+	if f.DeadlineQueueShare == 0 {
+		f.DeadlineQueueShare = DefaultFlowDeadlineQueueShare
 	}
 	if f.MaxRequests == 0 {
 		f.MaxRequests = DefaultFlowMaxRequests
@@ -117,6 +195,9 @@ func (f *FlowControl) applyDefaults() {
 	if s.MaxKVUsage == 0 {
 		s.MaxKVUsage = DefaultFlowMaxKVUsage
 	}
+	if s.PoolFraction == 0 {
+		s.PoolFraction = 1
+	}
 }
 
 // validate reports the first invalid value; path is the section's key path.
@@ -125,6 +206,10 @@ func (f *FlowControl) validate(path string) error {
 	switch {
 	case f.MaxWait.D() < time.Millisecond || f.MaxWait.D() > 10*time.Minute:
 		return fmt.Errorf("%s.max_wait: %v outside [1ms, 10m]", path, f.MaxWait.D())
+	case f.DeadlineHeader != FlowDeadlineNone && !validHeaderName(f.DeadlineHeader):
+		return fmt.Errorf("%s.deadline_header: %q is not a lower-case header name (or none)", path, f.DeadlineHeader)
+	case !(f.DeadlineQueueShare > 0 && f.DeadlineQueueShare <= 1):
+		return fmt.Errorf("%s.deadline_queue_share: %g outside (0, 1]", path, f.DeadlineQueueShare)
 	case f.MaxRequests < 1 || f.MaxRequests > 1<<20:
 		return fmt.Errorf("%s.max_requests: %d outside [1, %d]", path, f.MaxRequests, 1<<20)
 	case f.MaxBytes < 1 || f.MaxBytes > 1<<40:
@@ -143,6 +228,8 @@ func (f *FlowControl) validate(path string) error {
 		return fmt.Errorf("%s.saturation.max_engine_waiting: %d outside [1, %d]", path, s.MaxEngineWaiting, 1<<20)
 	case s.MaxKVUsage <= 0 || s.MaxKVUsage > 1:
 		return fmt.Errorf("%s.saturation.max_kv_usage: %g outside (0, 1]", path, s.MaxKVUsage)
+	case !(s.PoolFraction > 0 && s.PoolFraction <= 1):
+		return fmt.Errorf("%s.saturation.pool_fraction: %g outside (0, 1]", path, s.PoolFraction)
 	}
 	return nil
 }

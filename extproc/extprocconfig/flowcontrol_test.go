@@ -3,6 +3,7 @@ package extprocconfig
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 // Flow control is on by default with bounded queues; each key's range
@@ -12,7 +13,8 @@ func TestFlowControlDefaultsAndRanges(t *testing.T) {
 	x.ApplyDefaults()
 	f := x.FlowControl
 	if f.Disabled || f.MaxWait.D() != DefaultFlowMaxWait || f.MaxRequests != DefaultFlowMaxRequests || f.MaxBytes != DefaultBufferBudgetBytes/2 ||
-		f.Saturation.MaxEngineWaiting != 5 || f.Saturation.MaxKVUsage != 0.8 || f.Saturation.MaxInflight != 0 {
+		f.Saturation.MaxEngineWaiting != 2 || f.Saturation.MaxQueuedPrefillTokens != 16384 || f.Saturation.MaxKVUsage != 0.8 || f.Saturation.MaxInflight != 0 ||
+		f.DeadlineHeader != "x-slo-ttft-ms" || f.DeadlineQueueShare != 0.75 || f.Saturation.PoolFraction != 1 {
 		t.Fatalf("flow_control defaults: %+v", f)
 	}
 	for name, tc := range map[string]struct {
@@ -28,6 +30,10 @@ func TestFlowControlDefaultsAndRanges(t *testing.T) {
 		"tenant kind":  {func(f *FlowControl) { f.Tenant = "ip" }, `gw.flow_control.tenant: "ip"`},
 		"kv usage":     {func(f *FlowControl) { f.Saturation.MaxKVUsage = 1.2 }, "gw.flow_control.saturation.max_kv_usage: 1.2 outside (0, 1]"},
 		"inflight":     {func(f *FlowControl) { f.Saturation.MaxInflight = -1 }, "gw.flow_control.saturation.max_inflight"},
+		"deadline hdr": {func(f *FlowControl) { f.DeadlineHeader = "X-SLO" }, `gw.flow_control.deadline_header: "X-SLO"`},
+		"queue share":  {func(f *FlowControl) { f.DeadlineQueueShare = 1.5 }, "gw.flow_control.deadline_queue_share: 1.5 outside (0, 1]"},
+		"share < 0":    {func(f *FlowControl) { f.DeadlineQueueShare = -0.1 }, "gw.flow_control.deadline_queue_share: -0.1"},
+		"pool frac":    {func(f *FlowControl) { f.Saturation.PoolFraction = 2 }, "gw.flow_control.saturation.pool_fraction: 2 outside (0, 1]"},
 	} {
 		var x Config
 		x.ApplyDefaults()
@@ -43,5 +49,48 @@ func TestFlowControlDefaultsAndRanges(t *testing.T) {
 		if err := x.Validate("gw"); err != nil {
 			t.Errorf("tenant %q refused: %v", ok, err)
 		}
+	}
+}
+
+// A deadline header's value is whole milliseconds in [1, 1h]; anything
+// else is an error that quotes (a bounded prefix of) the value.
+func TestDeadlineOf(t *testing.T) {
+	for v, want := range map[string]time.Duration{"2000": 2 * time.Second, " 1 ": time.Millisecond, "3600000": time.Hour} {
+		if got, err := DeadlineOf(v); err != nil || got != want {
+			t.Errorf("DeadlineOf(%q) = %v, %v; want %v", v, got, err, want)
+		}
+	}
+	for _, v := range []string{"", "0", "-5", "1.5", "2s", "3600001", "99999999999999999999", "soon", strings.Repeat("9", 100)} {
+		_, err := DeadlineOf(v)
+		if err == nil || !strings.Contains(err.Error(), "want whole milliseconds in [1, 3600000]") {
+			t.Errorf("DeadlineOf(%q): %v", v, err)
+		}
+		if err != nil && len(err.Error()) > 120 {
+			t.Errorf("DeadlineOf(%q): an unbounded message (%d bytes)", v, len(err.Error()))
+		}
+	}
+}
+
+// A request waits its budget's share, never past max_wait; without a
+// budget, max_wait. "none" reads no header.
+func TestWaitLimit(t *testing.T) {
+	var x Config
+	x.ApplyDefaults()
+	f := x.FlowControl
+	for budget, want := range map[time.Duration]time.Duration{0: 10 * time.Second, 2 * time.Second: 1500 * time.Millisecond, time.Hour: 10 * time.Second} {
+		if got := f.WaitLimit(budget); got != want {
+			t.Errorf("WaitLimit(%v) = %v, want %v", budget, got, want)
+		}
+	}
+	if !f.ReadsDeadline() {
+		t.Fatal("the default reads no deadline header")
+	}
+	f.DeadlineHeader = FlowDeadlineNone
+	if f.ReadsDeadline() {
+		t.Fatal("none reads a header")
+	}
+	x.FlowControl = f
+	if err := x.Validate("gw"); err != nil {
+		t.Fatalf("deadline_header none refused: %v", err)
 	}
 }

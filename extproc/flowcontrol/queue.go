@@ -17,7 +17,12 @@
 // the flows by their head requests, so a tenant with many early requests
 // keeps its turn) and earliest deadline first inside a flow (GIE's EDF
 // ordering, pkg/epp/flowcontrol/framework/plugins/policies/intraflow/
-// dispatch/edf), arrival breaking ties.
+// dispatch/edf), arrival breaking ties — except while the flow is backed
+// up (PopAt: adaptive LIFO, its newest first).
+//
+// When a bound is full, an arrival may push out a waiting request
+// (AddPushingOut, pushout.go): the heaviest flow's newest one, so that a
+// noisy tenant is shed before a quiet one.
 package flowcontrol
 
 import (
@@ -95,6 +100,9 @@ type Queue struct {
 	count  int
 	bytes  int64
 	seq    uint64
+	// weights is each flow key's waiting items, all bands together: how
+	// heavy a tenant is when the queue must push one out.
+	weights map[string]int
 }
 
 // New returns an empty queue with the given bounds.
@@ -102,7 +110,7 @@ func New(b Bounds) (*Queue, error) {
 	if err := b.Validate(); err != nil {
 		return nil, err
 	}
-	return &Queue{bounds: b}, nil
+	return &Queue{bounds: b, weights: map[string]int{}}, nil
 }
 
 // Len is the number of waiting items; Bytes their bytes.
@@ -163,6 +171,7 @@ func (q *Queue) Add(it *Item) error {
 	i, _ := slices.BinarySearchFunc(f.items, it, byDeadline)
 	f.items = slices.Insert(f.items, i, it)
 	it.flow, it.queued = f, true
+	q.weights[it.Flow]++
 	b.count++
 	b.bytes += it.Bytes
 	q.count++
@@ -212,6 +221,39 @@ func (q *Queue) Pop() *Item {
 	return it
 }
 
+// PopAt is Pop at time now with adaptive LIFO inside the flow: when the
+// flow's earliest-deadline item has spent more than half of its wait (its
+// Deadline − Arrived) in the queue, the queue is not keeping up, and the
+// flow's newest item leaves instead. Under a standing backlog the requests
+// dispatched are then the fresh ones, with most of their client's budget
+// left to reach a first token, and the stale ones run out their wait in
+// the queue and are refused there, before any prefill is spent on them;
+// with FIFO every request dispatched under a backlog would have waited
+// almost its whole limit, and many would be abandoned in the engine,
+// their prefill wasted. This is Facebook's adaptive LIFO (B. Maurer, "Fail
+// at Scale", ACM Queue 13(8), 2015: LIFO while a queue is backed up, FIFO
+// otherwise); the half-wait threshold keeps short bursts in arrival order.
+func (q *Queue) PopAt(now time.Time) *Item {
+	it := q.Peek()
+	if it == nil {
+		return nil
+	}
+	f := it.flow
+	if limit := it.Deadline.Sub(it.Arrived); limit > 0 && now.Sub(it.Arrived) > limit/2 {
+		newest := f.items[0]
+		for _, x := range f.items[1:] {
+			if x.Arrived.After(newest.Arrived) || (x.Arrived.Equal(newest.Arrived) && x.seq > newest.seq) {
+				newest = x
+			}
+		}
+		it = newest
+	}
+	b := f.band
+	b.next = (b.next%len(b.ring) + 1) % len(b.ring)
+	q.Remove(it)
+	return it
+}
+
 // Remove takes it out of the queue (a cancelled or expired request). It
 // reports whether it was queued.
 func (q *Queue) Remove(it *Item) bool {
@@ -223,6 +265,9 @@ func (q *Queue) Remove(it *Item) bool {
 	i := slices.Index(f.items, it)
 	f.items = slices.Delete(f.items, i, i+1)
 	it.queued, it.flow = false, nil
+	if q.weights[it.Flow]--; q.weights[it.Flow] == 0 {
+		delete(q.weights, it.Flow)
+	}
 	b.count--
 	b.bytes -= it.Bytes
 	q.count--

@@ -155,6 +155,13 @@ func TestSaturation(t *testing.T) {
 		{picker.Load{HaveEngine: true, Waiting: 5}, true},
 		{picker.Load{HaveEngine: true, KVUsage: 0.8}, true},
 		{picker.Load{HaveEngine: true, Waiting: 4, KVUsage: 0.79}, false},
+		// With engine metrics, queued prefill saturates only with a request
+		// waiting behind it: one long prompt in prefill leaves room.
+		{picker.Load{HaveEngine: true, PrefillTokens: 20000}, false},
+		{picker.Load{HaveEngine: true, PrefillTokens: 20000, Waiting: 1}, true},
+		{picker.Load{HaveEngine: true, PrefillTokens: 20000, InflightRequests: 1, Running: 1}, false},
+		// Routed since the engine's last scrape: more in flight than it runs.
+		{picker.Load{HaveEngine: true, PrefillTokens: 20000, InflightRequests: 2, Running: 1}, true},
 	} {
 		if got := s.WorkerSaturated(c.load); got != c.want {
 			t.Errorf("%+v: saturated %v, want %v", c.load, got, c.want)
@@ -176,6 +183,16 @@ func TestSaturation(t *testing.T) {
 	if !s.AllSaturated(pd, false) || s.AllSaturated(pd, true) {
 		t.Error("an idle prefill worker counts as room only with disaggregation on")
 	}
+	half := Saturation{MaxInflight: 4, PoolFraction: 0.5}
+	idle := picker.Candidate{}
+	busy := picker.Candidate{Load: full}
+	if half.AllSaturated([]picker.Candidate{busy, idle, idle}, false) || !half.AllSaturated([]picker.Candidate{busy, idle}, false) ||
+		!half.AllSaturated([]picker.Candidate{busy, busy, idle}, false) {
+		t.Error("pool fraction 0.5: saturated from half of the usable workers")
+	}
+	if (Saturation{PoolFraction: 1.5}).Validate() == nil {
+		t.Error("pool fraction over 1 accepted")
+	}
 	if (Saturation{MaxKVUsage: 1.5}).Validate() == nil {
 		t.Error("KV usage over 1 accepted")
 	}
@@ -185,4 +202,29 @@ func TestSaturation(t *testing.T) {
 func isFull(err error) bool {
 	var f *ErrFull
 	return errors.As(err, &f)
+}
+
+// PopAt keeps arrival (deadline) order while the flow's head has used at
+// most half of its wait, and serves the flow's newest first once it has
+// used more (adaptive LIFO); the turn still passes across flows.
+func TestPopAtAdaptiveLIFO(t *testing.T) {
+	q := mustNew(t, Bounds{})
+	at := func(flow string, arrived time.Duration, name string) *Item {
+		return &Item{Flow: flow, Bytes: 1, Arrived: t0.Add(arrived), Deadline: t0.Add(arrived + time.Second), Value: name}
+	}
+	add(t, q, at("a", 0, "a0"), at("a", 100*time.Millisecond, "a1"), at("a", 200*time.Millisecond, "a2"), at("b", 300*time.Millisecond, "b0"), at("a", 400*time.Millisecond, "a3"))
+	var got []string
+	for _, now := range []time.Duration{400 * time.Millisecond, 600 * time.Millisecond, 700 * time.Millisecond, 700 * time.Millisecond} {
+		got = append(got, q.PopAt(t0.Add(now)).Value.(string))
+	}
+	// At 400 ms a0 has waited 0.4 of its second: FIFO. At 600 ms b0 (its
+	// flow's only item) leaves. At 700 ms a1, a's head, has waited 0.6:
+	// a's newest, a3, leaves; then a2 (b's turn is empty, a again; a1
+	// still past half).
+	if want := "[a0 b0 a3 a2]"; fmt.Sprint(got) != want {
+		t.Fatalf("PopAt order %v, want %s", got, want)
+	}
+	if it := q.PopAt(t0.Add(10 * time.Second)); it == nil || it.Value != "a1" || q.Len() != 0 || q.PopAt(t0) != nil {
+		t.Fatalf("last %v, %d left", it, q.Len())
+	}
 }

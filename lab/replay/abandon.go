@@ -68,6 +68,9 @@ func (s *simulation) abandon(i int, at time.Duration) error {
 	if s.flow != nil {
 		if it := s.flow.items[i]; it != nil && it.Queued() {
 			s.flow.q.Remove(it)
+			if s.flow.q.Len() == 0 {
+				s.flow.drain.Emptied()
+			}
 			s.flow.items[i] = nil
 			return nil
 		}

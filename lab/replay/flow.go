@@ -13,7 +13,10 @@ import (
 // runs it by default (extproc.flow_control): a request arriving when every
 // worker is saturated waits in the same queue code (extproc/flowcontrol)
 // until a worker has room, and is refused — a miss — when it could not
-// start within max_wait or the queue is full. The saturation bounds and
+// start within its wait limit (its share of the TTFT budget its client
+// sends in the deadline header, else max_wait), at once when the queue
+// ahead cannot drain in that time, or when the queue is full (pushing out
+// a heavier flow's newest request first). The saturation bounds and
 // the queue's are extprocconfig's defaults; the engine signals (waiting
 // queue, KV usage) are read from the simulated engines, as the extproc's
 // engine_metrics scrape reads them from vLLM.
@@ -28,13 +31,19 @@ const DefaultGoodputSLA = 2 * time.Second
 
 // flowState is a kvgate-flow replay's waiting room.
 type flowState struct {
-	q       *flowcontrol.Queue
-	sat     flowcontrol.Saturation
-	maxWait time.Duration
-	waited  []time.Duration // per request: its time in the queue
-	items   []*flowcontrol.Item
-	shed    int
-	waits   []float64 // ms, of requests that waited and were dispatched
+	q     *flowcontrol.Queue
+	drain flowcontrol.DrainRate
+	sat   flowcontrol.Saturation
+	// wait is every request's wait limit: the clients send their patience
+	// (Options.AbandonAfter × GoodputSLA) as the extproc's deadline header
+	// (extproc.flow_control.deadline_header) and the extproc lets a request
+	// wait its share of it (FlowControl.WaitLimit); without a deadline,
+	// max_wait.
+	wait   time.Duration
+	waited []time.Duration // per request: its time in the queue
+	items  []*flowcontrol.Item
+	shed   int
+	waits  []float64 // ms, of requests that waited and were dispatched
 }
 
 func newFlowState(n int, opt *Options) (*flowState, error) {
@@ -44,18 +53,25 @@ func newFlowState(n int, opt *Options) (*flowState, error) {
 	}
 	x := extprocconfig.Config{FlowControl: fc}
 	x.ApplyDefaults()
+	if err := x.Validate("kvgate-flow"); err != nil {
+		return nil, err
+	}
 	fc = x.FlowControl
+	var budget time.Duration
+	if fc.ReadsDeadline() {
+		budget = opt.deadlineOf()
+	}
 	q, err := flowcontrol.New(flowcontrol.Bounds{MaxRequests: fc.MaxRequests, MaxBytes: fc.MaxBytes})
 	if err != nil {
 		return nil, err
 	}
 	s := fc.Saturation
 	return &flowState{
-		q:       q,
-		sat:     flowcontrol.Saturation{MaxQueuedPrefillTokens: s.MaxQueuedPrefillTokens, MaxInflight: s.MaxInflight, MaxEngineWaiting: s.MaxEngineWaiting, MaxKVUsage: s.MaxKVUsage},
-		maxWait: fc.MaxWait.D(),
-		waited:  make([]time.Duration, n),
-		items:   make([]*flowcontrol.Item, n),
+		q:      q,
+		sat:    flowcontrol.Saturation{MaxQueuedPrefillTokens: s.MaxQueuedPrefillTokens, MaxInflight: s.MaxInflight, MaxEngineWaiting: s.MaxEngineWaiting, MaxKVUsage: s.MaxKVUsage, PoolFraction: s.PoolFraction},
+		wait:   fc.WaitLimit(budget),
+		waited: make([]time.Duration, n),
+		items:  make([]*flowcontrol.Item, n),
 	}, nil
 }
 
@@ -83,11 +99,23 @@ func (s *simulation) admitFlow(i int, at time.Duration) bool {
 		return false
 	}
 	r := s.reqs[i]
-	it := &flowcontrol.Item{Priority: r.Priority, Flow: r.Tenant, Bytes: int64(r.InputLength) * 4, Deadline: epoch.Add(at + s.flow.maxWait), Arrived: epoch.Add(at), Value: i}
-	if err := s.flow.q.Add(it); err != nil {
+	// As the extproc's flow gate: refused at once when the queue ahead
+	// cannot drain within the wait limit, else queued, pushing out a
+	// heavier flow's newest request when the queue is full.
+	if est, ok := s.flow.drain.Wait(s.flow.q.Ahead(r.Priority, r.Tenant)); ok && est > s.flow.wait {
 		s.refuse(i)
 		return true
 	}
+	it := &flowcontrol.Item{Priority: r.Priority, Flow: r.Tenant, Bytes: int64(r.InputLength) * 4, Deadline: epoch.Add(at + s.flow.wait), Arrived: epoch.Add(at), Value: i}
+	pushed, err := s.flow.q.AddPushingOut(it)
+	if err != nil {
+		s.refuse(i)
+		return true
+	}
+	for _, v := range pushed {
+		s.refuse(v.Value.(int))
+	}
+	s.flow.drain.Queued(epoch.Add(at))
 	s.flow.items[i] = it
 	return true
 }
@@ -116,8 +144,12 @@ func (s *simulation) pumpFlow(at time.Duration) error {
 	for _, it := range s.flow.q.Expired(epoch.Add(at)) {
 		s.refuse(it.Value.(int))
 	}
+	if s.flow.q.Len() == 0 {
+		s.flow.drain.Emptied()
+	}
 	for s.flow.q.Len() > 0 && !s.saturated() {
-		it := s.flow.q.Pop()
+		it := s.flow.q.PopAt(epoch.Add(at))
+		s.flow.drain.Dispatched(epoch.Add(at), s.flow.q.Len())
 		i := it.Value.(int)
 		s.flow.items[i] = nil
 		arrived := it.Arrived.Sub(epoch)

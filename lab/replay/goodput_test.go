@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kvgate/kvgate/extproc/extprocconfig"
 )
 
 func TestJainIndexOnKnownInputs(t *testing.T) {
@@ -195,5 +197,39 @@ func TestOverloadSweepRowsAtMultiplesOfCapacity(t *testing.T) {
 	}
 	if _, err := Overload(t.Context(), "slice", src, OverloadOptions{Replay: Options{Policies: []string{PolicyRoundRobin}}}); err == nil {
 		t.Fatal("an overload sweep of kvgate-flow's capacity without kvgate-flow ran")
+	}
+}
+
+// kvgate-flow's clients send their patience as the TTFT budget header, so
+// a request waits at most its deadline_queue_share of it in the queue:
+// past saturation no dispatched request waited longer, whatever the share;
+// with deadline_header none every request may wait up to max_wait (here
+// past the clients' patience). An invalid flow configuration is an error.
+func TestFlowClientsSendTheirDeadline(t *testing.T) {
+	reqs := slice300(t)
+	budget := 2 * time.Second // GoodputSLA × AbandonAfter 1
+	for _, share := range []float64{0.25, 0.75} {
+		fc := &extprocconfig.FlowControl{DeadlineQueueShare: share}
+		res, err := Run(t.Context(), "slice", reqs, Options{Workers: 2, Seed: 3, RateScale: 6, AbandonAfter: 1, Flow: fc, Policies: []string{PolicyKvgateFlow}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := res.Policies[PolicyKvgateFlow]
+		limit := msOf(time.Duration(share * float64(budget)))
+		if r.QueueWaitP99Ms <= 0 || r.QueueWaitP99Ms > limit || r.Refused == 0 {
+			t.Fatalf("share %v: queue wait p99 %v ms (limit %v), %d refused", share, r.QueueWaitP99Ms, limit, r.Refused)
+		}
+	}
+	fc := &extprocconfig.FlowControl{DeadlineHeader: extprocconfig.FlowDeadlineNone}
+	res, err := Run(t.Context(), "slice", reqs, Options{Workers: 2, Seed: 3, RateScale: 6, AbandonAfter: 1, Flow: fc, Policies: []string{PolicyKvgateFlow}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := res.Policies[PolicyKvgateFlow]; r.QueueWaitP99Ms <= msOf(budget*3/4) {
+		t.Fatalf("no deadline header: queue wait p99 %v ms, want past the 1.5 s a budget would allow", r.QueueWaitP99Ms)
+	}
+	bad := &extprocconfig.FlowControl{DeadlineQueueShare: 2}
+	if _, err := Run(t.Context(), "slice", reqs, Options{Workers: 2, Policies: []string{PolicyKvgateFlow}, Flow: bad}); err == nil || !strings.Contains(err.Error(), "deadline_queue_share") {
+		t.Fatalf("share 2 accepted: %v", err)
 	}
 }
