@@ -760,10 +760,6 @@ type redisMatch struct {
 	index      map[int64]int // number -> position in states
 	states     []redisMatchState
 	active     int // states not done
-	// runSee and runPrune are the parsed value of the run being applied
-	// (applyRun): its live entries and its stale ones.
-	runSee   []redisRunEntry
-	runPrune []string
 }
 
 func newRedisMatch(reg *redisRegistry, now, deadBefore int64) *redisMatch {

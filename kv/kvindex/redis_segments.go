@@ -10,10 +10,9 @@ package kvindex
 //	    epoch the worker's epoch when it stored the block.
 //
 // The segment's hash is the key's Cluster hash tag, so a segment's blocks
-// share one slot: a Match reads each segment with one script call (64
-// blocks, 1,024 tokens at block size 16; the call returns the held blocks'
-// values run-length encoded, redis_segment_runs.go) instead of one HGETALL
-// per block, all segments in one pipelined round trip. A chain of n blocks touches ceil(n/64) keys,
+// share one slot: a Match reads one HMGET per segment (64 blocks, 1,024
+// tokens at block size 16) instead of one HGETALL per block, all segments
+// in one pipelined round trip. A chain of n blocks touches ceil(n/64) keys,
 // hence at most that many masters; segments start at different hashes, so
 // the keys of different chains (and of one chain's segments) spread over
 // the slots. Schema 1 kept one key per block (<prefix>b:<hash>), and a
@@ -291,9 +290,8 @@ func (r *Redis) Remove(ctx context.Context, w kvfleet.WorkerID, tier kvfleet.Tie
 
 // ---- Match ----
 
-// Match implements Index. It reads the chain's segments, one script call
-// per segment key returning the chain's held blocks there as runs of equal
-// values (redis_segment_runs.go), in one pipeline (go-redis splits it per
+// Match implements Index. It reads the chain's segments, one HMGET of the
+// chain's blocks per segment key, in one pipeline (go-redis splits it per
 // master and runs those in parallel, so on Cluster too this is one network
 // round trip), and applies the blocks in order, stopping as soon as no
 // worker still matching holds the next block. A chain whose first block
@@ -331,77 +329,85 @@ func (r *Redis) Match(ctx context.Context, chain []uint64, into *Match) error {
 }
 
 // readChain applies chain's blocks to m, segs segments in the first round
-// trip, until no worker is left matching. Each segment is one call of
-// redisSegmentRunsScript (redis_segment_runs.go), all of a round trip's in
-// one pipeline, by SHA; a server that lost its script cache answers
-// NOSCRIPT and the round trip is sent again once with the script's body.
+// trip, until no worker is left matching.
 func (r *Redis) readChain(ctx context.Context, m *redisMatch, chain []uint64, segs int) error {
 	nseg := (len(chain) + SegmentBlocks - 1) / SegmentBlocks
-	cmds := make([]*redis.Cmd, 0, min(segs, nseg))
-	keys := make([]string, 0, min(segs, nseg))
-	var fields []byte
+	cmds := make([]*redis.SliceCmd, 0, min(segs, nseg))
 	for k := 0; k < nseg; {
 		end := min(k+segs, nseg)
-		keys = keys[:0]
+		pipe := r.client.Pipeline()
+		cmds = cmds[:0]
 		for s := k; s < end; s++ {
-			keys = append(keys, r.segKey(chain[s*SegmentBlocks]))
-		}
-		exec := func(bySHA bool) error {
-			pipe := r.client.Pipeline()
-			cmds = cmds[:0]
-			for i, key := range keys {
-				lo := (k + i) * SegmentBlocks
-				fields = segmentFieldsArg(fields, chain[lo:min(lo+SegmentBlocks, len(chain))])
-				// A string, not the []byte: the pipeline keeps the
-				// argument until Exec, and fields is reused.
-				arg := string(fields)
-				if bySHA {
-					cmds = append(cmds, redisSegmentRunsScript.EvalSha(ctx, pipe, []string{key}, arg))
-				} else {
-					cmds = append(cmds, redisSegmentRunsScript.Eval(ctx, pipe, []string{key}, arg))
-				}
+			lo, hi := s*SegmentBlocks, min((s+1)*SegmentBlocks, len(chain))
+			fields := make([]string, hi-lo)
+			for i, h := range chain[lo:hi] {
+				fields[i] = blockField(h)
 			}
-			r.counters.matchRoundTrips.Add(1)
-			_, err := pipe.Exec(ctx)
-			return err
+			cmds = append(cmds, pipe.HMGet(ctx, r.segKey(chain[lo]), fields...))
 		}
+		r.counters.matchRoundTrips.Add(1)
 		r.counters.matchBlocksRead.Add(int64(min(end*SegmentBlocks, len(chain)) - k*SegmentBlocks))
 		r.counters.matchKeysRead.Add(int64(end - k))
-		err := exec(true)
-		if err != nil && noScript(cmds) {
-			err = exec(false)
-		}
-		if err != nil {
+		if _, err := pipe.Exec(ctx); err != nil {
 			r.noteErr(err)
 			return fmt.Errorf("redis index: match: read segments %d..%d of %d: %w", k, end-1, nseg, err)
 		}
 		for i, cmd := range cmds {
 			lo := (k + i) * SegmentBlocks
-			blocks := min(lo+SegmentBlocks, len(chain)) - lo
-			runs, err := segmentRuns(cmd.Val(), blocks)
-			if err != nil {
-				return fmt.Errorf("redis index: match: segment %d of %d: %w", k+i, nseg, err)
-			}
-			pos := lo
-			for j := 0; j < len(runs); j += 2 {
-				n := int(runs[j].(int64))
-				r.applyRun(m, pos, n, chain[lo], chain, runs[j+1].(string))
+			for j, v := range cmd.Val() {
+				value, _ := v.(string) // nil: nobody holds the block
+				pos := lo + j
+				r.applyBlock(m, pos, chain[lo], chain[pos], value)
 				if m.active == 0 {
 					return nil
 				}
-				pos += n
-			}
-			if pos < lo+blocks {
-				// Nobody holds block pos: every worker still matching
-				// stops before it.
-				m.advance(pos)
-				return nil
 			}
 		}
 		k = end
 		segs = redisMaxMatchSegments
 	}
 	return nil
+}
+
+// applyBlock advances every active worker past block pos (admitting
+// workers at pos 0) and finishes those that lack it on every tier. Blocks
+// must be applied in order, each once. value is the block's field in its
+// segment key seg.
+func (r *Redis) applyBlock(m *redisMatch, pos int, seg, h uint64, value string) {
+	for value != "" {
+		e := value
+		if i := strings.IndexByte(value, ','); i >= 0 {
+			e, value = value[:i], value[i+1:]
+		} else {
+			value = ""
+		}
+		if e == "" {
+			continue
+		}
+		num, tier, epoch, ok := parseEntry(e)
+		if !ok {
+			r.queuePrune(seg, h, e)
+			continue
+		}
+		ws, known := m.reg.workers[num]
+		switch {
+		case !known:
+			// Numbers are never reused, so one at or below the snapshot's
+			// "next" that is not registered belonged to a removed worker.
+			// A higher one was registered after the snapshot was taken.
+			if num <= m.reg.next {
+				r.queuePrune(seg, h, e)
+			}
+			continue
+		case epoch < ws.epoch || ws.aliveUntil < m.deadBefore:
+			r.queuePrune(seg, h, e)
+			continue
+		case ws.aliveUntil < m.now:
+			continue // expired; pruned once dead a full TTL (see above)
+		}
+		m.see(num, tier, pos)
+	}
+	m.advance(pos)
 }
 
 // see notes that worker num holds block pos on tier.

@@ -720,7 +720,7 @@ func FuzzRedisApplyBlock(f *testing.F) {
 		}}
 		m := newRedisMatch(reg, 1000, 0)
 		for pos, raw := range []string{b0, b1} {
-			r.applyBlock(m, pos, 0, []uint64{0, 1}, raw)
+			r.applyBlock(m, pos, 0, uint64(pos), raw)
 		}
 		var got Match
 		m.result(&got)
