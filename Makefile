@@ -31,7 +31,6 @@ FUZZ_TARGETS := \
 	./extproc/openai:FuzzParseValue \
 	./extproc/openai:FuzzStrAsInt \
 	./kv/kvindex:FuzzRedisApplyBlock \
-	./kv/kvindex:FuzzRedisApplyRun \
 	./kv/kvindex:FuzzMemoryAgainstModel \
 	./extproc/tokenizer:FuzzEncodeRoundTrip \
 	./picker:FuzzPick \
