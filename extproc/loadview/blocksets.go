@@ -160,12 +160,3 @@ func (t *blockSets) removeAt(i int) {
 		i = j
 	}
 }
-
-// setOrRemove stores hs at slot i, or empties the slot when hs is empty.
-func (t *blockSets) setOrRemove(i int, hs holderSet) {
-	if hs.len() == 0 {
-		t.removeAt(i)
-		return
-	}
-	t.slots[i].set = hs
-}
