@@ -483,6 +483,59 @@ func TestMemoryEvictsUntouchedFirst(t *testing.T) {
 // with matchers, Stats and Clear/RemoveWorker of other workers alongside;
 // run with -race. Each worker's final state depends only on its own ops,
 // so the end result is checked against the model.
+// randomWrite is one random writer step of the concurrent tests: a roll
+// below storeBelow stores, below removeBelow removes, below 98 clears the
+// worker, else removes the worker; the model follows the index.
+type randomWrite struct{ roll, storeBelow, removeBelow int }
+
+func (op randomWrite) apply(idx *kvindex.Memory, model *memModel, w kvfleet.WorkerID, tier kvfleet.Tier, blocks []kvindex.Block, hs []uint64) error {
+	switch {
+	case op.roll < op.storeBelow:
+		model.store(w, tier, hs)
+		return idx.Store(memCtx, w, tier, blocks)
+	case op.roll < op.removeBelow:
+		model.remove(w, tier, hs)
+		return idx.Remove(memCtx, w, tier, blocks)
+	case op.roll < 98:
+		model.clear(w)
+		return idx.Clear(memCtx, w)
+	default:
+		model.removeWorker(w)
+		return idx.RemoveWorker(memCtx, w)
+	}
+}
+
+// depthsOrdered reports (and fails t on) a worker whose depths in m are not
+// non-decreasing from the fastest tier, or reach past a chain of n blocks:
+// what a torn read during concurrent writes would show.
+func depthsOrdered(t *testing.T, m *kvindex.Match, n int) bool {
+	t.Helper()
+	for w, d := range m.All() {
+		for tier := 1; tier < int(kvfleet.NumTiers); tier++ {
+			if d[tier] < d[tier-1] || d.Max() > n {
+				t.Errorf("worker %v: depths %v not non-decreasing within a chain of %d", w, d, n)
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// mergeModels is one model of what the writers' own models (one worker
+// each) say together.
+func mergeModels(models []*memModel) *memModel {
+	merged := newMemModel()
+	for _, m := range models {
+		for w := range m.known {
+			merged.known[w] = true
+		}
+		for w, held := range m.held {
+			merged.held[w] = held
+		}
+	}
+	return merged
+}
+
 func TestMemoryConcurrent(t *testing.T) {
 	idx := kvindex.NewMemory(kvindex.MemoryConfig{Shards: 8})
 	const writers = 6
@@ -502,22 +555,8 @@ func TestMemoryConcurrent(t *testing.T) {
 					hs[i] = uint64(start + i)
 				}
 				tier := kvfleet.Tier(rng.IntN(int(kvfleet.NumTiers)))
-				var err error
-				switch r := rng.IntN(100); {
-				case r < 60:
-					err = idx.Store(memCtx, w, tier, kvindex.ChainBlocks(hs))
-					models[wi].store(w, tier, hs)
-				case r < 95:
-					err = idx.Remove(memCtx, w, tier, kvindex.ChainBlocks(hs))
-					models[wi].remove(w, tier, hs)
-				case r < 98:
-					err = idx.Clear(memCtx, w)
-					models[wi].clear(w)
-				default:
-					err = idx.RemoveWorker(memCtx, w)
-					models[wi].removeWorker(w)
-				}
-				if err != nil {
+				op := randomWrite{roll: rng.IntN(100), storeBelow: 60, removeBelow: 95}
+				if err := op.apply(idx, models[wi], w, tier, kvindex.ChainBlocks(hs), hs); err != nil {
 					t.Error(err)
 					return
 				}
@@ -545,13 +584,8 @@ func TestMemoryConcurrent(t *testing.T) {
 					t.Error(err)
 					return
 				}
-				for w, d := range m.All() {
-					for tier := 1; tier < int(kvfleet.NumTiers); tier++ {
-						if d[tier] < d[tier-1] || d.Max() > len(chain) {
-							t.Errorf("worker %v: depths %v not non-decreasing within the chain", w, d)
-							return
-						}
-					}
+				if !depthsOrdered(t, &m, len(chain)) {
+					return
 				}
 				if i%50 == 0 {
 					if _, err := idx.Stats(memCtx); err != nil {
@@ -566,15 +600,7 @@ func TestMemoryConcurrent(t *testing.T) {
 	close(stop)
 	readers.Wait()
 
-	merged := newMemModel()
-	for _, m := range models {
-		for w := range m.known {
-			merged.known[w] = true
-		}
-		for w, held := range m.held {
-			merged.held[w] = held
-		}
-	}
+	merged := mergeModels(models)
 	for start := range uint64(80) {
 		chain := make([]uint64, 20)
 		for i := range chain {

@@ -118,22 +118,8 @@ func TestMemoryLongChainsConcurrent(t *testing.T) {
 				b := a + 1 + rng.IntN(min(longChain-a, 200))
 				hs := chain[a:b]
 				tier := kvfleet.Tier(rng.IntN(int(kvfleet.NumTiers)))
-				var err error
-				switch r := rng.IntN(100); {
-				case r < 65:
-					err = idx.Store(memCtx, w, tier, kvindex.ChainBlocks(chain[:b])[a:])
-					models[wi].store(w, tier, hs)
-				case r < 96:
-					err = idx.Remove(memCtx, w, tier, kvindex.ChainBlocks(chain[:b])[a:])
-					models[wi].remove(w, tier, hs)
-				case r < 98:
-					err = idx.Clear(memCtx, w)
-					models[wi].clear(w)
-				default:
-					err = idx.RemoveWorker(memCtx, w)
-					models[wi].removeWorker(w)
-				}
-				if err != nil {
+				op := randomWrite{roll: rng.IntN(100), storeBelow: 65, removeBelow: 96}
+				if err := op.apply(idx, models[wi], w, tier, kvindex.ChainBlocks(chain[:b])[a:], hs); err != nil {
 					t.Error(err)
 					return
 				}
@@ -160,13 +146,8 @@ func TestMemoryLongChainsConcurrent(t *testing.T) {
 					return
 				}
 				matches[r]++
-				for w, d := range m.All() {
-					for tier := 1; tier < int(kvfleet.NumTiers); tier++ {
-						if d[tier] < d[tier-1] || d.Max() > len(q) {
-							t.Errorf("worker %v: depths %v not non-decreasing within a chain of %d", w, d, len(q))
-							return
-						}
-					}
+				if !depthsOrdered(t, &m, len(q)) {
+					return
 				}
 			}
 		}()
@@ -179,15 +160,7 @@ func TestMemoryLongChainsConcurrent(t *testing.T) {
 			t.Errorf("matcher %d never matched", r)
 		}
 	}
-	merged := newMemModel()
-	for _, m := range models {
-		for w := range m.known {
-			merged.known[w] = true
-		}
-		for w, held := range m.held {
-			merged.held[w] = held
-		}
-	}
+	merged := mergeModels(models)
 	for _, q := range [][]uint64{chain, chain[:257], chain[100:]} {
 		if got, want := mustMatch(t, idx, q), merged.match(q); !reflect.DeepEqual(got, want) {
 			t.Fatalf("final Match(chain of %d) = %v, want %v", len(q), got, want)
