@@ -113,12 +113,7 @@ func flowHeldRequestRoutedWhenCapacityFrees(t *testing.T, r *rig) {
 	}
 	res.x.Cancel()
 	<-res.x.Done()
-	poll.Until(t, "the dispatched request's ticket to close", 10*time.Second, func() error {
-		if st := r.router.Load().Stats(); st.Open != 0 {
-			return fmt.Errorf("%d open", st.Open)
-		}
-		return nil
-	})
+	waitIdle(t, r.router) // the dispatched request's ticket closes
 }
 
 // A client that leaves while its request waits takes it out of the
@@ -437,12 +432,7 @@ func TestFlowDeadlineHeader(t *testing.T) {
 	waitQueued(t, r.router, 0)
 	res.x.Cancel()
 	<-res.x.Done()
-	poll.Until(t, "the dispatched request's ticket to close", 10*time.Second, func() error {
-		if st := r.router.Load().Stats(); st.Open != 0 {
-			return fmt.Errorf("%d open", st.Open)
-		}
-		return nil
-	})
+	waitIdle(t, r.router) // the dispatched request's ticket closes
 }
 
 // A full queue (max_requests 2, both the noisy tenant's) makes room for a
