@@ -115,12 +115,11 @@ func noop() {}
 // otherwise it queues the request and blocks until it is dispatched, its
 // deadline passes, or ctx ends.
 //
-// A request that must queue is refused at once when the requests ahead of
-// it (flowcontrol.Queue.Ahead) cannot drain within its wait limit at the
-// pool's recent dispatch rate (flowcontrol.DrainRate): its 429 comes
-// before it holds a place. When the queue's bounds are full it may push
-// out a heavier flow's newest request (flowcontrol.AddPushingOut), which
-// is refused in its place.
+// A request that must queue goes through flowcontrol.Admit: refused at
+// once when the requests ahead of it cannot drain within its wait limit at
+// the pool's recent dispatch rate, and when the queue's bounds are full it
+// may push out a heavier flow's newest request, which is refused in its
+// place.
 func (g *flowGate) enter(ctx context.Context, model string, prio int, flowKey string, bytes int64, roomNow bool, limit flowLimit) flowWait {
 	now := g.now()
 	g.mu.Lock()
@@ -135,13 +134,13 @@ func (g *flowGate) enter(ctx context.Context, model string, prio int, flowKey st
 		return flowWait{done: noop}
 	}
 	w := &waiter{ready: make(chan struct{}), prio: prio, band: bandLabel(prio), bucket: tenantBucket(flowKey), since: now}
-	if est, ok := p.drain.Wait(p.q.Ahead(prio, flowKey)); ok && est > limit.wait {
+	it := &flowcontrol.Item{Priority: prio, Flow: flowKey, Bytes: bytes, Deadline: now.Add(limit.wait), Arrived: now, Value: w}
+	pushed, err := flowcontrol.Admit(p.q, &p.drain, it)
+	if u, ok := err.(*flowcontrol.ErrUnreachable); ok {
 		g.mu.Unlock()
 		g.metrics.requests.WithLabelValues(w.band, flowShedUnreachable).Inc()
-		return flowWait{shed: "could not start within " + g.why(limit) + ": about " + est.Round(time.Millisecond).String() + " of requests wait ahead", done: noop}
+		return flowWait{shed: "could not start within " + g.why(limit) + ": about " + u.Estimate.Round(time.Millisecond).String() + " of requests wait ahead", done: noop}
 	}
-	it := &flowcontrol.Item{Priority: prio, Flow: flowKey, Bytes: bytes, Deadline: now.Add(limit.wait), Arrived: now, Value: w}
-	pushed, err := p.q.AddPushingOut(it)
 	if err != nil {
 		g.mu.Unlock()
 		reason := "queue_full"
@@ -157,7 +156,6 @@ func (g *flowGate) enter(ctx context.Context, model string, prio int, flowKey st
 		g.left(pw, flowShedPushedOut)
 		close(pw.ready)
 	}
-	p.drain.Queued(now)
 	g.waiting.Add(1)
 	g.metrics.depth.WithLabelValues(w.band).Inc()
 	g.metrics.tenantDepth.WithLabelValues(w.bucket).Inc()

@@ -102,12 +102,8 @@ func (s *simulation) admitFlow(i int, at time.Duration) bool {
 	// As the extproc's flow gate: refused at once when the queue ahead
 	// cannot drain within the wait limit, else queued, pushing out a
 	// heavier flow's newest request when the queue is full.
-	if est, ok := s.flow.drain.Wait(s.flow.q.Ahead(r.Priority, r.Tenant)); ok && est > s.flow.wait {
-		s.refuse(i)
-		return true
-	}
 	it := &flowcontrol.Item{Priority: r.Priority, Flow: r.Tenant, Bytes: int64(r.InputLength) * 4, Deadline: epoch.Add(at + s.flow.wait), Arrived: epoch.Add(at), Value: i}
-	pushed, err := s.flow.q.AddPushingOut(it)
+	pushed, err := flowcontrol.Admit(s.flow.q, &s.flow.drain, it)
 	if err != nil {
 		s.refuse(i)
 		return true
@@ -115,7 +111,6 @@ func (s *simulation) admitFlow(i int, at time.Duration) bool {
 	for _, v := range pushed {
 		s.refuse(v.Value.(int))
 	}
-	s.flow.drain.Queued(epoch.Add(at))
 	s.flow.items[i] = it
 	return true
 }
