@@ -188,8 +188,7 @@ func NewRouter(rc RouterConfig, reg *preprocess.Registry, idx kvindex.Index, log
 		r.signals = append(r.signals, engineMetricsSource(r.engines, log))
 	}
 	if !x.FlowControl.Disabled {
-		fs := x.FlowControl.Saturation
-		r.saturation = flowcontrol.Saturation{MaxQueuedPrefillTokens: fs.MaxQueuedPrefillTokens, MaxInflight: fs.MaxInflight, MaxEngineWaiting: fs.MaxEngineWaiting, MaxKVUsage: fs.MaxKVUsage, PoolFraction: fs.PoolFraction}
+		r.saturation = x.FlowControl.Saturation.Judge()
 		r.flow = newFlowGate(x.FlowControl, r.poolHasRoom, r.metrics.flow, func() time.Time { return r.now() })
 	}
 	r.gatherer = &gatherer{load: r.load, throughput: r.throughput, outlier: r.outlier, health: r.health, shared: r.shared, engines: r.engines}

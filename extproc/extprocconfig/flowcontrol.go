@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kvgate/kvgate/extproc/flowcontrol"
 	"github.com/kvgate/kvgate/internal/yamlconf"
 )
 
@@ -103,6 +104,13 @@ type FlowSaturation struct {
 	// issue-26 replays but cost SLA capacity on bursty workloads (bands,
 	// agent), so it is not the default.
 	PoolFraction float64 `yaml:"pool_fraction"`
+}
+
+// Judge is the saturation judgement these bounds configure, the one the
+// extproc's flow gate and the replay's kvgate-flow both apply.
+func (s FlowSaturation) Judge() flowcontrol.Saturation {
+	return flowcontrol.Saturation{MaxQueuedPrefillTokens: s.MaxQueuedPrefillTokens, MaxInflight: s.MaxInflight,
+		MaxEngineWaiting: s.MaxEngineWaiting, MaxKVUsage: s.MaxKVUsage, PoolFraction: s.PoolFraction}
 }
 
 // Defaults for FlowControl.

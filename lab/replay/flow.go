@@ -65,10 +65,9 @@ func newFlowState(n int, opt *Options) (*flowState, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := fc.Saturation
 	return &flowState{
 		q:      q,
-		sat:    flowcontrol.Saturation{MaxQueuedPrefillTokens: s.MaxQueuedPrefillTokens, MaxInflight: s.MaxInflight, MaxEngineWaiting: s.MaxEngineWaiting, MaxKVUsage: s.MaxKVUsage, PoolFraction: s.PoolFraction},
+		sat:    fc.Saturation.Judge(),
 		wait:   fc.WaitLimit(budget),
 		waited: make([]time.Duration, n),
 		items:  make([]*flowcontrol.Item, n),
