@@ -98,10 +98,10 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	if cfg.Connect {
 		// libzmq connects in the background and reconnects a connecting
 		// PUB; zmq4 dials synchronously, so dialLoop does both here,
-		// through the watched transports (publisher_redial.go). Not
-		// zmq4's WithAutomaticReconnect: it redials from inside the PUB's
-		// send while holding the writer's lock, and a redial that succeeds
-		// then waits for that same lock forever (publisher_redial.go).
+		// through the watched transports. Not zmq4's
+		// WithAutomaticReconnect: it redials from inside a failed PUB send
+		// holding the writer's lock, against the connection reaper's lock
+		// order, and can deadlock (publisher_redial.go).
 		if err := registerWatchedTransports(); err != nil {
 			cancel()
 			return nil, fmt.Errorf("kvstream publisher: %w", err)

@@ -42,10 +42,11 @@ const (
 
 // watchedEndpoint is endpoint on the watched transport of its scheme.
 func watchedEndpoint(endpoint string) string {
-	for scheme, watched := range map[string]string{"tcp://": watchedTCP + "://", "ipc://": watchedIPC + "://"} {
-		if rest, ok := strings.CutPrefix(endpoint, scheme); ok {
-			return watched + rest
-		}
+	if rest, ok := strings.CutPrefix(endpoint, "tcp://"); ok {
+		return watchedTCP + "://" + rest
+	}
+	if rest, ok := strings.CutPrefix(endpoint, "ipc://"); ok {
+		return watchedIPC + "://" + rest
 	}
 	return endpoint
 }
