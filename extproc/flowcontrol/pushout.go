@@ -29,20 +29,19 @@ package flowcontrol
 // caller refuses them) or, when it cannot make room, an *ErrFull and
 // changes nothing.
 func (q *Queue) AddPushingOut(it *Item) ([]*Item, error) {
-	if ok, _ := q.Fits(it.Bytes); ok || it.queued || it.Bytes < 0 {
+	ok, reason := q.Fits(it.Bytes)
+	if ok || it.queued || it.Bytes < 0 {
 		return nil, q.Add(it)
 	}
-	_, reason := q.Fits(it.Bytes)
 	weights := map[string]int{}
 	taken := map[*Item]bool{}
 	count, bytes := q.count, q.bytes
 	var victims []*Item
-	fits := func() bool {
-		return (q.bounds.MaxRequests == 0 || count+1 <= q.bounds.MaxRequests) &&
-			(q.bounds.MaxBytes == 0 || bytes+it.Bytes <= q.bounds.MaxBytes)
-	}
 	weight := func(key string) int { return q.weights[key] - weights[key] }
-	for !fits() {
+	for {
+		if fits, _ := q.bounds.fit(count, bytes, it.Bytes); fits {
+			break
+		}
 		v := q.victim(it, weight, taken)
 		if v == nil {
 			return nil, &ErrFull{Reason: reason}

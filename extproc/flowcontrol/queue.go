@@ -128,11 +128,15 @@ func (q *Queue) BandLen(p int) int {
 
 // Fits reports whether an item of n bytes would be accepted now, and if
 // not, which bound refuses it.
-func (q *Queue) Fits(n int64) (bool, string) {
+func (q *Queue) Fits(n int64) (bool, string) { return q.bounds.fit(q.count, q.bytes, n) }
+
+// fit is Fits for a queue holding count items of bytes in all (AddPushingOut
+// asks it of the queue as it would be without the items it pushes out).
+func (b Bounds) fit(count int, bytes, n int64) (bool, string) {
 	switch {
-	case q.bounds.MaxRequests > 0 && q.count+1 > q.bounds.MaxRequests:
+	case b.MaxRequests > 0 && count+1 > b.MaxRequests:
 		return false, "max_requests"
-	case q.bounds.MaxBytes > 0 && q.bytes+n > q.bounds.MaxBytes:
+	case b.MaxBytes > 0 && bytes+n > b.MaxBytes:
 		return false, "max_bytes"
 	}
 	return true, ""
