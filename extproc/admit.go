@@ -28,8 +28,8 @@ func (r *Router) admit(req *server.Request, res *preprocess.Result, cands []pick
 }
 
 // admitFlow is admit with flow control (extproc.flow_control, flowgate.go):
-// over an admission bound, or with every usable worker saturated, the
-// request waits for room instead of being shed, and is refused only when
+// over an admission bound, or saturated (flowcontrol.Saturation.
+// PoolSaturated), the request waits for room instead of being shed, and is refused only when
 // it could not start within max_wait or the queue's bounds are full. It
 // reports whether the request waited (its load view is then stale) and
 // the function to call once it has booked.
@@ -38,7 +38,7 @@ func (r *Router) admitFlow(ctx context.Context, req *server.Request, res *prepro
 	if rerr != nil {
 		return false, noop, rerr
 	}
-	roomNow := r.shedReason(cands, prio) == "" && !r.saturation.AllSaturated(cands, r.cfg.PD.Enabled && p.hasPD)
+	roomNow := r.shedReason(cands, prio) == "" && !r.saturation.PoolSaturated(cands, r.cfg.PD.Enabled && p.hasPD)
 	fw := r.flow.enter(ctx, res.Model.Name, prio.Priority, flowKeyOf(r.cfg.FlowControl.Tenant, req, res), int64(len(req.Body)), roomNow, limit)
 	switch {
 	case fw.cancelled:
@@ -76,8 +76,10 @@ func (r *Router) flowLimitOf(req *server.Request, res *preprocess.Result) (flowL
 
 // poolHasRoom is flow control's saturation judgement for pool model and a
 // request of priority prio: the pool is within its admission bounds (for
-// that priority) and some usable worker is below every saturation bound
-// (flowcontrol.Saturation, extproc.flow_control.saturation). It reads the
+// that priority) and not saturated: some usable worker is below every
+// saturation bound and the workers' mean engine score is under
+// pool_mean_score (flowcontrol.Saturation.PoolSaturated,
+// extproc.flow_control.saturation). It reads the
 // same load the picker weighs (gather), without a prefix match.
 func (r *Router) poolHasRoom(model string, prio int) bool {
 	p := r.fleet.Load().pools[model]
@@ -90,7 +92,7 @@ func (r *Router) poolHasRoom(model string, prio int) bool {
 	if r.shedReason(cands, requestPriority{Priority: prio}) != "" {
 		return false
 	}
-	return !r.saturation.AllSaturated(cands, r.cfg.PD.Enabled && p.hasPD)
+	return !r.saturation.PoolSaturated(cands, r.cfg.PD.Enabled && p.hasPD)
 }
 
 // shed answers 429 for reason and records the refusal; retryAfter > 0

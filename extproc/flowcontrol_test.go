@@ -3,14 +3,19 @@ package extproc
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/kvgate/kvgate/config"
+	"github.com/kvgate/kvgate/extproc/enginemetrics"
+	"github.com/kvgate/kvgate/extproc/extprocconfig"
 	"github.com/kvgate/kvgate/extproc/loadview"
 	"github.com/kvgate/kvgate/extproc/server"
 	"github.com/kvgate/kvgate/internal/yamlconf"
@@ -325,6 +330,65 @@ func TestFlowWaitsWhileEveryWorkerSaturated(t *testing.T) {
 	for _, tk := range pinned {
 		tk.Finish(loadview.OutcomeCompleted)
 	}
+}
+
+// With saturation.pool_mean_score (GIE's utilization detector: the mean of
+// the workers' max(engine waiting ÷ bound, KV usage ÷ bound)) a request
+// waits while one worker still has room, once the others' engine queues
+// are deep enough: two engines with 10 waiting (score 5 at
+// max_engine_waiting 2) and one idle, mean 3.33 ≥ 3. When one deep engine
+// drains (seen at the next scrape, outside kvgate's tickets: the recheck
+// notices it), the mean falls to 1.67 and the request is routed.
+func TestFlowWaitsOnThePoolsMeanScore(t *testing.T) {
+	page := func(waiting int) string {
+		return fmt.Sprintf("# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{engine=\"0\",model_name=\"qwen3\"} %d\n"+
+			"# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{engine=\"0\",model_name=\"qwen3\"} 4\n"+
+			"# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc{engine=\"0\",model_name=\"qwen3\"} 0.3\n", waiting)
+	}
+	var waiting [3]atomic.Int64
+	waiting[0].Store(10)
+	waiting[1].Store(10)
+	var members []kvfleet.Worker
+	for i := range waiting {
+		engine := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+			io.WriteString(w, page(int(waiting[i].Load())))
+		}))
+		defer engine.Close()
+		members = append(members, memberAt(strings.TrimPrefix(engine.URL, "http://")))
+	}
+	r := newRig(t, func(c *config.Config) {
+		c.Extproc.EngineMetrics = enginemetrics.Config{Interval: yamlconf.Duration(20 * time.Millisecond), Staleness: yamlconf.Duration(time.Minute)}
+		c.Extproc.FlowControl.Recheck = yamlconf.Duration(20 * time.Millisecond)
+	}, envoyharness.DefaultConfig())
+	if err := r.router.SetMembers(members); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go r.router.engines.Run(ctx)
+	poll.True(t, "every engine's metrics to reach the candidates", 10*time.Second, func() bool {
+		for _, c := range candidates(r.router, r.router.fleet.Load().pools["qwen3"], nil) {
+			if !c.Load.HaveEngine {
+				return false
+			}
+		}
+		return true
+	})
+	if got := r.router.saturation.PoolMeanScore; got != extprocconfig.DefaultFlowPoolMeanScore {
+		t.Fatalf("pool_mean_score %g, want the default %g", got, extprocconfig.DefaultFlowPoolMeanScore)
+	}
+	held := startHeld(t, r, context.Background(), chatBody("qwen3", "A question for a pool with one idle worker."), 1)
+	waiting[1].Store(0)
+	res := <-held
+	if res.err != nil || res.x.Forward == nil {
+		t.Fatalf("not routed once the mean score fell: %v %+v", res.err, res.x)
+	}
+	if got := flowCount(r.router, flowDispatched); got != 1 {
+		t.Errorf("dispatched count %g, want 1", got)
+	}
+	res.x.Cancel()
+	<-res.x.Done()
 }
 
 // queued (tests only) is the number of requests waiting in pool model.

@@ -36,7 +36,8 @@ import (
 type flowGate struct {
 	cfg extprocconfig.FlowControl
 	// room reports whether pool model has room for a request of priority
-	// prio: not over an admission bound, not every worker saturated.
+	// prio: not over an admission bound, not saturated (every worker, or the
+	// engines' mean score: flowcontrol.Saturation.PoolSaturated).
 	room    func(model string, prio int) bool
 	metrics *flowMetrics
 	now     func() time.Time

@@ -66,6 +66,7 @@ func runReplay(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	flowShare := fs.Float64("flow-deadline-queue-share", 0, "kvgate-flow: share of a request's TTFT budget it may wait in the queue (0: extproc's default)")
 	flowRequests := fs.Int("flow-max-requests", 0, "kvgate-flow: bound on the requests waiting in the queue (0: extproc's default)")
 	flowPoolFraction := fs.Float64("flow-pool-fraction", 0, "kvgate-flow: share of the workers that must be saturated for requests to wait (0: extproc's default, 1 = every one)")
+	flowPoolMean := fs.Float64("flow-pool-mean-score", 0, "kvgate-flow: mean worker score (engine waiting ÷ bound, KV usage ÷ bound) at which requests wait (0: extproc's default, 3; 1000: off)")
 	tolerance := fs.Float64("sweep-tolerance", 0.05, "with --sweep: stop bisecting when the bracket's hi/lo is within 1+this")
 	var terms termFlags
 	fs.Var(&terms, "term", "switch one of the kvgate policies' picker terms (repeatable): NAME=off, NAME=on or NAME=WEIGHT, NAME one of "+
@@ -91,9 +92,9 @@ func runReplay(args []string, _ io.Reader, stdout, stderr io.Writer) int {
 		Seed: *seed, HostBlocks: *hostBlocks, HostToGPUGBps: *hostGBps,
 		GoodputSLA: *ttftSLA, AbandonAfter: *abandonAfter, FlowSteer: *flowSteer,
 	}
-	if *flowPrefill != 0 || *flowWaiting != 0 || *flowMaxWait != 0 || *flowInflight != 0 || *flowDeadline != "" || *flowShare != 0 || *flowRequests != 0 || *flowPoolFraction != 0 {
+	if *flowPrefill != 0 || *flowWaiting != 0 || *flowMaxWait != 0 || *flowInflight != 0 || *flowDeadline != "" || *flowShare != 0 || *flowRequests != 0 || *flowPoolFraction != 0 || *flowPoolMean != 0 {
 		opt.Flow = &extprocconfig.FlowControl{MaxWait: yamlconf.Duration(*flowMaxWait), DeadlineHeader: *flowDeadline, DeadlineQueueShare: *flowShare, MaxRequests: *flowRequests,
-			Saturation: extprocconfig.FlowSaturation{MaxQueuedPrefillTokens: *flowPrefill, MaxEngineWaiting: *flowWaiting, MaxInflight: *flowInflight, PoolFraction: *flowPoolFraction}}
+			Saturation: extprocconfig.FlowSaturation{MaxQueuedPrefillTokens: *flowPrefill, MaxEngineWaiting: *flowWaiting, MaxInflight: *flowInflight, PoolFraction: *flowPoolFraction, PoolMeanScore: *flowPoolMean}}
 	}
 	for _, p := range strings.Split(*policies, ",") {
 		if p = strings.TrimSpace(p); p != "" {

@@ -77,7 +77,8 @@ type FlowControl struct {
 }
 
 // FlowSaturation says when a worker has no room (flowcontrol.Saturation);
-// a pool is saturated when every usable worker is, or when it is over an
+// a pool is saturated when every usable worker is, when the workers' mean
+// score reaches PoolMeanScore, or when it is over an
 // admission bound.
 type FlowSaturation struct {
 	// MaxQueuedPrefillTokens: prompt tokens kvgate routed to the worker and
@@ -104,13 +105,25 @@ type FlowSaturation struct {
 	// issue-26 replays but cost SLA capacity on bursty workloads (bands,
 	// agent), so it is not the default.
 	PoolFraction float64 `yaml:"pool_fraction"`
+	// PoolMeanScore: requests also wait once the mean of the usable
+	// workers' scores, each the larger of engine waiting ÷
+	// max_engine_waiting and KV usage ÷ max_kv_usage (1 without engine
+	// metrics), reaches it (flowcontrol.Saturation.PoolMeanScore, GIE's
+	// utilization detector). Default 3: six requests waiting per engine on
+	// average at the default max_engine_waiting, about GIE's queue
+	// threshold of 5 under its mean of 1. In the issue-26 replays it raised
+	// goodput past saturation on 12 of 14 tables (not conversation) and moved
+	// SLA capacity by one bisection step on 3 (BENCHMARKS.md, "Issue 26,
+	// third pass").
+	// A large value (1000) leaves the judgement to pool_fraction alone.
+	PoolMeanScore float64 `yaml:"pool_mean_score"`
 }
 
 // Judge is the saturation judgement these bounds configure, the one the
 // extproc's flow gate and the replay's kvgate-flow both apply.
 func (s FlowSaturation) Judge() flowcontrol.Saturation {
 	return flowcontrol.Saturation{MaxQueuedPrefillTokens: s.MaxQueuedPrefillTokens, MaxInflight: s.MaxInflight,
-		MaxEngineWaiting: s.MaxEngineWaiting, MaxKVUsage: s.MaxKVUsage, PoolFraction: s.PoolFraction}
+		MaxEngineWaiting: s.MaxEngineWaiting, MaxKVUsage: s.MaxKVUsage, PoolFraction: s.PoolFraction, PoolMeanScore: s.PoolMeanScore}
 }
 
 // Defaults for FlowControl.
@@ -126,6 +139,7 @@ const (
 	DefaultFlowMaxQueuedPrefillTokens = 16384
 	DefaultFlowMaxEngineWaiting       = 2
 	DefaultFlowMaxKVUsage             = 0.8
+	DefaultFlowPoolMeanScore          = 3.0
 	DefaultFlowDeadlineHeader         = "x-slo-ttft-ms"
 	DefaultFlowDeadlineQueueShare     = 0.75
 	// FlowDeadlineNone as deadline_header reads no deadline header.
@@ -206,6 +220,9 @@ func (f *FlowControl) applyDefaults() {
 	if s.PoolFraction == 0 {
 		s.PoolFraction = 1
 	}
+	if s.PoolMeanScore == 0 {
+		s.PoolMeanScore = DefaultFlowPoolMeanScore
+	}
 }
 
 // validate reports the first invalid value; path is the section's key path.
@@ -238,6 +255,8 @@ func (f *FlowControl) validate(path string) error {
 		return fmt.Errorf("%s.saturation.max_kv_usage: %g outside (0, 1]", path, s.MaxKVUsage)
 	case !(s.PoolFraction > 0 && s.PoolFraction <= 1):
 		return fmt.Errorf("%s.saturation.pool_fraction: %g outside (0, 1]", path, s.PoolFraction)
+	case !(s.PoolMeanScore >= 0.1 && s.PoolMeanScore <= 1000):
+		return fmt.Errorf("%s.saturation.pool_mean_score: %g outside [0.1, 1000]", path, s.PoolMeanScore)
 	}
 	return nil
 }

@@ -14,7 +14,8 @@ func TestFlowControlDefaultsAndRanges(t *testing.T) {
 	f := x.FlowControl
 	if f.Disabled || f.MaxWait.D() != DefaultFlowMaxWait || f.MaxRequests != DefaultFlowMaxRequests || f.MaxBytes != DefaultBufferBudgetBytes/2 ||
 		f.Saturation.MaxEngineWaiting != 2 || f.Saturation.MaxQueuedPrefillTokens != 16384 || f.Saturation.MaxKVUsage != 0.8 || f.Saturation.MaxInflight != 0 ||
-		f.DeadlineHeader != "x-slo-ttft-ms" || f.DeadlineQueueShare != 0.75 || f.Saturation.PoolFraction != 1 {
+		f.DeadlineHeader != "x-slo-ttft-ms" || f.DeadlineQueueShare != 0.75 || f.Saturation.PoolFraction != 1 ||
+		f.Saturation.PoolMeanScore != 3 || f.Saturation.Judge().PoolMeanScore != 3 {
 		t.Fatalf("flow_control defaults: %+v", f)
 	}
 	for name, tc := range map[string]struct {
@@ -34,6 +35,8 @@ func TestFlowControlDefaultsAndRanges(t *testing.T) {
 		"queue share":  {func(f *FlowControl) { f.DeadlineQueueShare = 1.5 }, "gw.flow_control.deadline_queue_share: 1.5 outside (0, 1]"},
 		"share < 0":    {func(f *FlowControl) { f.DeadlineQueueShare = -0.1 }, "gw.flow_control.deadline_queue_share: -0.1"},
 		"pool frac":    {func(f *FlowControl) { f.Saturation.PoolFraction = 2 }, "gw.flow_control.saturation.pool_fraction: 2 outside (0, 1]"},
+		"pool mean":    {func(f *FlowControl) { f.Saturation.PoolMeanScore = -1 }, "gw.flow_control.saturation.pool_mean_score: -1 outside [0.1, 1000]"},
+		"pool mean hi": {func(f *FlowControl) { f.Saturation.PoolMeanScore = 5000 }, "gw.flow_control.saturation.pool_mean_score: 5000 outside"},
 	} {
 		var x Config
 		x.ApplyDefaults()

@@ -169,25 +169,25 @@ func TestSaturation(t *testing.T) {
 	}
 	full := picker.Load{InflightRequests: 4}
 	cands := []picker.Candidate{{Load: full}, {Load: picker.Load{}, Worker: picker.Worker{Unhealthy: true}}}
-	if !s.AllSaturated(cands, false) {
+	if !s.PoolSaturated(cands, false) {
 		t.Error("an unhealthy idle worker counted as room")
 	}
 	cands = append(cands, picker.Candidate{})
-	if s.AllSaturated(cands, false) {
+	if s.PoolSaturated(cands, false) {
 		t.Error("an idle usable worker not counted as room")
 	}
-	if s.AllSaturated([]picker.Candidate{{Worker: picker.Worker{Draining: true}, Load: full}}, false) {
+	if s.PoolSaturated([]picker.Candidate{{Worker: picker.Worker{Draining: true}, Load: full}}, false) {
 		t.Error("a pool with no usable worker reported saturated")
 	}
 	pd := []picker.Candidate{{Load: full, Worker: picker.Worker{Role: picker.RoleDecode}}, {Worker: picker.Worker{Role: picker.RolePrefill}}}
-	if !s.AllSaturated(pd, false) || s.AllSaturated(pd, true) {
+	if !s.PoolSaturated(pd, false) || s.PoolSaturated(pd, true) {
 		t.Error("an idle prefill worker counts as room only with disaggregation on")
 	}
 	half := Saturation{MaxInflight: 4, PoolFraction: 0.5}
 	idle := picker.Candidate{}
 	busy := picker.Candidate{Load: full}
-	if half.AllSaturated([]picker.Candidate{busy, idle, idle}, false) || !half.AllSaturated([]picker.Candidate{busy, idle}, false) ||
-		!half.AllSaturated([]picker.Candidate{busy, busy, idle}, false) {
+	if half.PoolSaturated([]picker.Candidate{busy, idle, idle}, false) || !half.PoolSaturated([]picker.Candidate{busy, idle}, false) ||
+		!half.PoolSaturated([]picker.Candidate{busy, busy, idle}, false) {
 		t.Error("pool fraction 0.5: saturated from half of the usable workers")
 	}
 	if (Saturation{PoolFraction: 1.5}).Validate() == nil {

@@ -2,6 +2,7 @@ package flowcontrol
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/kvgate/kvgate/picker"
 )
@@ -45,6 +46,21 @@ type Saturation struct {
 	// waiting in kvgate's queue (issue 26), at the price of capacity in
 	// bursts.
 	PoolFraction float64
+	// PoolMeanScore: the pool also has no room when the mean over its
+	// usable workers of each worker's score — the larger of engine waiting
+	// ÷ MaxEngineWaiting and KV usage ÷ MaxKVUsage; 1 for a worker without
+	// engine metrics — reaches it; 0 = off. This is GIE's utilization
+	// detector, "PoolSaturation = Average(EndpointScore)" with EndpointScore
+	// = max(queue depth ÷ queue threshold, KV usage ÷ KV threshold), a
+	// worker with no fresh metrics scoring 1 (gateway-api-inference-extension
+	// at 8f87162a, pkg/epp/saturationdetector/framework/plugins/
+	// utilizationdetector/detector.go Saturation; doc.go at 1d375123). It
+	// catches what the every-worker rule misses in a large pool: the picker
+	// sends requests to their prefix holders, whose engine queues grow
+	// while a few workers without the prefix still have room, so requests
+	// wait in engine queues (FCFS, no bands, no tenants) instead of
+	// kvgate's, and are abandoned there mid-prefill (issue 26, 16 workers).
+	PoolMeanScore float64
 }
 
 // Validate reports a bound out of range.
@@ -56,6 +72,8 @@ func (s Saturation) Validate() error {
 		return fmt.Errorf("flowcontrol: max KV usage %g outside [0, 1]", s.MaxKVUsage)
 	case !(s.PoolFraction >= 0 && s.PoolFraction <= 1):
 		return fmt.Errorf("flowcontrol: pool fraction %g outside [0, 1]", s.PoolFraction)
+	case !(s.PoolMeanScore >= 0) || math.IsInf(s.PoolMeanScore, 0):
+		return fmt.Errorf("flowcontrol: pool mean score %g must be finite and >= 0 (0 = off)", s.PoolMeanScore)
 	}
 	return nil
 }
@@ -87,15 +105,19 @@ func queuedBehind(l picker.Load) bool {
 	return l.Waiting > 0 || l.InflightRequests > l.Running
 }
 
-// AllSaturated reports whether every candidate that could serve a request
-// is saturated (with PoolFraction below 1: that share of them). Candidates the picker would not choose (unhealthy,
-// draining, ejected) do not count, nor prefill-only workers unless
-// withPrefill (disaggregation is on: a prefill worker with room takes the
-// prompt off the decode workers' queues); with none left it reports
-// false, so the picker answers (no eligible worker) instead of the request
-// waiting for a worker that may never come.
-func (s Saturation) AllSaturated(cands []picker.Candidate, withPrefill bool) bool {
+// PoolSaturated reports whether the pool has no room for a request: every
+// candidate that could serve it is saturated (with PoolFraction below 1:
+// that share of them), or their mean score reaches PoolMeanScore.
+// Candidates the picker would not choose (unhealthy, draining, ejected) do
+// not count, nor prefill-only workers unless withPrefill (disaggregation
+// is on: a prefill worker with room takes the prompt off the decode
+// workers' queues); with none left it reports false, so the picker answers
+// (no eligible worker) instead of the request waiting for a worker that
+// may never come.
+func (s Saturation) PoolSaturated(cands []picker.Candidate, withPrefill bool) bool {
+	every := s.PoolFraction == 0 || s.PoolFraction == 1
 	usable, room := 0, 0
+	score := 0.0
 	for _, c := range cands {
 		w := c.Worker
 		if w.Unhealthy || w.Draining || w.Ejected || (w.Role == picker.RolePrefill && !withPrefill) {
@@ -103,17 +125,41 @@ func (s Saturation) AllSaturated(cands []picker.Candidate, withPrefill bool) boo
 		}
 		usable++
 		if !s.WorkerSaturated(c.Load) {
-			if s.PoolFraction == 0 || s.PoolFraction == 1 {
+			if every && s.PoolMeanScore == 0 {
 				return false
 			}
 			room++
+		}
+		if s.PoolMeanScore > 0 {
+			score += s.WorkerScore(c.Load)
 		}
 	}
 	if usable == 0 {
 		return false
 	}
-	if s.PoolFraction == 0 || s.PoolFraction == 1 {
+	if s.PoolMeanScore > 0 && score >= s.PoolMeanScore*float64(usable) {
 		return true
 	}
+	if every {
+		return room == 0
+	}
 	return float64(usable-room) >= s.PoolFraction*float64(usable)
+}
+
+// WorkerScore is a worker's share of PoolMeanScore's mean: the larger of
+// its engine's waiting queue ÷ MaxEngineWaiting and its KV usage ÷
+// MaxKVUsage (a bound of 0 leaves its term out), and 1 without engine
+// metrics, as GIE scores a pod whose metrics are missing or stale.
+func (s Saturation) WorkerScore(l picker.Load) float64 {
+	if !l.HaveEngine {
+		return 1
+	}
+	score := 0.0
+	if s.MaxEngineWaiting > 0 {
+		score = float64(l.Waiting) / float64(s.MaxEngineWaiting)
+	}
+	if s.MaxKVUsage > 0 {
+		score = max(score, l.KVUsage/s.MaxKVUsage)
+	}
+	return score
 }

@@ -85,7 +85,7 @@ func (s *simulation) saturated() bool {
 		cands = append(cands, picker.Candidate{Worker: wk, Load: l})
 	}
 	s.cands = cands
-	return s.flow.sat.AllSaturated(cands, false)
+	return s.flow.sat.PoolSaturated(cands, false)
 }
 
 // admitFlow queues request i when others wait or the fleet is saturated;
