@@ -29,8 +29,9 @@ func (r *Router) admit(req *server.Request, res *preprocess.Result, cands []pick
 
 // admitFlow is admit with flow control (extproc.flow_control, flowgate.go):
 // over an admission bound, or saturated (flowcontrol.Saturation.
-// PoolSaturated), the request waits for room instead of being shed, and is refused only when
-// it could not start within max_wait or the queue's bounds are full. It
+// PoolSaturated), the request waits for room instead of being shed, and is
+// refused only when it could not start within max_wait or the queue's
+// bounds are full. It
 // reports whether the request waited (its load view is then stale) and
 // the function to call once it has booked.
 func (r *Router) admitFlow(ctx context.Context, req *server.Request, res *preprocess.Result, p *pool, cands []picker.Candidate, prio requestPriority) (bool, func(), *server.RouteError) {

@@ -3,9 +3,7 @@ package extproc
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -340,22 +338,12 @@ func TestFlowWaitsWhileEveryWorkerSaturated(t *testing.T) {
 // drains (seen at the next scrape, outside kvgate's tickets: the recheck
 // notices it), the mean falls to 1.67 and the request is routed.
 func TestFlowWaitsOnThePoolsMeanScore(t *testing.T) {
-	page := func(waiting int) string {
-		return fmt.Sprintf("# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{engine=\"0\",model_name=\"qwen3\"} %d\n"+
-			"# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{engine=\"0\",model_name=\"qwen3\"} 4\n"+
-			"# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc{engine=\"0\",model_name=\"qwen3\"} 0.3\n", waiting)
-	}
 	var waiting [3]atomic.Int64
 	waiting[0].Store(10)
 	waiting[1].Store(10)
 	var members []kvfleet.Worker
 	for i := range waiting {
-		engine := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-			w.Header().Set("Content-Type", "text/plain; version=0.0.4")
-			io.WriteString(w, page(int(waiting[i].Load())))
-		}))
-		defer engine.Close()
-		members = append(members, memberAt(strings.TrimPrefix(engine.URL, "http://")))
+		members = append(members, memberAt(fakeVLLMMetrics(t, func() int { return int(waiting[i].Load()) }, 4, 0.3)))
 	}
 	r := newRig(t, func(c *config.Config) {
 		c.Extproc.EngineMetrics = enginemetrics.Config{Interval: yamlconf.Duration(20 * time.Millisecond), Staleness: yamlconf.Duration(time.Minute)}

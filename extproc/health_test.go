@@ -2,7 +2,7 @@ package extproc
 
 import (
 	"context"
-	"io"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -96,20 +96,27 @@ func TestRouterSkipsUnhealthyWorkers(t *testing.T) {
 	}
 }
 
+// fakeVLLMMetrics serves vLLM's /metrics page for model qwen3 with the
+// engine's waiting and running requests and KV usage as waiting reads
+// them at each scrape; it returns the engine's endpoint (host:port).
+func fakeVLLMMetrics(t *testing.T, waiting func() int, running int, kvUsage float64) string {
+	t.Helper()
+	engine := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+		fmt.Fprintf(w, "# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{engine=\"0\",model_name=\"qwen3\"} %d\n"+
+			"# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{engine=\"0\",model_name=\"qwen3\"} %d\n"+
+			"# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc{engine=\"0\",model_name=\"qwen3\"} %g\n", waiting(), running, kvUsage)
+	}))
+	t.Cleanup(engine.Close)
+	return strings.TrimPrefix(engine.URL, "http://")
+}
+
 // Engine-reported queue depths and KV usage reach the picker's inputs.
 func TestEngineMetricsReachCandidates(t *testing.T) {
-	page := "# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{engine=\"0\",model_name=\"qwen3\"} 7\n" +
-		"# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{engine=\"0\",model_name=\"qwen3\"} 3\n" +
-		"# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc{engine=\"0\",model_name=\"qwen3\"} 0.5\n"
-	engine := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
-		io.WriteString(w, page)
-	}))
-	defer engine.Close()
+	ep := fakeVLLMMetrics(t, func() int { return 7 }, 3, 0.5)
 	r := newRig(t, func(c *config.Config) {
 		c.Extproc.EngineMetrics = enginemetrics.Config{Interval: yamlconf.Duration(20 * time.Millisecond), Staleness: yamlconf.Duration(time.Minute)}
 	}, defaultHarnessConfig())
-	ep := strings.TrimPrefix(engine.URL, "http://")
 	if err := r.router.SetMembers([]kvfleet.Worker{memberAt(ep)}); err != nil {
 		t.Fatal(err)
 	}
